@@ -1,0 +1,806 @@
+//! Provided-buffer groups: one bgid's buffers, given to the kernel as a buffer ring (Linux
+//! 5.19+) or with legacy `PROVIDE_BUFFERS` (5.7+), or kept in user space for the epoll backend;
+//! and the leases through which a filled buffer is read and then returned.
+//!
+//! # Where a bid is
+//! Every bid is in exactly one place at a time, recorded in a per-bid state array, so a double
+//! hand-out is an `io::Error` and a double return is counted ([`BufGroup::bad_returns`]), never UB:
+//! - `Kernel`: free. In Ring mode it is in the ring, in Legacy mode it has been provided, in
+//!   User mode it is on the free list. The kernel picks bids without telling us, so in Ring and
+//!   Legacy mode a bid picked by an op whose CQE is not yet reaped is still `Kernel` here.
+//! - `Out`: User mode only: claimed by [`BufGroup::take`]; the epoll backend's recv is using it.
+//! - `Leased`: a [`BufLease`] owns it.
+//! - `Queued`: Legacy mode only: returned, waiting for [`BufGroup::take_provide_sqes`].
+//!
+//! A CQE's bid becomes `Leased` ([`BufGroup::lease`]) or goes straight back
+//! ([`BufGroup::recycle`], for an orphaned op's late CQE). Going back means: Ring -> pushed and
+//! committed at once; Legacy -> `Queued`; User -> free list.
+//!
+//! Ring mode publishes each returned bid at once instead of batching until the next enter: the
+//! Release store is a plain store on x86 and cheap elsewhere, and a buffer returned between loop
+//! turns is then already there for a retry the kernel runs on its own (poll wake-up, io-wq).
+//!
+//! # Memory
+//! The buffers are one page-aligned allocation of `count * buf_len` bytes, zeroed so that a
+//! lease never exposes uninitialized memory. Buffers and ring live as long as any handle (a
+//! group clone or a lease) lives; the driver keeps one until its ring is gone, so the kernel
+//! never writes into freed memory (see [`BufGroup::new_ring`]'s contract).
+
+use std::alloc::{self, Layout};
+use std::cell::{Cell, RefCell};
+use std::fmt;
+use std::io;
+use std::ops::{Deref, DerefMut};
+use std::ptr::NonNull;
+use std::rc::Rc;
+use std::slice;
+
+use io_uring::{opcode, squeue, Submitter};
+
+use crate::buf_ring::{page_size, BufRing, ENTRIES_MAX};
+
+/// How a group's buffers reach whoever fills them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BufMode {
+    /// A registered buffer ring (`IORING_REGISTER_PBUF_RING`), Linux 5.19+.
+    Ring,
+    /// `IORING_OP_PROVIDE_BUFFERS`, Linux 5.7+.
+    Legacy,
+    /// No kernel involvement: the epoll backend picks bids itself.
+    User,
+}
+
+/// Where one bid is; see the module header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BidState {
+    Kernel = 0,
+    Out = 1,
+    Leased = 2,
+    Queued = 3,
+}
+
+/// Contiguous bids that one `PROVIDE_BUFFERS` SQE hands to the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProvideRun {
+    pub bid: u16,
+    pub nbufs: u16,
+}
+
+/// A buffer group: a cheap handle, `!Send` like the ring it serves.
+#[derive(Clone)]
+pub struct BufGroup(Rc<Group>);
+
+struct Group {
+    bgid: u16,
+    mode: BufMode,
+    count: u16,
+    buf_len: u32,
+    mem: BufMem,
+    books: RefCell<Books>,
+    enobufs: Cell<u64>,
+    bad_returns: Cell<u64>,
+}
+
+/// The mutable bookkeeping. Borrowed only inside this module's methods, which never call out,
+/// so a borrow never overlaps another.
+struct Books {
+    state: Vec<BidState>,
+    /// How many bids are in each state, indexed by `BidState as usize`.
+    tally: [usize; 4],
+    /// User mode: the `Kernel` bids, popped by `take` (LIFO: the warmest buffer goes first).
+    free: Vec<u16>,
+    /// Ring mode: the registered ring that returned bids are pushed into.
+    ring: Option<BufRing>,
+}
+
+impl Books {
+    fn new(count: u16, initial: BidState) -> Books {
+        let mut tally = [0; 4];
+        tally[initial as usize] = usize::from(count);
+        let state = vec![initial; usize::from(count)];
+        Books {
+            state,
+            tally,
+            free: Vec::new(),
+            ring: None,
+        }
+    }
+
+    /// Moves `bid` from `from` to `to`. On failure returns where it was (`None`: no such bid).
+    fn change(&mut self, bid: u16, from: BidState, to: BidState) -> Result<(), Option<BidState>> {
+        let slot = self.state.get_mut(usize::from(bid)).ok_or(None)?;
+        if *slot != from {
+            return Err(Some(*slot));
+        }
+        *slot = to;
+        self.tally[from as usize] -= 1;
+        self.tally[to as usize] += 1;
+        Ok(())
+    }
+}
+
+impl BufGroup {
+    /// Allocates `count` buffers of `buf_len` bytes and registers them as buffer ring `bgid`
+    /// (Linux 5.19+; before that this is `ErrorKind::Unsupported`).
+    ///
+    /// # Safety
+    /// The kernel reads the ring and writes the buffers from now on. Keep a handle to this
+    /// group (a clone or a lease) alive until the kernel is done with them: until the ring
+    /// `submitter` belongs to is dropped, or [`unregister`](Self::unregister) has succeeded, and
+    /// in both cases every op that selected a buffer from `bgid` has completed.
+    pub unsafe fn new_ring(
+        submitter: &Submitter<'_>,
+        bgid: u16,
+        count: u16,
+        buf_len: u32,
+    ) -> io::Result<BufGroup> {
+        let group = Self::new_ring_unregistered(bgid, count, buf_len)?;
+        let (addr, entries) = {
+            let books = group.0.books.borrow();
+            let ring = books
+                .ring
+                .as_ref()
+                .expect("new_ring_unregistered sets the ring");
+            (ring.addr(), ring.entries())
+        };
+        // SAFETY: the ring (`entries` slots at `addr`) is owned by the group and freed only
+        // when the last handle drops, which the caller delays until the kernel is done with it.
+        unsafe { submitter.register_buf_ring_with_flags(addr, entries, bgid, 0) }
+            .map_err(register_error)?;
+        Ok(group)
+    }
+
+    /// A Ring group with every bid pushed and committed, not yet registered.
+    fn new_ring_unregistered(bgid: u16, count: u16, buf_len: u32) -> io::Result<BufGroup> {
+        if count > ENTRIES_MAX {
+            return Err(invalid_input(format!(
+                "a buffer ring holds at most 32768 buffers, not {count}"
+            )));
+        }
+        let group = Self::build(bgid, BufMode::Ring, count, buf_len, BidState::Kernel)?;
+        let mut ring = BufRing::new(count.next_power_of_two())?;
+        for bid in 0..count {
+            ring.push(group.0.buf(bid) as u64, buf_len, bid);
+        }
+        ring.commit();
+        group.0.books.borrow_mut().ring = Some(ring);
+        Ok(group)
+    }
+
+    /// A legacy `PROVIDE_BUFFERS` group: nothing reaches the kernel until the caller submits
+    /// [`take_provide_sqes`](Self::take_provide_sqes).
+    pub fn new_legacy(bgid: u16, count: u16, buf_len: u32) -> io::Result<BufGroup> {
+        if i32::try_from(buf_len).is_err() {
+            return Err(invalid_input(format!(
+                "PROVIDE_BUFFERS lengths are i32; {buf_len} is too long"
+            )));
+        }
+        Self::build(bgid, BufMode::Legacy, count, buf_len, BidState::Queued)
+    }
+
+    /// A user-space group for the epoll backend.
+    pub fn new_user(bgid: u16, count: u16, buf_len: u32) -> io::Result<BufGroup> {
+        let group = Self::build(bgid, BufMode::User, count, buf_len, BidState::Kernel)?;
+        group.0.books.borrow_mut().free = (0..count).rev().collect();
+        Ok(group)
+    }
+
+    fn build(
+        bgid: u16,
+        mode: BufMode,
+        count: u16,
+        buf_len: u32,
+        initial: BidState,
+    ) -> io::Result<BufGroup> {
+        if count == 0 || buf_len == 0 {
+            return Err(invalid_input(format!(
+                "a buffer group needs count and buf_len >= 1, got {count} x {buf_len}"
+            )));
+        }
+        let group = Group {
+            bgid,
+            mode,
+            count,
+            buf_len,
+            mem: BufMem::new(count, buf_len)?,
+            books: RefCell::new(Books::new(count, initial)),
+            enobufs: Cell::new(0),
+            bad_returns: Cell::new(0),
+        };
+        Ok(BufGroup(Rc::new(group)))
+    }
+
+    pub fn bgid(&self) -> u16 {
+        self.0.bgid
+    }
+
+    pub fn mode(&self) -> BufMode {
+        self.0.mode
+    }
+
+    pub fn buf_len(&self) -> usize {
+        self.0.buf_len as usize
+    }
+
+    pub fn count(&self) -> u16 {
+        self.0.count
+    }
+
+    /// Bids handed out: taken (User mode) or leased. A bid the kernel picked for a CQE not yet
+    /// reaped is invisible to us until `lease` or `recycle`, so it still counts as available.
+    pub fn in_use(&self) -> usize {
+        let tally = self.0.books.borrow().tally;
+        tally[BidState::Out as usize] + tally[BidState::Leased as usize]
+    }
+
+    /// Bids free to be picked: in the ring, provided, or on the user free list.
+    pub fn available(&self) -> usize {
+        self.0.books.borrow().tally[BidState::Kernel as usize]
+    }
+
+    /// Legacy mode: returned bids waiting to be provided again.
+    pub fn queued(&self) -> usize {
+        self.0.books.borrow().tally[BidState::Queued as usize]
+    }
+
+    /// How many times ENOBUFS (no free buffer) was recorded.
+    pub fn enobufs(&self) -> u64 {
+        self.0.enobufs.get()
+    }
+
+    /// Counts one ENOBUFS: a CQE with `-ENOBUFS`, or `take` returning `None`.
+    pub fn record_enobufs(&self) {
+        self.0.enobufs.set(self.0.enobufs.get() + 1);
+    }
+
+    /// Returns that were refused because the bid was not out: a double return or a bogus bid.
+    pub fn bad_returns(&self) -> u64 {
+        self.0.bad_returns.get()
+    }
+
+    /// Turns a completed buffer-select CQE's bid into a lease over the buffer's first `len`
+    /// bytes. An out-of-range bid, a bid not out (handed out twice) or `len > buf_len` is an
+    /// `InvalidData` error.
+    ///
+    /// # Safety
+    /// In Ring and Legacy mode, `bid` comes from the CQE (`cqueue::buffer_select`) of an op
+    /// that selected from this group, and each such CQE's bid is leased or recycled once. The
+    /// state array catches a second lease but cannot tell a picked bid from one the kernel
+    /// still holds, and the kernel could write into the latter while the lease is read. In
+    /// User mode every bid is checked against `take`, so any value is safe.
+    pub unsafe fn lease(&self, bid: u16, len: usize) -> io::Result<BufLease> {
+        if len > self.buf_len() {
+            let msg = format!(
+                "bgid {} bid {bid}: len {len} exceeds buf_len {}",
+                self.0.bgid, self.0.buf_len
+            );
+            return Err(io::Error::new(io::ErrorKind::InvalidData, msg));
+        }
+        self.0.change(bid, self.0.picked(), BidState::Leased)?;
+        Ok(BufLease {
+            group: self.clone(),
+            bid,
+            len,
+        })
+    }
+
+    /// Returns a bid that will not become a lease (an orphaned op's late CQE), as a lease drop
+    /// would. A bid that is not out is refused and counted in [`bad_returns`](Self::bad_returns).
+    ///
+    /// # Safety
+    /// As for [`lease`](Self::lease): in Ring and Legacy mode `bid` comes from a CQE of this
+    /// group and is returned once; otherwise the kernel could be given a bid it still holds and
+    /// hand the same buffer to two ops.
+    pub unsafe fn recycle(&self, bid: u16) {
+        self.0.give_back(bid, self.0.picked());
+    }
+
+    /// User mode: claims a free bid; `None` when all are out (the caller reports ENOBUFS and
+    /// calls [`record_enobufs`](Self::record_enobufs)). Always `None` in Ring and Legacy mode,
+    /// where the kernel picks bids.
+    pub fn take(&self) -> Option<u16> {
+        if self.0.mode != BufMode::User {
+            return None;
+        }
+        let mut books = self.0.books.borrow_mut();
+        let bid = books.free.pop()?;
+        match books.change(bid, BidState::Kernel, BidState::Out) {
+            Ok(()) => Some(bid),
+            Err(state) => unreachable!("free list held bid {bid} in state {state:?}"),
+        }
+    }
+
+    /// The memory of `bid` (`None` if out of range), for the epoll backend to recv into after
+    /// `take`. Writing through it is sound only while the caller holds `bid` as taken.
+    pub fn buf_ptr(&self, bid: u16) -> Option<(*mut u8, usize)> {
+        (bid < self.0.count).then(|| (self.0.buf(bid), self.buf_len()))
+    }
+
+    /// Legacy mode: the runs of bids returned since the last call (at first, all of them),
+    /// now counted as provided. Empty in other modes.
+    pub fn take_provide_runs(&self) -> Vec<ProvideRun> {
+        let mut books = self.0.books.borrow_mut();
+        if self.0.mode != BufMode::Legacy || books.tally[BidState::Queued as usize] == 0 {
+            return Vec::new();
+        }
+        let mut runs: Vec<ProvideRun> = Vec::new();
+        for bid in 0..self.0.count {
+            if books
+                .change(bid, BidState::Queued, BidState::Kernel)
+                .is_err()
+            {
+                continue;
+            }
+            match runs.last_mut() {
+                Some(run) if run.bid + run.nbufs == bid => run.nbufs += 1,
+                _ => runs.push(ProvideRun { bid, nbufs: 1 }),
+            }
+        }
+        runs
+    }
+
+    /// Legacy mode: one `PROVIDE_BUFFERS` SQE per run from
+    /// [`take_provide_runs`](Self::take_provide_runs), each tagged with `user_data`. Pushing
+    /// them is unsafe: the group must outlive the ring, as for [`new_ring`](Self::new_ring).
+    pub fn take_provide_sqes(&self, user_data: u64) -> Vec<squeue::Entry> {
+        // new_legacy checked that buf_len fits an i32.
+        let len = self.0.buf_len as i32;
+        let sqe = |run: ProvideRun| {
+            opcode::ProvideBuffers::new(self.0.buf(run.bid), len, run.nbufs, self.0.bgid, run.bid)
+                .build()
+                .user_data(user_data)
+        };
+        self.take_provide_runs().into_iter().map(sqe).collect()
+    }
+
+    /// Legacy mode: a `PROVIDE_BUFFERS` CQE for `nbufs` bids from `bid` failed; queue them to
+    /// be provided again. Bids that were not provided are counted in `bad_returns`.
+    pub fn provide_failed(&self, bid: u16, nbufs: u16) {
+        let mut books = self.0.books.borrow_mut();
+        for b in u32::from(bid)..u32::from(bid) + u32::from(nbufs) {
+            let ok = self.0.mode == BufMode::Legacy
+                && u16::try_from(b)
+                    .is_ok_and(|b| books.change(b, BidState::Kernel, BidState::Queued).is_ok());
+            if !ok {
+                self.0.bad_returns.set(self.0.bad_returns.get() + 1);
+            }
+        }
+    }
+
+    /// Ring mode: publishes staged entries. Returns already publish, so this matters only if
+    /// that ever changes; the driver calls it once before each `io_uring_enter` regardless.
+    pub fn commit(&self) {
+        if let Some(ring) = self.0.books.borrow_mut().ring.as_mut() {
+            if ring.staged() > 0 {
+                ring.commit();
+            }
+        }
+    }
+
+    /// Ring mode: `IORING_UNREGISTER_PBUF_RING`. Other modes have nothing registered: `Ok`.
+    pub fn unregister(&self, submitter: &Submitter<'_>) -> io::Result<()> {
+        match self.0.mode {
+            BufMode::Ring => submitter.unregister_buf_ring(self.0.bgid),
+            BufMode::Legacy | BufMode::User => Ok(()),
+        }
+    }
+}
+
+impl Group {
+    /// The state a bid is in once something picked it: `take` in User mode, the kernel otherwise.
+    fn picked(&self) -> BidState {
+        match self.mode {
+            BufMode::User => BidState::Out,
+            BufMode::Ring | BufMode::Legacy => BidState::Kernel,
+        }
+    }
+
+    fn change(&self, bid: u16, from: BidState, to: BidState) -> io::Result<()> {
+        self.books
+            .borrow_mut()
+            .change(bid, from, to)
+            .map_err(|found| {
+                let msg = match found {
+                    None => format!(
+                        "bgid {}: bid {bid} out of range (count {})",
+                        self.bgid, self.count
+                    ),
+                    Some(s) => format!(
+                        "bgid {}: bid {bid} is {s:?}, not {from:?} (handed out twice?)",
+                        self.bgid
+                    ),
+                };
+                io::Error::new(io::ErrorKind::InvalidData, msg)
+            })
+    }
+
+    /// Returns `bid` from `from` to where free bids live in this mode.
+    fn give_back(&self, bid: u16, from: BidState) {
+        let to = match self.mode {
+            BufMode::Legacy => BidState::Queued,
+            BufMode::Ring | BufMode::User => BidState::Kernel,
+        };
+        let mut books = self.books.borrow_mut();
+        if books.change(bid, from, to).is_err() {
+            self.bad_returns.set(self.bad_returns.get() + 1);
+            return;
+        }
+        match self.mode {
+            BufMode::Ring => {
+                let ring = books
+                    .ring
+                    .as_mut()
+                    .expect("a Ring group always has its ring");
+                ring.push(self.buf(bid) as u64, self.buf_len, bid);
+                ring.commit();
+            }
+            BufMode::User => books.free.push(bid),
+            BufMode::Legacy => {}
+        }
+    }
+
+    /// Start of `bid`'s buffer. Callers check `bid < count`; `wrapping_add` keeps the pointer
+    /// arithmetic itself safe regardless.
+    fn buf(&self, bid: u16) -> *mut u8 {
+        self.mem
+            .base
+            .as_ptr()
+            .wrapping_add(usize::from(bid) * self.buf_len as usize)
+    }
+}
+
+/// The group's buffers: one zeroed, page-aligned allocation.
+struct BufMem {
+    base: NonNull<u8>,
+    layout: Layout,
+}
+
+impl BufMem {
+    fn new(count: u16, buf_len: u32) -> io::Result<BufMem> {
+        let size = usize::from(count)
+            .checked_mul(buf_len as usize)
+            .ok_or_else(|| invalid_input(format!("{count} x {buf_len} bytes overflows")))?;
+        let layout =
+            Layout::from_size_align(size, page_size()).map_err(|e| invalid_input(e.to_string()))?;
+        // SAFETY: `size` is non-zero: `build` checked count and buf_len are >= 1.
+        let raw = unsafe { alloc::alloc_zeroed(layout) };
+        let base = NonNull::new(raw).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::OutOfMemory,
+                format!("buffer group of {size} bytes"),
+            )
+        })?;
+        Ok(BufMem { base, layout })
+    }
+}
+
+impl Drop for BufMem {
+    fn drop(&mut self) {
+        // SAFETY: `base` came from `alloc_zeroed(self.layout)` and is freed only here, when the
+        // last handle drops; by `new_ring`'s contract and the SQE push contract for legacy
+        // buffers, the kernel no longer writes into it by then.
+        unsafe { alloc::dealloc(self.base.as_ptr(), self.layout) }
+    }
+}
+
+/// One filled buffer, owned until dropped; dropping returns the bid to its group.
+pub struct BufLease {
+    group: BufGroup,
+    bid: u16,
+    /// Bytes filled, at most the group's `buf_len`.
+    len: usize,
+}
+
+impl BufLease {
+    pub fn bid(&self) -> u16 {
+        self.bid
+    }
+
+    pub fn bgid(&self) -> u16 {
+        self.group.bgid()
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: the bid is Leased, so nobody else writes it (it is in no ring, not provided,
+        // not on the free list); the lease holds the group, so the memory is alive; `len <=
+        // buf_len` and `bid < count` were checked by `lease`, so the range is in bounds.
+        unsafe { slice::from_raw_parts(self.group.0.buf(self.bid), self.len) }
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as in `as_slice`; `&mut self` makes this the only view of the bytes.
+        unsafe { slice::from_raw_parts_mut(self.group.0.buf(self.bid), self.len) }
+    }
+}
+
+impl Deref for BufLease {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+impl DerefMut for BufLease {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        self.as_mut_slice()
+    }
+}
+
+impl Drop for BufLease {
+    fn drop(&mut self) {
+        self.group.0.give_back(self.bid, BidState::Leased);
+    }
+}
+
+impl fmt::Debug for BufLease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BufLease")
+            .field("bgid", &self.group.bgid())
+            .field("bid", &self.bid)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl fmt::Debug for BufGroup {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BufGroup")
+            .field("bgid", &self.0.bgid)
+            .field("mode", &self.0.mode)
+            .field("count", &self.0.count)
+            .field("buf_len", &self.0.buf_len)
+            .field("in_use", &self.in_use())
+            .field("available", &self.available())
+            .field("queued", &self.queued())
+            .field("enobufs", &self.enobufs())
+            .finish()
+    }
+}
+
+fn invalid_input(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, msg)
+}
+
+/// Kernels before 5.19 reject the unknown register opcode with EINVAL.
+fn register_error(err: io::Error) -> io::Error {
+    match err.raw_os_error() {
+        Some(libc::EINVAL) => io::Error::new(
+            io::ErrorKind::Unsupported,
+            "IORING_REGISTER_PBUF_RING returned EINVAL: provided buffer rings need Linux 5.19+",
+        ),
+        _ => err,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Leases a User-mode bid; every bid is checked against `take` there.
+    fn lease(group: &BufGroup, bid: u16, len: usize) -> io::Result<BufLease> {
+        // SAFETY: only User groups come through here, where `lease` checks the bid fully.
+        unsafe { group.lease(bid, len) }
+    }
+
+    #[test]
+    fn bad_sizes_are_invalid_input() {
+        for (count, len) in [(0, 64), (4, 0)] {
+            let err = BufGroup::new_user(1, count, len).unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+        }
+        let err = BufGroup::new_legacy(1, 1, u32::MAX).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+        let err = BufGroup::new_ring_unregistered(1, 40000, 64).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+    }
+
+    #[test]
+    fn user_take_until_exhausted_then_none() {
+        let group = BufGroup::new_user(3, 4, 64).unwrap();
+        let bids: Vec<u16> = (0..4).map(|_| group.take().unwrap()).collect();
+        assert_eq!(bids, [0, 1, 2, 3]);
+        assert_eq!(group.take(), None);
+        assert_eq!((group.in_use(), group.available()), (4, 0));
+    }
+
+    #[test]
+    fn user_lease_drop_makes_take_work_again() {
+        let group = BufGroup::new_user(3, 2, 64).unwrap();
+        let a = group.take().unwrap();
+        let b = group.take().unwrap();
+        assert_eq!(group.take(), None);
+        let (ptr, len) = group.buf_ptr(b).unwrap();
+        assert_eq!(len, 64);
+        // SAFETY: `b` is taken, so its 64 bytes are ours to write.
+        unsafe { ptr.copy_from_nonoverlapping(b"hello".as_ptr(), 5) };
+        let lease_b = lease(&group, b, 5).unwrap();
+        assert_eq!(&*lease_b, b"hello");
+        assert_eq!(group.in_use(), 2);
+        drop(lease_b);
+        assert_eq!(group.take(), Some(b));
+        // SAFETY: `a` came from `take`.
+        unsafe { group.recycle(a) };
+        assert_eq!(group.take(), Some(a));
+        assert_eq!(group.bad_returns(), 0);
+    }
+
+    #[test]
+    fn lease_rejects_bad_bid_double_hand_out_and_long_len() {
+        let group = BufGroup::new_user(9, 2, 64).unwrap();
+        let bid = group.take().unwrap();
+        let kind = |r: io::Result<BufLease>| r.unwrap_err().kind();
+        assert_eq!(
+            kind(lease(&group, 7, 1)),
+            io::ErrorKind::InvalidData,
+            "out of range"
+        );
+        assert_eq!(
+            kind(lease(&group, bid, 65)),
+            io::ErrorKind::InvalidData,
+            "len > buf_len"
+        );
+        assert_eq!(
+            kind(lease(&group, 1, 1)),
+            io::ErrorKind::InvalidData,
+            "never taken"
+        );
+        let held = lease(&group, bid, 64).unwrap();
+        assert_eq!(
+            kind(lease(&group, bid, 1)),
+            io::ErrorKind::InvalidData,
+            "leased twice"
+        );
+        assert_eq!(held.len(), 64);
+        assert!(held.iter().all(|&b| b == 0), "fresh buffers are zeroed");
+    }
+
+    #[test]
+    fn double_return_is_counted_not_applied() {
+        let group = BufGroup::new_user(9, 2, 64).unwrap();
+        let bid = group.take().unwrap();
+        // SAFETY: `bid` came from `take`; the second call is the double return under test.
+        unsafe {
+            group.recycle(bid);
+            group.recycle(bid);
+            group.recycle(500);
+        }
+        assert_eq!(group.bad_returns(), 2);
+        assert_eq!(group.available(), 2);
+    }
+
+    #[test]
+    fn kernel_modes_never_take() {
+        let legacy = BufGroup::new_legacy(1, 2, 64).unwrap();
+        assert_eq!(legacy.take(), None);
+        let ring = BufGroup::new_ring_unregistered(2, 2, 64).unwrap();
+        assert_eq!(ring.take(), None);
+    }
+
+    #[test]
+    fn legacy_provides_everything_first_then_coalesced_returns() {
+        let group = BufGroup::new_legacy(5, 8, 32).unwrap();
+        assert_eq!(group.queued(), 8);
+        assert_eq!(group.take_provide_runs(), [ProvideRun { bid: 0, nbufs: 8 }]);
+        assert!(
+            group.take_provide_runs().is_empty(),
+            "nothing returned since"
+        );
+        // The kernel picked 1, 2, 3, 5 and 7; their CQEs arrive in some order.
+        // SAFETY: these bids stand for CQEs of this group, each returned once.
+        let leases: Vec<BufLease> = [7, 2, 5, 3, 1]
+            .iter()
+            .map(|&b| unsafe { group.lease(b, 4) }.unwrap())
+            .collect();
+        assert_eq!(group.in_use(), 5);
+        drop(leases);
+        assert_eq!(group.queued(), 5);
+        let runs = group.take_provide_runs();
+        let want = [(1, 3), (5, 1), (7, 1)].map(|(bid, nbufs)| ProvideRun { bid, nbufs });
+        assert_eq!(runs, want);
+        assert_eq!((group.available(), group.queued()), (8, 0));
+    }
+
+    #[test]
+    fn legacy_sqes_one_per_run_with_user_data() {
+        let group = BufGroup::new_legacy(5, 4, 32).unwrap();
+        let sqes = group.take_provide_sqes(0xfeed);
+        assert_eq!(sqes.len(), 1);
+        assert_eq!(sqes[0].get_user_data(), 0xfeed);
+        assert_eq!(
+            sqes[0].get_opcode(),
+            u32::from(opcode::ProvideBuffers::CODE)
+        );
+        assert!(group.take_provide_sqes(0xfeed).is_empty());
+    }
+
+    #[test]
+    fn legacy_provide_failed_requeues() {
+        let group = BufGroup::new_legacy(5, 4, 32).unwrap();
+        group.take_provide_runs();
+        group.provide_failed(2, 2);
+        assert_eq!(group.take_provide_runs(), [ProvideRun { bid: 2, nbufs: 2 }]);
+        group.provide_failed(3, 3); // 3 was provided; 4 and 5 do not exist
+        assert_eq!(group.bad_returns(), 2);
+        assert_eq!(group.queued(), 1);
+    }
+
+    #[test]
+    fn ring_group_starts_full_and_pushes_returns_at_tail() {
+        let group = BufGroup::new_ring_unregistered(4, 3, 128).unwrap();
+        let base = group.buf_ptr(0).unwrap().0 as u64;
+        {
+            let books = group.0.books.borrow();
+            let ring = books.ring.as_ref().unwrap();
+            assert_eq!((ring.entries(), ring.published_tail()), (4, 3));
+            let e = ring.entry(2).unwrap();
+            assert_eq!((e.addr, e.len, e.bid), (base + 256, 128, 2));
+        }
+        // SAFETY: stands for a CQE that picked bid 1, leased once.
+        let lease = unsafe { group.lease(1, 10) }.unwrap();
+        drop(lease);
+        let books = group.0.books.borrow();
+        let ring = books.ring.as_ref().unwrap();
+        assert_eq!(
+            (ring.published_tail(), ring.staged()),
+            (4, 0),
+            "returns publish at once"
+        );
+        let e = ring.entry(3).unwrap();
+        assert_eq!((e.addr, e.len, e.bid), (base + 128, 128, 1));
+    }
+
+    #[derive(Clone, Debug)]
+    enum Step {
+        Take,
+        Return(usize),
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![Just(Step::Take), any::<usize>().prop_map(Step::Return)]
+    }
+
+    fn config() -> ProptestConfig {
+        let cases = if cfg!(miri) { 4 } else { 256 };
+        ProptestConfig {
+            cases,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        }
+    }
+
+    proptest! {
+        #![proptest_config(config())]
+
+        #[test]
+        fn user_bids_never_handed_out_twice(steps in prop::collection::vec(step(), 1..120)) {
+            let group = BufGroup::new_user(1, 5, 16).unwrap();
+            let mut held: Vec<BufLease> = Vec::new();
+            for step in steps {
+                match step {
+                    Step::Take => match group.take() {
+                        Some(bid) => {
+                            prop_assert!(held.iter().all(|l| l.bid() != bid), "bid {} twice", bid);
+                            held.push(lease(&group, bid, 16).unwrap());
+                        }
+                        None => prop_assert_eq!(held.len(), 5),
+                    },
+                    Step::Return(i) if !held.is_empty() => drop(held.swap_remove(i % held.len())),
+                    Step::Return(_) => {}
+                }
+                prop_assert_eq!(group.in_use(), held.len());
+                prop_assert_eq!(group.available(), 5 - held.len());
+            }
+            prop_assert_eq!(group.bad_returns(), 0);
+        }
+    }
+}

@@ -1,0 +1,275 @@
+//! The completion driver: one ring, its op table, its buffer groups and its counters.
+//!
+//! Pushing an SQE never makes a syscall. [`Driver::turn`] is one loop turn: publish returned
+//! buffers, flush SQEs parked while the SQ was full, then one `io_uring_enter` that submits
+//! everything pending and (optionally) waits, then drain every CQE before returning. No SQE
+//! is ever dropped: a full SQ is submitted and the push retried, and what still does not fit
+//! waits in a backlog that the next turn submits first, in order.
+
+use std::collections::VecDeque;
+use std::io;
+use std::sync::Arc;
+use std::task::{Poll, Waker};
+use std::time::Duration;
+
+use io_uring::{opcode, squeue, types, IoUring};
+
+use crate::buf_pool::BufGroup;
+use crate::cqe::Cqe;
+use crate::lifecycle::Orphan;
+use crate::metrics::Metrics;
+use crate::op_table::{Dispatch, OpTable, Orphaned};
+use crate::probe::{Feature, Features};
+use crate::setup::{self, RingConfig, SetupError, SetupFlags};
+use crate::user_data::{OpId, Reserved};
+
+#[path = "driver_enter.rs"]
+mod enter;
+#[path = "driver_groups.rs"]
+mod groups;
+
+/// Everything a driver is built from.
+#[derive(Clone, Debug)]
+pub struct DriverConfig {
+    /// Ring sizes and setup flags wanted.
+    pub ring: RingConfig,
+    /// What the driver may use: the probed features, possibly masked to an older profile.
+    pub features: Features,
+}
+
+/// One io_uring instance and the ops in flight on it. Not `Send`: one driver per thread.
+pub struct Driver {
+    ring: IoUring,
+    flags: SetupFlags,
+    features: Features,
+    ops: OpTable,
+    metrics: Arc<Metrics>,
+    /// SQE groups (a single SQE or a whole link chain) that found the SQ full; submitted
+    /// first, in order, by the next turn.
+    backlog: VecDeque<Vec<squeue::Entry>>,
+    /// CQEs copied out of the ring before dispatch, so dispatch never holds the CQ.
+    scratch: Vec<Cqe>,
+    /// Buffer groups registered on this ring; kept alive until the ring is gone.
+    groups: groups::Groups,
+    /// The wait timeout for kernels without `EXT_ARG`; the kernel copies it at submission.
+    wait_ts: Box<types::Timespec>,
+    /// The kernel's count of dropped CQEs when we last looked (pre-NODROP kernels).
+    overflow_seen: u64,
+}
+
+impl Driver {
+    /// Builds the ring that `config` asks for, with the best flags the features allow.
+    pub fn new(config: &DriverConfig) -> Result<Driver, SetupError> {
+        let built = setup::build_ring(&config.features, &config.ring)?;
+        let cq_entries = built.ring.params().cq_entries() as usize;
+        Ok(Driver {
+            ring: built.ring,
+            flags: built.flags,
+            features: config.features.clone(),
+            ops: OpTable::with_capacity(cq_entries),
+            metrics: Arc::new(Metrics::default()),
+            backlog: VecDeque::new(),
+            scratch: Vec::with_capacity(cq_entries),
+            groups: groups::Groups::default(),
+            wait_ts: Box::new(types::Timespec::new()),
+            overflow_seen: 0,
+        })
+    }
+
+    /// What this driver may use.
+    pub fn features(&self) -> &Features {
+        &self.features
+    }
+
+    /// The setup flags the ring was actually built with.
+    pub fn setup_flags(&self) -> SetupFlags {
+        self.flags
+    }
+
+    /// SQ and CQ sizes the kernel gave us.
+    pub fn ring_sizes(&self) -> (u32, u32) {
+        let params = self.ring.params();
+        (params.sq_entries(), params.cq_entries())
+    }
+
+    /// The counters, shareable with other threads.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// The op table, for backends that complete ops themselves.
+    pub fn ops(&self) -> &OpTable {
+        &self.ops
+    }
+
+    /// The ring's registration interface (files, buffers, buffer rings).
+    pub fn submitter(&self) -> io_uring::Submitter<'_> {
+        self.ring.submitter()
+    }
+
+    /// Inserts an op and pushes its SQE; the returned id is what the future polls.
+    pub fn submit_op(&mut self, sqe: squeue::Entry) -> io::Result<OpId> {
+        let id = self.ops.insert()?;
+        self.push(sqe.user_data(id.to_user_data()));
+        self.note_in_flight();
+        Ok(id)
+    }
+
+    /// Inserts one op per SQE and pushes them as one `IO_LINK` chain, contiguously in the
+    /// same submission (a chain split across submissions would be cut short by the kernel).
+    pub fn submit_chain(&mut self, sqes: Vec<squeue::Entry>) -> io::Result<Vec<OpId>> {
+        if sqes.len() > self.ring.params().sq_entries() as usize {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a linked chain longer than the submission queue cannot be submitted at once",
+            ));
+        }
+        let last = sqes.len().saturating_sub(1);
+        let mut ids = Vec::with_capacity(sqes.len());
+        let mut chain = Vec::with_capacity(sqes.len());
+        for (i, sqe) in sqes.into_iter().enumerate() {
+            let id = self.ops.insert()?;
+            let sqe = sqe.user_data(id.to_user_data());
+            chain.push(if i < last { link(sqe) } else { sqe });
+            ids.push(id);
+        }
+        self.push_group(chain);
+        self.note_in_flight();
+        Ok(ids)
+    }
+
+    /// Pushes one SQE whose `user_data` is already set (an op's, or a [`Reserved`] value).
+    pub fn push(&mut self, sqe: squeue::Entry) {
+        self.push_group(vec![sqe]);
+    }
+
+    /// Polls op `id` for its next CQE (see [`OpTable::poll`]).
+    pub fn poll_op(&mut self, id: OpId, waker: &Waker) -> Poll<io::Result<Cqe>> {
+        let polled = self.ops.poll(id, waker);
+        if polled.is_ready() {
+            self.note_in_flight();
+        }
+        polled
+    }
+
+    /// The future of op `id` was dropped: `orphan` keeps its memory until the final CQE,
+    /// and a cancel is pushed if the op is still in the kernel.
+    pub fn orphan(&mut self, id: OpId, orphan: Box<dyn Orphan>) {
+        match self.ops.orphan(id, orphan) {
+            Ok(Orphaned::NeedsCancel) => self.cancel(id),
+            Ok(Orphaned::Freed) => Metrics::bump(&self.metrics.orphans_reaped),
+            Err(_) => Metrics::bump(&self.metrics.stale_cqes),
+        }
+        self.note_in_flight();
+    }
+
+    /// Pushes `ASYNC_CANCEL` for op `id`. Its own CQE is ignored; the op's CQE (usually
+    /// `-ECANCELED`, or its real result if it won the race) still arrives and is dispatched.
+    pub fn cancel(&mut self, id: OpId) {
+        let sqe = opcode::AsyncCancel::new(id.to_user_data())
+            .build()
+            .user_data(Reserved::Cancel.to_user_data());
+        self.push(sqe);
+        Metrics::bump(&self.metrics.cancels_sent);
+    }
+
+    /// SQEs pushed but not yet submitted, backlog included.
+    pub fn pending_sqes(&mut self) -> usize {
+        let parked: usize = self.backlog.iter().map(Vec::len).sum();
+        self.ring.submission().len() + parked
+    }
+
+    /// Ops in flight (orphans included).
+    pub fn in_flight(&self) -> usize {
+        self.ops.len()
+    }
+
+    fn push_group(&mut self, group: Vec<squeue::Entry>) {
+        if self.backlog.is_empty() && self.try_push(&group) {
+            return;
+        }
+        Metrics::bump(&self.metrics.sq_full);
+        if self.backlog.is_empty() && self.submit_now().is_ok() && self.try_push(&group) {
+            return;
+        }
+        self.backlog.push_back(group);
+    }
+
+    /// Pushes the whole group or nothing.
+    fn try_push(&mut self, group: &[squeue::Entry]) -> bool {
+        let mut sq = self.ring.submission();
+        if sq.capacity() - sq.len() < group.len() {
+            return false;
+        }
+        for sqe in group {
+            // SAFETY: every SQE reaching the driver was built by an op whose memory (buffers,
+            // paths, timespecs) is owned by its op-table slot or future until the final CQE,
+            // or, for the driver's own SQEs, by the driver itself (`wait_ts`, cancel targets
+            // carry no pointers). Space was checked above, so the push cannot fail.
+            let pushed = unsafe { sq.push(sqe) };
+            debug_assert!(pushed.is_ok(), "space was checked");
+        }
+        true
+    }
+
+    /// Moves parked groups into the SQ, in order, as far as they fit.
+    fn flush_backlog(&mut self) {
+        while let Some(group) = self.backlog.pop_front() {
+            if !self.try_push(&group) {
+                self.backlog.push_front(group);
+                return;
+            }
+        }
+    }
+
+    /// Routes every CQE in `scratch` and counts what happened.
+    fn dispatch_scratch(&mut self) -> usize {
+        let n = self.scratch.len();
+        Metrics::add(&self.metrics.cqes_reaped, n as u64);
+        for i in 0..n {
+            let cqe = self.scratch[i];
+            match self.ops.complete(cqe) {
+                Dispatch::Delivered => {}
+                Dispatch::Reaped { .. } => Metrics::bump(&self.metrics.orphans_reaped),
+                Dispatch::Reserved(Reserved::Provide) => self.groups.on_provide_cqe(&cqe),
+                Dispatch::Reserved(_) => {}
+                Dispatch::Stale | Dispatch::Unknown => Metrics::bump(&self.metrics.stale_cqes),
+            }
+        }
+        self.scratch.clear();
+        self.note_in_flight();
+        n
+    }
+
+    fn note_in_flight(&self) {
+        Metrics::set(&self.metrics.ops_in_flight, self.ops.len() as u64);
+    }
+
+    fn has_ext_arg(&self) -> bool {
+        self.features.has(Feature::ExtArg)
+    }
+}
+
+/// Marks an SQE as linked to the next one.
+fn link(sqe: squeue::Entry) -> squeue::Entry {
+    sqe.flags(squeue::Flags::IO_LINK)
+}
+
+/// A wait for `turn`: how long to block for the first completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// Do not block: submit, collect what is ready.
+    No,
+    /// Block until at least one CQE, or until the duration passes.
+    For(Duration),
+    /// Block until at least one CQE.
+    Forever,
+}
+
+impl Drop for Driver {
+    /// Cancels everything in flight and waits for every CQE: closing the ring does not prove
+    /// the kernel is done with an op's memory, the final CQE does.
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

@@ -1,0 +1,219 @@
+//! The driver's loop turn: one `io_uring_enter`, then drain every CQE (overflow included).
+
+use std::io;
+use std::time::{Duration, Instant};
+
+use io_uring::{opcode, types};
+
+use super::{Driver, Wait};
+use crate::cqe::Cqe;
+use crate::metrics::Metrics;
+use crate::user_data::Reserved;
+
+/// `IORING_ENTER_*` flags (kernel ABI; the io-uring crate keeps its own copy private).
+const ENTER_GETEVENTS: u32 = 1 << 0;
+const ENTER_SQ_WAKEUP: u32 = 1 << 1;
+const ENTER_EXT_ARG: u32 = 1 << 3;
+
+/// How often one turn re-enters after EBUSY/EAGAIN before giving the caller back control.
+const BUSY_RETRIES_MAX: u32 = 8;
+/// How long dropping a driver waits for cancelled ops to post their final CQEs.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
+
+impl Driver {
+    /// One loop turn: submit everything pending with one `io_uring_enter`, wait as asked
+    /// (not at all if CQEs are already waiting), then dispatch every available CQE.
+    /// Returns how many CQEs were dispatched.
+    pub fn turn(&mut self, wait: Wait) -> io::Result<usize> {
+        self.prepare_groups();
+        self.flush_backlog();
+        let wait = if self.is_cq_ready() || !self.scratch.is_empty() {
+            Wait::No
+        } else {
+            wait
+        };
+        if self.needs_enter(wait) {
+            self.enter(wait)?;
+        }
+        let dispatched = self.drain()?;
+        // A backlog left over means the SQ filled during this turn: get it in now.
+        self.flush_backlog();
+        Ok(dispatched)
+    }
+
+    /// Submits pending SQEs without waiting (used when a push finds the SQ full). CQEs
+    /// are copied out, not dispatched, so the CQ keeps room and no waker runs inside a push.
+    pub(super) fn submit_now(&mut self) -> io::Result<()> {
+        self.enter(Wait::No)?;
+        self.copy_cqes();
+        Ok(())
+    }
+
+    /// With SQPOLL and nothing to wait for, the kernel thread picks SQEs up by itself:
+    /// enter only to wake it, to flush an overflow, or to run deferred task work.
+    fn needs_enter(&mut self, wait: Wait) -> bool {
+        if !self.flags.sqpoll || wait != Wait::No {
+            return true;
+        }
+        let sq = self.ring.submission();
+        sq.need_wakeup() || sq.cq_overflow() || sq.taskrun()
+    }
+
+    fn is_cq_ready(&mut self) -> bool {
+        !self.ring.completion().is_empty()
+    }
+
+    fn enter(&mut self, wait: Wait) -> io::Result<()> {
+        let (mut min_complete, mut timeout) = match wait {
+            Wait::No => (0, None),
+            Wait::For(d) => (1, Some(d)),
+            Wait::Forever => (1, None),
+        };
+        if let Some(d) = timeout.filter(|_| !self.has_ext_arg()) {
+            self.push_wait_timeout(d);
+            timeout = None;
+        }
+        for _ in 0..BUSY_RETRIES_MAX {
+            let queued = self.ring.submission().len();
+            let res = self.enter_raw(queued as u32, min_complete, timeout);
+            Metrics::bump(&self.metrics.enters);
+            let left = self.ring.submission().len();
+            Metrics::add(&self.metrics.sqes_submitted, queued.saturating_sub(left) as u64);
+            let Err(err) = res else { return Ok(()) };
+            match err.raw_os_error() {
+                // The wait timed out, or a signal arrived: both normal ends of a wait. The
+                // caller's loop comes round again and recomputes its deadline.
+                Some(libc::ETIME) | Some(libc::EINTR) => return Ok(()),
+                // The kernel could not take SQEs now: its CQ overflow list is backed up
+                // (EBUSY) or an allocation failed transiently (EAGAIN). Draining frees CQ
+                // space and flushes the overflow; then retry without waiting.
+                Some(libc::EBUSY) | Some(libc::EAGAIN) => {
+                    self.drain()?;
+                    (min_complete, timeout) = (0, None);
+                }
+                // The kernel had to drop overflowed CQEs it could not allocate room for.
+                Some(libc::EBADR) => {
+                    Metrics::bump(&self.metrics.cqes_lost);
+                    return Ok(());
+                }
+                _ => return Err(err),
+            }
+        }
+        Ok(())
+    }
+
+    fn enter_raw(
+        &mut self,
+        to_submit: u32,
+        min_complete: u32,
+        timeout: Option<Duration>,
+    ) -> io::Result<usize> {
+        // GETEVENTS always: it is what runs deferred task work (DEFER_TASKRUN) and flushes
+        // overflowed CQEs, and costs nothing when there is none.
+        let mut flags = ENTER_GETEVENTS;
+        if self.flags.sqpoll && self.ring.submission().need_wakeup() {
+            flags |= ENTER_SQ_WAKEUP;
+        }
+        let submitter = self.ring.submitter();
+        match timeout {
+            Some(d) => {
+                let ts = timespec(d);
+                let args = types::SubmitArgs::new().timespec(&ts);
+                // SAFETY: `args` and `ts` outlive the call; EXT_ARG tells the kernel that
+                // the argument is an `io_uring_getevents_arg`, which `SubmitArgs` wraps
+                // (repr(transparent)), and the size passed is that of `SubmitArgs`.
+                unsafe { submitter.enter(to_submit, min_complete, flags | ENTER_EXT_ARG, Some(&args)) }
+            }
+            // SAFETY: no argument pointer is passed (None), and every SQE in the SQ points
+            // only at memory owned by its op until the final CQE (see `try_push`).
+            None => unsafe {
+                submitter.enter::<libc::sigset_t>(to_submit, min_complete, flags, None)
+            },
+        }
+    }
+
+    /// Kernels without `EXT_ARG` (before 5.11) wait with a timeout SQE. `count(1)` makes it
+    /// complete as soon as any other CQE arrives, so an early wake leaves nothing armed.
+    fn push_wait_timeout(&mut self, d: Duration) {
+        *self.wait_ts = timespec(d);
+        let ts: *const types::Timespec = &*self.wait_ts;
+        let sqe = opcode::Timeout::new(ts)
+            .count(1)
+            .build()
+            .user_data(Reserved::Timeout.to_user_data());
+        self.push(sqe);
+    }
+
+    /// Dispatches every CQE the kernel has, including ones parked on its overflow list.
+    pub(super) fn drain(&mut self) -> io::Result<usize> {
+        let mut total = 0;
+        loop {
+            self.copy_cqes();
+            if !self.scratch.is_empty() {
+                total += self.dispatch_scratch();
+                continue;
+            }
+            if !self.ring.submission().cq_overflow() {
+                return Ok(total);
+            }
+            // The CQ filled up and the kernel parked CQEs on its overflow list (NODROP,
+            // 5.5+). An enter with GETEVENTS moves them into the CQ we just emptied.
+            Metrics::bump(&self.metrics.cq_overflows);
+            self.flush_overflow()?;
+        }
+    }
+
+    fn flush_overflow(&mut self) -> io::Result<()> {
+        let submitter = self.ring.submitter();
+        // SAFETY: no argument pointer, nothing submitted: this only asks the kernel to
+        // flush overflowed CQEs into the CQ.
+        let res = unsafe { submitter.enter::<libc::sigset_t>(0, 0, ENTER_GETEVENTS, None) };
+        Metrics::bump(&self.metrics.enters);
+        match res {
+            Ok(_) => Ok(()),
+            Err(err) if matches!(err.raw_os_error(), Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)) => Ok(()),
+            Err(err) if err.raw_os_error() == Some(libc::EBADR) => {
+                Metrics::bump(&self.metrics.cqes_lost);
+                Ok(())
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Copies all available CQEs out and releases their CQ slots to the kernel at once.
+    fn copy_cqes(&mut self) {
+        let mut cq = self.ring.completion();
+        let lost = u64::from(cq.overflow());
+        self.scratch.extend(cq.by_ref().map(|entry| Cqe::from(&entry)));
+        drop(cq);
+        let seen = self.overflow_seen;
+        if lost > seen {
+            Metrics::add(&self.metrics.cqes_lost, lost - seen);
+            self.overflow_seen = lost;
+        }
+    }
+
+    /// Cancels every op and waits for every final CQE. If some op never completes within
+    /// [`SHUTDOWN_WAIT`], its memory is leaked rather than freed under the kernel.
+    pub(super) fn shutdown(&mut self) {
+        for id in self.ops.ids() {
+            self.cancel(id);
+        }
+        let deadline = Instant::now() + SHUTDOWN_WAIT;
+        while !self.ops.is_empty() && Instant::now() < deadline {
+            if self.turn(Wait::For(Duration::from_millis(50))).is_err() {
+                break;
+            }
+        }
+        if !self.ops.is_empty() {
+            std::mem::forget(std::mem::take(&mut self.ops));
+            self.groups.leak();
+        }
+    }
+}
+
+fn timespec(d: Duration) -> types::Timespec {
+    types::Timespec::new()
+        .sec(d.as_secs())
+        .nsec(d.subsec_nanos())
+}

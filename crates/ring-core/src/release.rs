@@ -1,0 +1,61 @@
+//! Release steps for orphaned ops: what to undo when a late CQE arrives for a dropped future.
+//!
+//! An accept or open that completes after its future was dropped returns an fd nobody owns:
+//! [`CloseFd`] closes it. A buffer-select recv that completes late took a provided buffer:
+//! [`RecycleBid`] returns it to its group. [`Keep`] only holds memory until the final CQE.
+
+use std::os::fd::RawFd;
+
+use crate::buf_pool::BufGroup;
+use crate::cqe::Cqe;
+use crate::lifecycle::Orphan;
+
+/// Closes the fd a late accept/open/socket CQE returned.
+#[derive(Debug, Default)]
+pub struct CloseFd;
+
+impl Orphan for CloseFd {
+    fn reap(&mut self, cqe: &Cqe) {
+        if cqe.res >= 0 && cqe.bid().is_none() {
+            close_quietly(cqe.res);
+        }
+    }
+}
+
+/// Returns the provided buffer a late buffer-select CQE consumed.
+pub struct RecycleBid(pub BufGroup);
+
+impl Orphan for RecycleBid {
+    fn reap(&mut self, cqe: &Cqe) {
+        if let Some(bid) = cqe.bid() {
+            self.0.recycle(bid);
+        }
+    }
+}
+
+/// Keeps `T` (an op's buffers, paths, addresses) alive until the op's final CQE.
+pub struct Keep<T>(pub T);
+
+impl<T> Orphan for Keep<T> {
+    fn reap(&mut self, _cqe: &Cqe) {}
+}
+
+/// Runs two release steps on each CQE: e.g. keep a buffer and close an fd.
+pub struct Both<A, B>(pub A, pub B);
+
+impl<A: Orphan, B: Orphan> Orphan for Both<A, B> {
+    fn reap(&mut self, cqe: &Cqe) {
+        self.0.reap(cqe);
+        self.1.reap(cqe);
+    }
+}
+
+/// Closes an fd nobody else owns; the result is ignored because there is no one to report
+/// it to and the fd is gone either way (Linux releases it even when close reports an error).
+pub fn close_quietly(fd: RawFd) {
+    // SAFETY: the fd was returned by the kernel for an op whose future is gone, so no other
+    // owner exists that could use or close it again.
+    unsafe {
+        libc::close(fd);
+    }
+}

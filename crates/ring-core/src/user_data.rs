@@ -1,0 +1,120 @@
+//! `user_data` encoding: an op-table index plus a generation, and the reserved values.
+//!
+//! The generation makes a CQE for a slot that was since freed and reused detectable
+//! (a "stale" CQE) instead of being delivered to the wrong op.
+
+/// Index value no op-table slot ever has: marks the reserved `user_data` values.
+const RESERVED_INDEX: u32 = u32::MAX;
+
+/// Identity of one op in the op table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct OpId {
+    /// Slot in the op table.
+    pub index: u32,
+    /// Generation the slot had when this op was inserted.
+    pub generation: u32,
+}
+
+/// `user_data` values that belong to the driver itself, not to an op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Reserved {
+    /// An `ASYNC_CANCEL` SQE: its own CQE carries nothing we need.
+    Cancel = 1,
+    /// The wait timeout used on kernels without `EXT_ARG`.
+    Timeout = 2,
+    /// A wake-up: an eventfd read or a `MSG_RING` from another thread.
+    Wake = 3,
+    /// A legacy `PROVIDE_BUFFERS` SQE.
+    Provide = 4,
+    /// A fire-and-forget op (e.g. a close whose result nobody waits for).
+    Ignore = 5,
+}
+
+/// What a `user_data` value means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UserData {
+    /// A CQE for an op in the op table.
+    Op(OpId),
+    /// A CQE for the driver's own SQEs.
+    Reserved(Reserved),
+    /// A value ring-core never produced.
+    Unknown(u64),
+}
+
+impl OpId {
+    /// Packs into `user_data`: generation in the high half, index in the low half.
+    pub fn to_user_data(self) -> u64 {
+        (u64::from(self.generation) << 32) | u64::from(self.index)
+    }
+}
+
+impl Reserved {
+    /// The `user_data` value for this reserved kind.
+    pub fn to_user_data(self) -> u64 {
+        (u64::from(self as u32) << 32) | u64::from(RESERVED_INDEX)
+    }
+
+    fn from_tag(tag: u32) -> Option<Reserved> {
+        match tag {
+            1 => Some(Reserved::Cancel),
+            2 => Some(Reserved::Timeout),
+            3 => Some(Reserved::Wake),
+            4 => Some(Reserved::Provide),
+            5 => Some(Reserved::Ignore),
+            _ => None,
+        }
+    }
+}
+
+/// Largest op-table index; the one above it marks reserved values.
+pub const INDEX_MAX: u32 = RESERVED_INDEX - 1;
+
+/// Decodes a `user_data` value from a CQE.
+pub fn decode(user_data: u64) -> UserData {
+    let index = user_data as u32;
+    let high = (user_data >> 32) as u32;
+    if index != RESERVED_INDEX {
+        return UserData::Op(OpId {
+            index,
+            generation: high,
+        });
+    }
+    match Reserved::from_tag(high) {
+        Some(reserved) => UserData::Reserved(reserved),
+        None => UserData::Unknown(user_data),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn op_id_round_trips() {
+        let id = OpId {
+            index: 42,
+            generation: 0xdead_beef,
+        };
+        assert_eq!(decode(id.to_user_data()), UserData::Op(id));
+    }
+
+    #[test]
+    fn reserved_values_round_trip_and_never_look_like_ops() {
+        for r in [
+            Reserved::Cancel,
+            Reserved::Timeout,
+            Reserved::Wake,
+            Reserved::Provide,
+            Reserved::Ignore,
+        ] {
+            assert_eq!(decode(r.to_user_data()), UserData::Reserved(r));
+        }
+    }
+
+    #[test]
+    fn unknown_reserved_tag_is_unknown() {
+        let raw = (99u64 << 32) | u64::from(u32::MAX);
+        assert_eq!(decode(raw), UserData::Unknown(raw));
+    }
+}

@@ -1,0 +1,333 @@
+//! Registered files and buffers against the live kernel, driven through the raw `io-uring`
+//! crate (fixed files 5.1, sparse tables 5.19, direct accept 5.15, fixed buffers 5.1).
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read as _, Write as _};
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::FileExt as _;
+use std::process::Command;
+use std::ptr;
+use std::time::Duration;
+
+use io_uring::{opcode, squeue, types, IoUring};
+use ring_core::register::FixedFiles;
+use ring_core::register_buf::RegisteredBufs;
+
+/// A small ring, or `None` (after printing SKIPPED) where io_uring is unavailable.
+fn ring_or_skip() -> Option<IoUring> {
+    match IoUring::new(8) {
+        Ok(ring) => Some(ring),
+        Err(e) => {
+            eprintln!("SKIPPED: io_uring_setup failed: {e}");
+            None
+        }
+    }
+}
+
+/// Pushes one SQE, waits for its CQE and returns its `res`.
+///
+/// # Safety
+///
+/// Every buffer and fd the SQE names must stay valid until this returns.
+unsafe fn run(ring: &mut IoUring, sqe: squeue::Entry) -> i32 {
+    // SAFETY: the caller keeps the SQE's buffers alive until its CQE, which we wait for.
+    unsafe { ring.submission().push(&sqe.user_data(7)) }.expect("SQ has room");
+    ring.submit_and_wait(1).expect("io_uring_enter");
+    let cqe = ring.completion().next().expect("one CQE");
+    assert_eq!(cqe.user_data(), 7);
+    cqe.result()
+}
+
+fn pipe() -> (OwnedFd, OwnedFd) {
+    let mut fds = [-1; 2];
+    // SAFETY: pipe2 writes two fds into the 2-element array.
+    let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+    assert_eq!(rc, 0, "pipe2: {}", io::Error::last_os_error());
+    // SAFETY: both fds were just created and are owned by nobody else.
+    unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+}
+
+/// An fd number that is surely closed: a dup placed high (away from the low numbers other
+/// tests running in parallel get), then closed.
+fn closed_fd() -> RawFd {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into `lim`.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
+    let high = lim.rlim_cur.min(4096) as RawFd - 8;
+    let (rd, _wr) = pipe();
+    // SAFETY: F_DUPFD_CLOEXEC duplicates a valid fd; the result is closed right below.
+    let fd = unsafe { libc::fcntl(rd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, high) };
+    assert!(fd >= high, "F_DUPFD: {}", io::Error::last_os_error());
+    // SAFETY: `fd` is our own dup, closed once.
+    unsafe { libc::close(fd) };
+    fd
+}
+
+#[test]
+fn fixed_file_reads_after_original_fd_is_closed() {
+    let Some(mut ring) = ring_or_skip() else {
+        return;
+    };
+    let mut files = FixedFiles::register(&ring.submitter(), 64).unwrap();
+    assert_eq!((files.capacity(), files.in_use()), (64, 0));
+    let (rd, wr) = pipe();
+    File::from(wr).write_all(b"hello fixed").unwrap();
+    let slot = files.insert(&ring.submitter(), rd.as_raw_fd()).unwrap();
+    drop(rd);
+
+    let mut buf = [0u8; 32];
+    let read = opcode::Read::new(slot, buf.as_mut_ptr(), buf.len() as u32).build();
+    // SAFETY: `buf` outlives the call.
+    assert_eq!(unsafe { run(&mut ring, read) }, 11);
+    assert_eq!(&buf[..11], b"hello fixed");
+
+    files.remove(&ring.submitter(), slot).unwrap();
+    assert_eq!(files.in_use(), 0);
+    let read = opcode::Read::new(slot, buf.as_mut_ptr(), buf.len() as u32).build();
+    // SAFETY: as above.
+    let res = unsafe { run(&mut ring, read) };
+    assert_eq!(res, -libc::EBADF, "a removed slot holds no file");
+}
+
+#[test]
+fn insert_of_closed_or_negative_fd_is_ebadf() {
+    let Some(ring) = ring_or_skip() else { return };
+    let mut files = FixedFiles::register(&ring.submitter(), 4).unwrap();
+    for fd in [closed_fd(), -1, -2] {
+        let err = files.insert(&ring.submitter(), fd).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EBADF), "fd {fd}: {err}");
+    }
+    assert_eq!(files.in_use(), 0, "a failed insert gives its slot back");
+}
+
+#[test]
+fn remove_of_slot_not_in_use_is_invalid_input() {
+    let Some(ring) = ring_or_skip() else { return };
+    let mut files = FixedFiles::register(&ring.submitter(), 4).unwrap();
+    for slot in [0, 3, 4, u32::MAX] {
+        let err = files
+            .remove(&ring.submitter(), types::Fixed(slot))
+            .unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "slot {slot}");
+    }
+}
+
+#[test]
+fn full_table_insert_errors_until_a_slot_is_removed() {
+    let Some(ring) = ring_or_skip() else { return };
+    let mut files = FixedFiles::register(&ring.submitter(), 2).unwrap();
+    let (rd, _wr) = pipe();
+    let a = files.insert(&ring.submitter(), rd.as_raw_fd()).unwrap();
+    let b = files.insert(&ring.submitter(), rd.as_raw_fd()).unwrap();
+    assert_ne!(a.0, b.0);
+    let err = files.insert(&ring.submitter(), rd.as_raw_fd()).unwrap_err();
+    assert!(err.to_string().contains("table full"), "{err}");
+    files.remove(&ring.submitter(), a).unwrap();
+    assert_eq!(
+        files.insert(&ring.submitter(), rd.as_raw_fd()).unwrap().0,
+        a.0
+    );
+}
+
+#[test]
+fn second_file_table_is_ebusy_and_zero_capacity_is_invalid() {
+    let Some(ring) = ring_or_skip() else { return };
+    let err = FixedFiles::register(&ring.submitter(), 0).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+    let _files = FixedFiles::register(&ring.submitter(), 8).unwrap();
+    let err = FixedFiles::register(&ring.submitter(), 8).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EBUSY), "{err}");
+}
+
+#[test]
+fn accept_direct_into_alloced_slot_then_send_and_recv() {
+    let Some(mut ring) = ring_or_skip() else {
+        return;
+    };
+    let mut files = FixedFiles::register(&ring.submitter(), 64).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+
+    let slot = files.alloc_slot().unwrap();
+    let dest = types::DestinationSlot::try_from_slot_target(slot).unwrap();
+    let accept = opcode::Accept::new(
+        types::Fd(listener.as_raw_fd()),
+        ptr::null_mut(),
+        ptr::null_mut(),
+    )
+    .file_index(Some(dest))
+    .build();
+    // SAFETY: no buffers; the listener outlives the call.
+    let res = unsafe { run(&mut ring, accept) };
+    if res == -libc::EINVAL {
+        assert!(files.release_slot(slot));
+        eprintln!("SKIPPED: direct accept needs Linux 5.15");
+        return;
+    }
+    assert_eq!(res, 0, "direct accept into a chosen slot returns 0");
+    let conn = types::Fixed(slot);
+
+    let send = opcode::Send::new(conn, b"ping".as_ptr(), 4).build();
+    // SAFETY: the static message outlives the call.
+    assert_eq!(unsafe { run(&mut ring, send) }, 4);
+    let mut got = [0u8; 4];
+    client.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"ping");
+
+    client.write_all(b"pong").unwrap();
+    let mut buf = [0u8; 16];
+    let recv = opcode::Recv::new(conn, buf.as_mut_ptr(), buf.len() as u32).build();
+    // SAFETY: `buf` outlives the call.
+    assert_eq!(unsafe { run(&mut ring, recv) }, 4);
+    assert_eq!(&buf[..4], b"pong");
+
+    files.remove(&ring.submitter(), conn).unwrap();
+    assert_eq!(
+        client.read(&mut got).unwrap(),
+        0,
+        "removing the slot closed the socket"
+    );
+}
+
+/// An anonymous temp file (created, then unlinked while open).
+fn temp_file() -> File {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let path = std::env::temp_dir().join(format!("ring-core-reg-{}-{nanos}", std::process::id()));
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .unwrap();
+    std::fs::remove_file(&path).unwrap();
+    file
+}
+
+#[test]
+fn write_fixed_then_read_fixed_round_trips() {
+    let Some(mut ring) = ring_or_skip() else {
+        return;
+    };
+    let bufs = RegisteredBufs::register(&ring.submitter(), 4, 5000).unwrap();
+    assert!(bufs.chunk_len() >= 5000);
+    let file = temp_file();
+    let fd = types::Fd(file.as_raw_fd());
+    let data: Vec<u8> = (0..5000u32).map(|i| (i * 7 % 251) as u8).collect();
+
+    let _first = bufs.alloc().unwrap();
+    let mut out = bufs.alloc().unwrap();
+    assert_eq!(out.copy_from(&data), 5000);
+    let write =
+        opcode::WriteFixed::new(fd, out.as_ptr(), out.len() as u32, out.buf_index()).build();
+    // SAFETY: `out` and `file` outlive the call.
+    assert_eq!(unsafe { run(&mut ring, write) }, 5000);
+    let mut on_disk = vec![0u8; 5000];
+    file.read_exact_at(&mut on_disk, 0).unwrap();
+    assert_eq!(on_disk, data);
+
+    let mut back = bufs.alloc().unwrap();
+    let cap = back.capacity() as u32;
+    let read = opcode::ReadFixed::new(fd, back.as_mut_ptr(), cap, back.buf_index()).build();
+    // SAFETY: `back` and `file` outlive the call.
+    let res = unsafe { run(&mut ring, read) };
+    assert_eq!(res, 5000);
+    // SAFETY: the completed READ_FIXED initialised `res` bytes.
+    unsafe { back.set_len(res as usize) };
+    assert_eq!(back.as_slice(), &data[..]);
+}
+
+#[test]
+fn registered_alloc_until_none_and_drop_returns_chunk() {
+    let Some(ring) = ring_or_skip() else { return };
+    let bufs = RegisteredBufs::register(&ring.submitter(), 3, 4096).unwrap();
+    let mut held: Vec<_> = (0..3).map(|_| bufs.alloc().unwrap()).collect();
+    assert!(bufs.alloc().is_none());
+    let returned = held.pop().unwrap().buf_index();
+    assert_eq!(bufs.available(), 1);
+    assert_eq!(bufs.alloc().unwrap().buf_index(), returned);
+}
+
+#[test]
+fn unregistered_buffers_fail_fixed_ops_and_allow_a_new_table() {
+    let Some(mut ring) = ring_or_skip() else {
+        return;
+    };
+    let bufs = RegisteredBufs::register(&ring.submitter(), 2, 4096).unwrap();
+    let err = RegisteredBufs::register(&ring.submitter(), 2, 4096).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EBUSY), "{err}");
+    let mut buf = bufs.alloc().unwrap();
+    bufs.unregister(&ring.submitter()).unwrap();
+
+    let file = temp_file();
+    let read = opcode::ReadFixed::new(
+        types::Fd(file.as_raw_fd()),
+        buf.as_mut_ptr(),
+        16,
+        buf.buf_index(),
+    )
+    .build();
+    // SAFETY: `buf` (whose memory the pool keeps) and `file` outlive the call.
+    let res = unsafe { run(&mut ring, read) };
+    assert!(res < 0, "READ_FIXED after unregister gave {res}");
+    let again = RegisteredBufs::register(&ring.submitter(), 2, 4096).unwrap();
+    assert_eq!(again.available(), 2);
+}
+
+const MEMLOCK_CHILD: &str = "RING_CORE_MEMLOCK_CHILD";
+
+/// Re-runs itself in a child that lowers RLIMIT_MEMLOCK (and, as root, drops to `nobody`
+/// so CAP_IPC_LOCK no longer bypasses it), where registering 1 MiB must fail clearly.
+#[test]
+fn memlock_limit_gives_clear_error() {
+    if std::env::var_os(MEMLOCK_CHILD).is_some() {
+        return memlock_child();
+    }
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["memlock_limit_gives_clear_error", "--exact", "--nocapture"])
+        .args(["--test-threads=1"])
+        .env(MEMLOCK_CHILD, "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if let Some(line) = stderr.lines().find(|l| l.starts_with("SKIPPED")) {
+        eprintln!("{line}");
+        return;
+    }
+    assert!(out.status.success(), "child failed:\n{stderr}");
+    let ok = stderr.lines().find(|l| l.starts_with("MEMLOCK_OK"));
+    eprintln!("{}", ok.expect("the child ran the check"));
+}
+
+fn memlock_child() {
+    let lim = libc::rlimit {
+        rlim_cur: 64 * 1024,
+        rlim_max: 64 * 1024,
+    };
+    // SAFETY: setrlimit reads one valid rlimit; lowering a limit needs no privilege.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) }, 0);
+    // SAFETY: plain id syscalls; this child process exists only for this check.
+    if unsafe { libc::geteuid() } == 0 && unsafe { libc::setgid(65534) + libc::setuid(65534) } != 0
+    {
+        eprintln!("SKIPPED: cannot drop root to test RLIMIT_MEMLOCK");
+        return;
+    }
+    let Some(ring) = ring_or_skip() else { return };
+    match RegisteredBufs::register(&ring.submitter(), 16, 64 * 1024) {
+        Ok(_) => eprintln!("SKIPPED: memlock not enforced (CAP_IPC_LOCK held?)"),
+        Err(e) => {
+            assert_eq!(e.kind(), io::ErrorKind::OutOfMemory, "{e}");
+            assert!(e.to_string().contains("RLIMIT_MEMLOCK"), "{e}");
+            eprintln!("MEMLOCK_OK: {e}");
+        }
+    }
+}
