@@ -1,1 +1,33 @@
-fn main() {}
+//! `cargo xtask <command>`: project tasks written in Rust, using only public APIs.
+//!
+//! A small dispatcher: each command lives in its own module with a `run(args)` entry.
+
+use std::process::ExitCode;
+
+mod probe;
+
+const USAGE: &str = "usage: cargo xtask <command>
+
+commands:
+  probe    print what io_uring offers on this kernel (and under RING_FEATURES, if set)";
+
+fn main() -> ExitCode {
+    let mut args = std::env::args().skip(1);
+    let command = args.next();
+    let rest: Vec<String> = args.collect();
+    match command.as_deref() {
+        Some("probe") => probe::run(&rest),
+        Some("help" | "-h" | "--help") => {
+            println!("{USAGE}");
+            ExitCode::SUCCESS
+        }
+        Some(other) => {
+            eprintln!("unknown command {other:?}\n\n{USAGE}");
+            ExitCode::from(2)
+        }
+        None => {
+            eprintln!("{USAGE}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use io_uring::{opcode, squeue, types, IoUring};
 
-use crate::buf_pool::BufGroup;
 use crate::cqe::Cqe;
 use crate::lifecycle::Orphan;
 use crate::metrics::Metrics;
@@ -163,6 +162,12 @@ impl Driver {
         self.note_in_flight();
     }
 
+    /// Orphans an op that never had a future (fire-and-forget): no cancel, and its reap is
+    /// not counted as a dropped future's.
+    fn ops_orphan_silently(&mut self, id: OpId, orphan: Box<dyn Orphan>) {
+        let _ = self.ops.orphan(id, orphan);
+    }
+
     /// Pushes `ASYNC_CANCEL` for op `id`. Its own CQE is ignored; the op's CQE (usually
     /// `-ECANCELED`, or its real result if it won the race) still arrives and is dispatched.
     pub fn cancel(&mut self, id: OpId) {
@@ -222,23 +227,26 @@ impl Driver {
         }
     }
 
-    /// Routes every CQE in `scratch` and counts what happened.
+    /// Routes every CQE in `scratch` and counts what happened. Returns how many were for
+    /// ops (the driver's own, like wait timeouts, are not counted).
     fn dispatch_scratch(&mut self) -> usize {
         let n = self.scratch.len();
         Metrics::add(&self.metrics.cqes_reaped, n as u64);
+        let mut for_ops = 0;
         for i in 0..n {
-            let cqe = self.scratch[i];
-            match self.ops.complete(cqe) {
-                Dispatch::Delivered => {}
-                Dispatch::Reaped { .. } => Metrics::bump(&self.metrics.orphans_reaped),
-                Dispatch::Reserved(Reserved::Provide) => self.groups.on_provide_cqe(&cqe),
+            match self.ops.complete(self.scratch[i]) {
+                Dispatch::Delivered => for_ops += 1,
+                Dispatch::Reaped { .. } => {
+                    for_ops += 1;
+                    Metrics::bump(&self.metrics.orphans_reaped);
+                }
                 Dispatch::Reserved(_) => {}
                 Dispatch::Stale | Dispatch::Unknown => Metrics::bump(&self.metrics.stale_cqes),
             }
         }
         self.scratch.clear();
         self.note_in_flight();
-        n
+        for_ops
     }
 
     fn note_in_flight(&self) {

@@ -23,7 +23,7 @@ const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
 impl Driver {
     /// One loop turn: submit everything pending with one `io_uring_enter`, wait as asked
     /// (not at all if CQEs are already waiting), then dispatch every available CQE.
-    /// Returns how many CQEs were dispatched.
+    /// Returns how many op CQEs were dispatched.
     pub fn turn(&mut self, wait: Wait) -> io::Result<usize> {
         self.prepare_groups();
         self.flush_backlog();
@@ -78,7 +78,10 @@ impl Driver {
             let res = self.enter_raw(queued as u32, min_complete, timeout);
             Metrics::bump(&self.metrics.enters);
             let left = self.ring.submission().len();
-            Metrics::add(&self.metrics.sqes_submitted, queued.saturating_sub(left) as u64);
+            Metrics::add(
+                &self.metrics.sqes_submitted,
+                queued.saturating_sub(left) as u64,
+            );
             let Err(err) = res else { return Ok(()) };
             match err.raw_os_error() {
                 // The wait timed out, or a signal arrived: both normal ends of a wait. The
@@ -122,7 +125,9 @@ impl Driver {
                 // SAFETY: `args` and `ts` outlive the call; EXT_ARG tells the kernel that
                 // the argument is an `io_uring_getevents_arg`, which `SubmitArgs` wraps
                 // (repr(transparent)), and the size passed is that of `SubmitArgs`.
-                unsafe { submitter.enter(to_submit, min_complete, flags | ENTER_EXT_ARG, Some(&args)) }
+                unsafe {
+                    submitter.enter(to_submit, min_complete, flags | ENTER_EXT_ARG, Some(&args))
+                }
             }
             // SAFETY: no argument pointer is passed (None), and every SQE in the SQ points
             // only at memory owned by its op until the final CQE (see `try_push`).
@@ -171,7 +176,14 @@ impl Driver {
         Metrics::bump(&self.metrics.enters);
         match res {
             Ok(_) => Ok(()),
-            Err(err) if matches!(err.raw_os_error(), Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)) => Ok(()),
+            Err(err)
+                if matches!(
+                    err.raw_os_error(),
+                    Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
+                ) =>
+            {
+                Ok(())
+            }
             Err(err) if err.raw_os_error() == Some(libc::EBADR) => {
                 Metrics::bump(&self.metrics.cqes_lost);
                 Ok(())
@@ -184,7 +196,8 @@ impl Driver {
     fn copy_cqes(&mut self) {
         let mut cq = self.ring.completion();
         let lost = u64::from(cq.overflow());
-        self.scratch.extend(cq.by_ref().map(|entry| Cqe::from(&entry)));
+        self.scratch
+            .extend(cq.by_ref().map(|entry| Cqe::from(&entry)));
         drop(cq);
         let seen = self.overflow_seen;
         if lost > seen {
@@ -200,12 +213,12 @@ impl Driver {
             self.cancel(id);
         }
         let deadline = Instant::now() + SHUTDOWN_WAIT;
-        while !self.ops.is_empty() && Instant::now() < deadline {
+        while self.ops.awaiting_kernel() > 0 && Instant::now() < deadline {
             if self.turn(Wait::For(Duration::from_millis(50))).is_err() {
                 break;
             }
         }
-        if !self.ops.is_empty() {
+        if self.ops.awaiting_kernel() > 0 {
             std::mem::forget(std::mem::take(&mut self.ops));
             self.groups.leak();
         }

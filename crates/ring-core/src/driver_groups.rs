@@ -5,11 +5,11 @@ use std::io;
 use io_uring::opcode;
 
 use super::Driver;
-use crate::buf_pool::{BufGroup, BufMode};
+use crate::buf_pool::{BufGroup, BufMode, ProvideRun};
 use crate::cqe::Cqe;
 use crate::errno;
+use crate::lifecycle::Orphan;
 use crate::probe::Feature;
-use crate::user_data::Reserved;
 
 /// Groups registered on one ring. Each keeps its memory alive for as long as the driver:
 /// the kernel may write into any buffer still in its ring until the ring is gone.
@@ -17,23 +17,29 @@ use crate::user_data::Reserved;
 pub(super) struct Groups {
     list: Vec<BufGroup>,
     next_bgid: u16,
-    /// Legacy PROVIDE_BUFFERS SQEs that failed (their bids are re-queued by the group).
-    pub(super) provide_errors: u64,
 }
 
 impl Groups {
-    /// Called for the CQE of a legacy `PROVIDE_BUFFERS` SQE.
-    pub(super) fn on_provide_cqe(&mut self, cqe: &Cqe) {
-        if cqe.res < 0 {
-            self.provide_errors += 1;
-        }
-    }
-
     /// Keeps every group's memory forever: used when shutdown could not prove the kernel
     /// is done with it.
     pub(super) fn leak(&mut self) {
         for group in self.list.drain(..) {
             std::mem::forget(group);
+        }
+    }
+}
+
+/// A legacy `PROVIDE_BUFFERS` SQE is an op nobody awaits: an orphan from the start, whose
+/// release step puts the run back in the queue if the kernel refused it.
+struct ProvideOrphan {
+    group: BufGroup,
+    run: ProvideRun,
+}
+
+impl Orphan for ProvideOrphan {
+    fn reap(&mut self, cqe: &Cqe) {
+        if cqe.res < 0 {
+            self.group.provide_failed(self.run.bid, self.run.nbufs);
         }
     }
 }
@@ -44,22 +50,23 @@ impl Driver {
     pub fn register_buf_group(&mut self, count: u16, buf_len: u32) -> io::Result<BufGroup> {
         let bgid = self.groups.next_bgid;
         let group = if self.features.has(Feature::PbufRing) {
-            BufGroup::new_ring(&self.ring.submitter(), bgid, count, buf_len)?
+            // SAFETY: `Groups::list` keeps a handle to every group until the driver is
+            // dropped, after shutdown has reaped every op (or leaked the groups), so the
+            // registered memory outlives the kernel's use of it.
+            unsafe { BufGroup::new_ring(&self.ring.submitter(), bgid, count, buf_len)? }
         } else if self.features.has_opcode(opcode::ProvideBuffers::CODE) {
             BufGroup::new_legacy(bgid, count, buf_len)?
         } else {
             return Err(errno::unsupported("provided buffers", "5.7"));
         };
         self.groups.next_bgid = bgid.checked_add(1).ok_or_else(|| {
-            io::Error::new(io::ErrorKind::OutOfMemory, "all 65,536 buffer group ids are in use")
+            io::Error::new(
+                io::ErrorKind::OutOfMemory,
+                "all 65,536 buffer group ids are in use",
+            )
         })?;
         self.groups.list.push(group.clone());
         Ok(group)
-    }
-
-    /// Legacy PROVIDE_BUFFERS SQEs that failed so far.
-    pub fn provide_errors(&self) -> u64 {
-        self.groups.provide_errors
     }
 
     /// Publishes buffers returned since the last turn: ring groups commit their staged
@@ -69,13 +76,24 @@ impl Driver {
             let group = self.groups.list[i].clone();
             match group.mode() {
                 BufMode::Ring => group.commit(),
-                BufMode::Legacy => {
-                    for sqe in group.take_provide_sqes(Reserved::Provide.to_user_data()) {
-                        self.push(sqe);
-                    }
-                }
+                BufMode::Legacy => self.provide(&group),
                 BufMode::User => {}
             }
+        }
+    }
+
+    fn provide(&mut self, group: &BufGroup) {
+        for (sqe, run) in group.take_provide_sqes() {
+            let Ok(id) = self.submit_op(sqe) else {
+                // Only an op table with 2^32 entries refuses: put the run back for later.
+                group.provide_failed(run.bid, run.nbufs);
+                continue;
+            };
+            let orphan = ProvideOrphan {
+                group: group.clone(),
+                run,
+            };
+            self.ops_orphan_silently(id, Box::new(orphan));
         }
     }
 }

@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod op_table;
 pub mod probe;
 pub mod register;
+pub mod register_buf;
 pub mod release;
 pub mod setup;
 pub mod user_data;

@@ -142,6 +142,16 @@ impl Lifecycle {
         OnDrop::NeedsCancel
     }
 
+    /// True while the kernel may still post a CQE for this op (its final one has not
+    /// arrived): such a slot's memory must not be freed.
+    pub fn awaits_kernel(&self) -> bool {
+        match self {
+            Lifecycle::Submitted | Lifecycle::Waiting(_) | Lifecycle::Orphaned(_) => true,
+            Lifecycle::Completed(cqe) => cqe.is_more(),
+            Lifecycle::Multishot { cqes, .. } => cqes.back().is_none_or(Cqe::is_more),
+        }
+    }
+
     /// True once the future is gone and only the kernel's late CQEs are awaited.
     pub fn is_orphaned(&self) -> bool {
         matches!(self, Lifecycle::Orphaned(_))

@@ -79,7 +79,9 @@ impl OpTable {
     /// Registers a new op in the `Submitted` state; its id goes into the SQE's `user_data`.
     pub fn insert(&mut self) -> io::Result<OpId> {
         if self.slots.len() > user_data::INDEX_MAX as usize {
-            return Err(io::Error::other("op table is full (2^32 - 1 ops in flight)"));
+            return Err(io::Error::other(
+                "op table is full (2^32 - 1 ops in flight)",
+            ));
         }
         let generation = self.next_generation;
         self.next_generation = generation.wrapping_add(1);
@@ -108,6 +110,14 @@ impl OpTable {
         self.slots
             .iter()
             .filter(|(_, slot)| slot.state.is_orphaned())
+            .count()
+    }
+
+    /// Ops the kernel may still post a CQE for (see [`Lifecycle::awaits_kernel`]).
+    pub fn awaiting_kernel(&self) -> usize {
+        self.slots
+            .iter()
+            .filter(|(_, slot)| slot.state.awaits_kernel())
             .count()
     }
 

@@ -22,8 +22,14 @@ fn stale_user_data_is_detected_after_slot_reuse() {
     assert_eq!(new.index, old.index, "slab reuses the freed slot");
     assert_ne!(new.generation, old.generation);
     assert_eq!(table.complete(cqe_for(old, 2, 0)), Dispatch::Stale);
-    assert!(table.poll(new, Waker::noop()).is_pending(), "new op untouched");
-    assert!(table.poll(old, Waker::noop()).is_ready(), "old id is an error");
+    assert!(
+        table.poll(new, Waker::noop()).is_pending(),
+        "new op untouched"
+    );
+    assert!(
+        table.poll(old, Waker::noop()).is_ready(),
+        "old id is an error"
+    );
 }
 
 #[test]
@@ -180,7 +186,9 @@ fn apply(
             let op = &mut ops[i % n];
             if op.future_alive && table.contains(op.id) {
                 let queued_before = reaps.get();
-                table.orphan(op.id, Box::new(CountReaps(reaps.clone()))).unwrap();
+                table
+                    .orphan(op.id, Box::new(CountReaps(reaps.clone())))
+                    .unwrap();
                 *late_cqes += reaps.get() - queued_before;
                 op.future_alive = false;
             } else {

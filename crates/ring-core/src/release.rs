@@ -23,12 +23,26 @@ impl Orphan for CloseFd {
 }
 
 /// Returns the provided buffer a late buffer-select CQE consumed.
-pub struct RecycleBid(pub BufGroup);
+pub struct RecycleBid(BufGroup);
+
+impl RecycleBid {
+    /// A release step returning bids to `group`.
+    ///
+    /// # Safety
+    /// Attach it only to an op that selects its buffer from `group` (its SQE carries
+    /// `BUFFER_SELECT` with `group`'s bgid), so every bid in its CQEs is one the kernel took
+    /// from `group` for that op.
+    pub unsafe fn new(group: BufGroup) -> RecycleBid {
+        RecycleBid(group)
+    }
+}
 
 impl Orphan for RecycleBid {
     fn reap(&mut self, cqe: &Cqe) {
         if let Some(bid) = cqe.bid() {
-            self.0.recycle(bid);
+            // SAFETY: `new`'s contract: the bid comes from this op's own CQE, taken from this
+            // group by the kernel; the op being orphaned, nobody leased it.
+            unsafe { self.0.recycle(bid) };
         }
     }
 }

@@ -25,10 +25,8 @@ pub enum Reserved {
     Timeout = 2,
     /// A wake-up: an eventfd read or a `MSG_RING` from another thread.
     Wake = 3,
-    /// A legacy `PROVIDE_BUFFERS` SQE.
-    Provide = 4,
     /// A fire-and-forget op (e.g. a close whose result nobody waits for).
-    Ignore = 5,
+    Ignore = 4,
 }
 
 /// What a `user_data` value means.
@@ -60,8 +58,7 @@ impl Reserved {
             1 => Some(Reserved::Cancel),
             2 => Some(Reserved::Timeout),
             3 => Some(Reserved::Wake),
-            4 => Some(Reserved::Provide),
-            5 => Some(Reserved::Ignore),
+            4 => Some(Reserved::Ignore),
             _ => None,
         }
     }
@@ -105,7 +102,6 @@ mod tests {
             Reserved::Cancel,
             Reserved::Timeout,
             Reserved::Wake,
-            Reserved::Provide,
             Reserved::Ignore,
         ] {
             assert_eq!(decode(r.to_user_data()), UserData::Reserved(r));

@@ -201,9 +201,9 @@ fn ring_group_unregister_leaves_recvs_without_buffers() {
 
 /// Submits the group's pending PROVIDE_BUFFERS SQEs and checks each succeeded.
 fn provide(ring: &mut IoUring, group: &BufGroup) -> usize {
-    let sqes = group.take_provide_sqes(PROVIDE_TAG);
-    for sqe in &sqes {
-        let cqe = submit_one(ring, sqe.clone());
+    let sqes = group.take_provide_sqes();
+    for (sqe, _run) in &sqes {
+        let cqe = submit_one(ring, sqe.clone().user_data(PROVIDE_TAG));
         assert_eq!(cqe.user_data(), PROVIDE_TAG);
         assert!(
             cqe.result() >= 0,

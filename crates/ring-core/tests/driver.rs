@@ -1,6 +1,7 @@
 //! Live-kernel tests of the driver: batching, SQ full, CQ overflow, stale user_data,
 //! multishot, orphans. Run with `RING_FEATURES=5.11` (etc.) to exercise older paths.
 
+#[macro_use]
 mod support;
 
 use std::io::{Read, Write};
@@ -10,11 +11,12 @@ use std::time::Duration;
 
 use io_uring::{opcode, squeue, types};
 use libtest_mimic::{Arguments, Completion};
-use ring_core::driver::Wait;
+use ring_core::driver::{Driver, DriverConfig, Wait};
 use ring_core::probe::Feature;
 use ring_core::release::{CloseFd, Keep, RecycleBid};
+use ring_core::setup::RingConfig;
 use ring_core::user_data::OpId;
-use support::{check, driver_with, features, lacks, lacks_opcode, trial, turn_until, wait_op, Outcome};
+use support::{driver_with, features, lacks, lacks_opcode, trial, turn_until, wait_op, Outcome};
 
 fn main() {
     let mut args = Arguments::from_args();
@@ -23,15 +25,33 @@ fn main() {
     args.test_threads.get_or_insert(1);
     let tests = vec![
         trial("nops_batch_into_few_enters", nops_batch_into_few_enters),
-        trial("cq_overflow_loses_no_completion", cq_overflow_loses_no_completion),
+        trial(
+            "cq_overflow_loses_no_completion",
+            cq_overflow_loses_no_completion,
+        ),
         trial("sq_full_cancel_is_not_lost", sq_full_cancel_is_not_lost),
         trial("stale_user_data_is_detected", stale_user_data_is_detected),
-        trial("multishot_accept_accumulates_in_one_slot", multishot_accept_accumulates_in_one_slot),
-        trial("dropped_accept_closes_late_fd", dropped_accept_closes_late_fd),
-        trial("dropped_buffer_select_recv_returns_bid", dropped_buffer_select_recv_returns_bid),
-        trial("linked_write_fsync_read_chain", linked_write_fsync_read_chain),
+        trial(
+            "multishot_accept_accumulates_in_one_slot",
+            multishot_accept_accumulates_in_one_slot,
+        ),
+        trial(
+            "dropped_accept_closes_late_fd",
+            dropped_accept_closes_late_fd,
+        ),
+        trial(
+            "dropped_buffer_select_recv_returns_bid",
+            dropped_buffer_select_recv_returns_bid,
+        ),
+        trial(
+            "linked_write_fsync_read_chain",
+            linked_write_fsync_read_chain,
+        ),
         trial("wait_with_timeout_returns", wait_with_timeout_returns),
-        trial("wait_with_timeout_sqe_without_ext_arg", wait_with_timeout_sqe_without_ext_arg),
+        trial(
+            "wait_with_timeout_sqe_without_ext_arg",
+            wait_with_timeout_sqe_without_ext_arg,
+        ),
         trial("shutdown_reaps_every_orphan", shutdown_reaps_every_orphan),
     ];
     libtest_mimic::run(&args, tests).exit();
@@ -42,32 +62,63 @@ fn nop() -> squeue::Entry {
 }
 
 fn nops_batch_into_few_enters() -> Outcome {
-    let features = match features() { Ok(f) => f, Err(skip) => return Ok(skip) };
+    let features = match features() {
+        Ok(f) => f,
+        Err(skip) => return Ok(skip),
+    };
     let mut driver = driver_with(features, 64, 0);
     let (sq_entries, _) = driver.ring_sizes();
     let before = driver.metrics().snapshot();
-    let ids: Vec<OpId> = (0..4096).map(|_| driver.submit_op(nop()).unwrap()).collect();
+    let ids: Vec<OpId> = (0..4096)
+        .map(|_| driver.submit_op(nop()).unwrap())
+        .collect();
     driver.turn(Wait::No)?;
     for id in ids {
         wait_op(&mut driver, id)?;
     }
     let delta = driver.metrics().snapshot().since(&before);
     let allowed = 4096 / u64::from(sq_entries) + 2;
-    check!(delta.cqes_reaped == 4096, "reaped {} CQEs", delta.cqes_reaped);
-    check!(delta.enters <= allowed, "{} enters for 4096 NOPs (allowed {allowed})", delta.enters);
+    check!(
+        delta.cqes_reaped == 4096,
+        "reaped {} CQEs",
+        delta.cqes_reaped
+    );
+    check!(
+        delta.enters <= allowed,
+        "{} enters for 4096 NOPs (allowed {allowed})",
+        delta.enters
+    );
     check!(driver.in_flight() == 0, "ops left in flight");
     Ok(Completion::Completed)
 }
 
 fn cq_overflow_loses_no_completion() -> Outcome {
-    let features = match features() { Ok(f) => f, Err(skip) => return Ok(skip) };
+    let features = match features() {
+        Ok(f) => f,
+        Err(skip) => return Ok(skip),
+    };
     if let Some(skip) = lacks(&features, Feature::NoDrop) {
         return Ok(skip);
     }
-    let mut driver = driver_with(features, 16, 32);
+    // DEFER_TASKRUN posts deferred completions only as far as the CQ has room, so it never
+    // overflows; a ring without it (as on kernels before 6.1) is the one that can.
+    let config = DriverConfig {
+        ring: RingConfig {
+            entries: 16,
+            cq_entries: 32,
+            single_issuer: false,
+            ..RingConfig::default()
+        },
+        features,
+    };
+    let mut driver = Driver::new(&config)?;
     let ts = Box::new(types::Timespec::new().nsec(50_000_000));
     let ids: Vec<OpId> = (0..10_000)
-        .map(|_| driver.submit_op(opcode::Timeout::new(&*ts).build()).unwrap())
+        .map(|_| {
+            driver
+                .submit_op(opcode::Timeout::new(&*ts).build())
+                .unwrap()
+        })
         .collect();
     driver.turn(Wait::No)?;
     // Every timeout fires while nobody drains: far more CQEs than the 32-entry CQ holds.
@@ -75,12 +126,20 @@ fn cq_overflow_loses_no_completion() -> Outcome {
     let mut seen = 0;
     for id in ids {
         let cqe = wait_op(&mut driver, id)?;
-        check!(cqe.res == -libc::ETIME, "timeout completed with {}", cqe.res);
+        check!(
+            cqe.res == -libc::ETIME,
+            "timeout completed with {}",
+            cqe.res
+        );
         seen += 1;
     }
     let m = driver.metrics().snapshot();
     check!(seen == 10_000, "only {seen} completions");
-    check!(m.cq_overflows > 0, "the CQ never overflowed: the test did not test overflow");
+    check!(
+        m.cq_overflows > 0,
+        "the CQ never overflowed (sizes {:?}, {m}): the test did not test overflow",
+        driver.ring_sizes()
+    );
     check!(m.cqes_lost == 0, "{} CQEs lost", m.cqes_lost);
     Ok(Completion::Completed)
 }
@@ -90,18 +149,30 @@ fn long_timeout(ts: &types::Timespec) -> squeue::Entry {
 }
 
 fn sq_full_cancel_is_not_lost() -> Outcome {
-    let features = match features() { Ok(f) => f, Err(skip) => return Ok(skip) };
+    let features = match features() {
+        Ok(f) => f,
+        Err(skip) => return Ok(skip),
+    };
     let mut driver = driver_with(features, 8, 0);
     let hour = Box::new(types::Timespec::new().sec(3600));
-    let timers: Vec<OpId> = (0..2000).map(|_| driver.submit_op(long_timeout(&hour)).unwrap()).collect();
+    let timers: Vec<OpId> = (0..2000)
+        .map(|_| driver.submit_op(long_timeout(&hour)).unwrap())
+        .collect();
     let (sq_entries, _) = driver.ring_sizes();
-    let nops: Vec<OpId> = (0..sq_entries).map(|_| driver.submit_op(nop()).unwrap()).collect();
+    let nops: Vec<OpId> = (0..sq_entries)
+        .map(|_| driver.submit_op(nop()).unwrap())
+        .collect();
     let before = driver.metrics().snapshot();
     // The SQ is full of NOPs now: the cancel must still get in.
     driver.orphan(timers[0], Box::new(Keep(())));
     let after = driver.metrics().snapshot().since(&before);
-    check!(after.sq_full >= 1, "the SQ was not full when the cancel was pushed");
-    turn_until(&mut driver, Duration::from_secs(5), |d| d.metrics().snapshot().orphans_reaped == 1)?;
+    check!(
+        after.sq_full >= 1,
+        "the SQ was not full when the cancel was pushed"
+    );
+    turn_until(&mut driver, Duration::from_secs(5), |d| {
+        d.metrics().snapshot().orphans_reaped == 1
+    })?;
     for id in nops {
         wait_op(&mut driver, id)?;
     }
@@ -111,22 +182,34 @@ fn sq_full_cancel_is_not_lost() -> Outcome {
     turn_until(&mut driver, Duration::from_secs(5), |d| d.in_flight() == 0)?;
     let m = driver.metrics().snapshot();
     check!(m.cancels_sent == 2000, "{} cancels sent", m.cancels_sent);
-    check!(m.orphans_reaped == 2000, "{} orphans reaped", m.orphans_reaped);
+    check!(
+        m.orphans_reaped == 2000,
+        "{} orphans reaped",
+        m.orphans_reaped
+    );
     Ok(Completion::Completed)
 }
 
 fn stale_user_data_is_detected() -> Outcome {
-    let features = match features() { Ok(f) => f, Err(skip) => return Ok(skip) };
+    let features = match features() {
+        Ok(f) => f,
+        Err(skip) => return Ok(skip),
+    };
     let mut driver = driver_with(features, 8, 0);
     let old = driver.submit_op(nop())?;
     wait_op(&mut driver, old)?;
     let hour = Box::new(types::Timespec::new().sec(3600));
     let new = driver.submit_op(long_timeout(&hour))?;
-    check!(new.index == old.index && new.generation != old.generation, "slot not reused: {old:?} {new:?}");
+    check!(
+        new.index == old.index && new.generation != old.generation,
+        "slot not reused: {old:?} {new:?}"
+    );
     // A CQE for the old generation: what a late duplicate would look like.
     driver.push(nop().user_data(old.to_user_data()));
     driver.turn(Wait::No)?;
-    turn_until(&mut driver, Duration::from_secs(1), |d| d.metrics().snapshot().stale_cqes == 1)?;
+    turn_until(&mut driver, Duration::from_secs(1), |d| {
+        d.metrics().snapshot().stale_cqes == 1
+    })?;
     check!(driver.ops().contains(new), "the new op was disturbed");
     driver.orphan(new, Box::new(Keep(())));
     turn_until(&mut driver, Duration::from_secs(5), |d| d.in_flight() == 0)?;
@@ -140,7 +223,10 @@ fn listener() -> std::io::Result<(TcpListener, std::net::SocketAddr)> {
 }
 
 fn multishot_accept_accumulates_in_one_slot() -> Outcome {
-    let features = match features() { Ok(f) => f, Err(skip) => return Ok(skip) };
+    let features = match features() {
+        Ok(f) => f,
+        Err(skip) => return Ok(skip),
+    };
     if let Some(skip) = lacks(&features, Feature::MultishotAccept) {
         return Ok(skip);
     }
@@ -149,8 +235,13 @@ fn multishot_accept_accumulates_in_one_slot() -> Outcome {
     let fds_before = support::open_fds();
     let id = driver.submit_op(opcode::AcceptMulti::new(types::Fd(l.as_raw_fd())).build())?;
     let clients: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(addr).unwrap()).collect();
-    turn_until(&mut driver, Duration::from_secs(5), |d| d.metrics().snapshot().cqes_reaped >= 3)?;
-    check!(driver.ops().contains(id), "slot freed while F_MORE CQEs are queued");
+    turn_until(&mut driver, Duration::from_secs(5), |d| {
+        d.metrics().snapshot().cqes_reaped >= 3
+    })?;
+    check!(
+        driver.ops().contains(id),
+        "slot freed while F_MORE CQEs are queued"
+    );
     let mut accepted = Vec::new();
     for _ in 0..3 {
         let cqe = wait_op(&mut driver, id)?;
@@ -164,12 +255,20 @@ fn multishot_accept_accumulates_in_one_slot() -> Outcome {
     driver.orphan(id, Box::new(CloseFd));
     turn_until(&mut driver, Duration::from_secs(5), |d| d.in_flight() == 0)?;
     drop(clients);
-    check!(support::open_fds() == fds_before, "fds leaked: {} -> {}", fds_before, support::open_fds());
+    check!(
+        support::open_fds() == fds_before,
+        "fds leaked: {} -> {}",
+        fds_before,
+        support::open_fds()
+    );
     Ok(Completion::Completed)
 }
 
 fn dropped_accept_closes_late_fd() -> Outcome {
-    let features = match features() { Ok(f) => f, Err(skip) => return Ok(skip) };
+    let features = match features() {
+        Ok(f) => f,
+        Err(skip) => return Ok(skip),
+    };
     if let Some(skip) = lacks_opcode(&features, opcode::Accept::CODE) {
         return Ok(skip);
     }
@@ -177,7 +276,11 @@ fn dropped_accept_closes_late_fd() -> Outcome {
     let (l, addr) = listener()?;
     let mut client = TcpStream::connect(addr)?;
     let fds_before = support::open_fds();
-    let accept = opcode::Accept::new(types::Fd(l.as_raw_fd()), std::ptr::null_mut(), std::ptr::null_mut());
+    let accept = opcode::Accept::new(
+        types::Fd(l.as_raw_fd()),
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+    );
     let id = driver.submit_op(accept.build())?;
     // Dropped before the accept was even submitted: the accept succeeds in the same enter
     // that carries the cancel, so its CQE arrives late with a real fd nobody owns.
@@ -187,12 +290,18 @@ fn dropped_accept_closes_late_fd() -> Outcome {
     client.set_read_timeout(Some(Duration::from_secs(5)))?;
     let mut buf = [0u8; 1];
     let n = client.read(&mut buf).unwrap_or(usize::MAX);
-    check!(n == 0, "server side of the late accept was not closed (read gave {n})");
+    check!(
+        n == 0,
+        "server side of the late accept was not closed (read gave {n})"
+    );
     Ok(Completion::Completed)
 }
 
 fn dropped_buffer_select_recv_returns_bid() -> Outcome {
-    let features = match features() { Ok(f) => f, Err(skip) => return Ok(skip) };
+    let features = match features() {
+        Ok(f) => f,
+        Err(skip) => return Ok(skip),
+    };
     if let Some(skip) = lacks_opcode(&features, opcode::ProvideBuffers::CODE) {
         return Ok(skip);
     }
@@ -206,53 +315,85 @@ fn dropped_buffer_select_recv_returns_bid() -> Outcome {
         .build()
         .flags(squeue::Flags::BUFFER_SELECT);
     let id = driver.submit_op(recv)?;
-    driver.orphan(id, Box::new(RecycleBid(group.clone())));
+    // SAFETY: the recv selects from `group`.
+    driver.orphan(id, Box::new(unsafe { RecycleBid::new(group.clone()) }));
     turn_until(&mut driver, Duration::from_secs(5), |d| d.in_flight() == 0)?;
-    check!(group.in_use() == 0, "{} buffers still out after the late CQE", group.in_use());
+    check!(
+        group.in_use() == 0,
+        "{} buffers still out after the late CQE",
+        group.in_use()
+    );
     Ok(Completion::Completed)
 }
 
 fn linked_write_fsync_read_chain() -> Outcome {
-    let features = match features() { Ok(f) => f, Err(skip) => return Ok(skip) };
+    let features = match features() {
+        Ok(f) => f,
+        Err(skip) => return Ok(skip),
+    };
     if let Some(skip) = lacks_opcode(&features, opcode::Read::CODE) {
         return Ok(skip);
     }
     let mut driver = driver_with(features, 16, 0);
     let path = std::env::temp_dir().join(format!("ring-core-chain-{}", std::process::id()));
-    let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path)?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)?;
     std::fs::remove_file(&path)?;
     let fd = types::Fd(file.as_raw_fd());
     let data = vec![0x5au8; 4096];
     let mut back = vec![0u8; 4096];
     let chain = vec![
-        opcode::Write::new(fd, data.as_ptr(), 4096).offset(8192).build(),
+        opcode::Write::new(fd, data.as_ptr(), 4096)
+            .offset(8192)
+            .build(),
         opcode::Fsync::new(fd).build(),
-        opcode::Read::new(fd, back.as_mut_ptr(), 4096).offset(8192).build(),
+        opcode::Read::new(fd, back.as_mut_ptr(), 4096)
+            .offset(8192)
+            .build(),
     ];
     let ids = driver.submit_chain(chain)?;
-    let results: Vec<i32> = ids.into_iter().map(|id| wait_op(&mut driver, id).map(|c| c.res)).collect::<Result<_, _>>()?;
+    let results: Vec<i32> = ids
+        .into_iter()
+        .map(|id| wait_op(&mut driver, id).map(|c| c.res))
+        .collect::<Result<_, _>>()?;
     check!(results == [4096, 0, 4096], "chain results {results:?}");
     check!(back == data, "read back different bytes");
     Ok(Completion::Completed)
 }
 
 fn wait_with_timeout_returns() -> Outcome {
-    let features = match features() { Ok(f) => f, Err(skip) => return Ok(skip) };
+    let features = match features() {
+        Ok(f) => f,
+        Err(skip) => return Ok(skip),
+    };
     let mut driver = driver_with(features, 8, 0);
     let start = std::time::Instant::now();
     let n = driver.turn(Wait::For(Duration::from_millis(20)))?;
     check!(n == 0, "{n} CQEs with nothing in flight");
-    check!(start.elapsed() >= Duration::from_millis(19), "returned before the timeout");
+    check!(
+        start.elapsed() >= Duration::from_millis(19),
+        "returned before the timeout"
+    );
     Ok(Completion::Completed)
 }
 
 fn wait_with_timeout_sqe_without_ext_arg() -> Outcome {
-    let features = match features() { Ok(f) => f, Err(skip) => return Ok(skip) };
+    let features = match features() {
+        Ok(f) => f,
+        Err(skip) => return Ok(skip),
+    };
     let masked = features.masked(&ring_core::probe::FeatureMask::default().hide(Feature::ExtArg));
     let mut driver = driver_with(masked, 8, 0);
     let start = std::time::Instant::now();
     driver.turn(Wait::For(Duration::from_millis(20)))?;
-    check!(start.elapsed() >= Duration::from_millis(19), "returned before the timeout");
+    check!(
+        start.elapsed() >= Duration::from_millis(19),
+        "returned before the timeout"
+    );
     // An early wake must not leave a timeout armed: a NOP completes it (count = 1).
     let hour = Box::new(types::Timespec::new().sec(3600));
     let id = driver.submit_op(long_timeout(&hour))?;
@@ -264,12 +405,24 @@ fn wait_with_timeout_sqe_without_ext_arg() -> Outcome {
 }
 
 fn shutdown_reaps_every_orphan() -> Outcome {
-    let features = match features() { Ok(f) => f, Err(skip) => return Ok(skip) };
-    let mut driver = driver_with(features, 32, 0);
+    let features = match features() {
+        Ok(f) => f,
+        Err(skip) => return Ok(skip),
+    };
     let (l, _addr) = listener()?;
     let fds_before = support::open_fds();
-    let accept = || opcode::Accept::new(types::Fd(l.as_raw_fd()), std::ptr::null_mut(), std::ptr::null_mut()).build();
-    let ids: Vec<OpId> = (0..100).map(|_| driver.submit_op(accept()).unwrap()).collect();
+    let mut driver = driver_with(features, 32, 0);
+    let accept = || {
+        opcode::Accept::new(
+            types::Fd(l.as_raw_fd()),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        )
+        .build()
+    };
+    let ids: Vec<OpId> = (0..100)
+        .map(|_| driver.submit_op(accept()).unwrap())
+        .collect();
     driver.turn(Wait::No)?;
     let metrics = driver.metrics().clone();
     for id in ids {
@@ -277,7 +430,11 @@ fn shutdown_reaps_every_orphan() -> Outcome {
     }
     drop(driver);
     let m = metrics.snapshot();
-    check!(m.orphans_reaped == 100, "{} of 100 orphans reaped at shutdown", m.orphans_reaped);
+    check!(
+        m.orphans_reaped == 100,
+        "{} of 100 orphans reaped at shutdown",
+        m.orphans_reaped
+    );
     check!(m.ops_in_flight == 0, "{} ops left", m.ops_in_flight);
     check!(support::open_fds() == fds_before, "fds leaked by shutdown");
     Ok(Completion::Completed)

@@ -315,9 +315,7 @@ fn memlock_child() {
     };
     // SAFETY: setrlimit reads one valid rlimit; lowering a limit needs no privilege.
     assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) }, 0);
-    // SAFETY: plain id syscalls; this child process exists only for this check.
-    if unsafe { libc::geteuid() } == 0 && unsafe { libc::setgid(65534) + libc::setuid(65534) } != 0
-    {
+    if !drop_root_to_nobody() {
         eprintln!("SKIPPED: cannot drop root to test RLIMIT_MEMLOCK");
         return;
     }
@@ -330,4 +328,10 @@ fn memlock_child() {
             eprintln!("MEMLOCK_OK: {e}");
         }
     }
+}
+
+/// As root, becomes `nobody` (losing CAP_IPC_LOCK); returns false if that failed.
+fn drop_root_to_nobody() -> bool {
+    // SAFETY: plain id syscalls, run only in the child process made for this check.
+    unsafe { libc::geteuid() != 0 || (libc::setgid(65534) == 0 && libc::setuid(65534) == 0) }
 }

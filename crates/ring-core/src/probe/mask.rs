@@ -31,7 +31,7 @@ impl FeatureMask {
         if s.eq_ignore_ascii_case("none") {
             return Ok(FeatureMask::default());
         }
-        let tokens = s.split(',').map(str::trim).filter(|t| !t.is_empty());
+        let mut tokens = s.split(',').map(str::trim).filter(|t| !t.is_empty());
         tokens.try_fold(FeatureMask::default(), |mask, token| {
             Ok(mask.union(&FeatureMask::parse_token(token)?))
         })

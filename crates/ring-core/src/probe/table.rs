@@ -55,12 +55,21 @@ impl<'a> FeatureTable<'a> {
     }
 
     fn feature_rows(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "{:<18} {:<14} {:<11} ring-rt", "feature", "status", "since")?;
+        writeln!(
+            f,
+            "{:<18} {:<14} {:<11} ring-rt",
+            "feature", "status", "since"
+        )?;
         for &feature in Feature::ALL {
-            let used = if feature.is_used_by_runtime() { "uses" } else { "" };
             let since = format!("since {}", feature.since());
             let status = self.status(feature);
-            writeln!(f, "{:<18} {status:<14} {since:<11} {used}", feature.name())?;
+            let used = if feature.is_used_by_runtime() {
+                "uses"
+            } else {
+                ""
+            };
+            let row = format!("{:<18} {status:<14} {since:<11} {used}", feature.name());
+            writeln!(f, "{}", row.trim_end())?;
         }
         Ok(())
     }
@@ -69,21 +78,30 @@ impl<'a> FeatureTable<'a> {
         let known = (0..OPCODE_COUNT).filter(|&op| self.features.has_opcode(op));
         write!(f, "opcodes: {} of {OPCODE_COUNT} known", known.count())?;
         if self.features.is_opcodes_inferred() {
-            write!(f, " (inferred from the kernel version: no IORING_REGISTER_PROBE)")?;
+            write!(
+                f,
+                " (inferred from the kernel version: no IORING_REGISTER_PROBE)"
+            )?;
         }
         writeln!(f)?;
         for op in 0..OPCODE_COUNT {
-            let since = opcode_since(op).map(|v| format!("since {v}"));
-            let since = since.unwrap_or_default();
             let status = self.opcode_status(op);
-            writeln!(f, "{op:>3} {:<18} {status:<14} {since}", opcode_name(op))?;
+            write!(f, "{op:>3} {:<18} {status:<14}", opcode_name(op))?;
+            match opcode_since(op) {
+                Some(since) => writeln!(f, " since {since}")?,
+                None => writeln!(f)?,
+            }
         }
         let newer: Vec<String> = (OPCODE_COUNT..=127)
             .filter(|&op| self.features.has_opcode(op))
             .map(|op| op.to_string())
             .collect();
         if !newer.is_empty() {
-            writeln!(f, "also supported, newer than this table: {}", newer.join(", "))?;
+            writeln!(
+                f,
+                "also supported, newer than this table: {}",
+                newer.join(", ")
+            )?;
         }
         Ok(())
     }

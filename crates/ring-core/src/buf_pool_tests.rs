@@ -1,0 +1,223 @@
+//! Unit tests of buffer groups; pure (User/Legacy modes, ring memory without a kernel), so
+//! they also run under Miri.
+
+use super::*;
+use proptest::prelude::*;
+
+/// Leases a User-mode bid; every bid is checked against `take` there.
+fn lease(group: &BufGroup, bid: u16, len: usize) -> io::Result<BufLease> {
+    // SAFETY: only User groups come through here, where `lease` checks the bid fully.
+    unsafe { group.lease(bid, len) }
+}
+
+#[test]
+fn bad_sizes_are_invalid_input() {
+    for (count, len) in [(0, 64), (4, 0)] {
+        let err = BufGroup::new_user(1, count, len).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+    }
+    let err = BufGroup::new_legacy(1, 1, u32::MAX).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+    let err = BufGroup::new_ring_unregistered(1, 40000, 64).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+}
+
+#[test]
+fn user_take_until_exhausted_then_none() {
+    let group = BufGroup::new_user(3, 4, 64).unwrap();
+    let bids: Vec<u16> = (0..4).map(|_| group.take().unwrap()).collect();
+    assert_eq!(bids, [0, 1, 2, 3]);
+    assert_eq!(group.take(), None);
+    assert_eq!((group.in_use(), group.available()), (4, 0));
+}
+
+#[test]
+fn user_lease_drop_makes_take_work_again() {
+    let group = BufGroup::new_user(3, 2, 64).unwrap();
+    let a = group.take().unwrap();
+    let b = group.take().unwrap();
+    assert_eq!(group.take(), None);
+    let (ptr, len) = group.buf_ptr(b).unwrap();
+    assert_eq!(len, 64);
+    // SAFETY: `b` is taken, so its 64 bytes are ours to write.
+    unsafe { ptr.copy_from_nonoverlapping(b"hello".as_ptr(), 5) };
+    let lease_b = lease(&group, b, 5).unwrap();
+    assert_eq!(&*lease_b, b"hello");
+    assert_eq!(group.in_use(), 2);
+    drop(lease_b);
+    assert_eq!(group.take(), Some(b));
+    // SAFETY: `a` came from `take`.
+    unsafe { group.recycle(a) };
+    assert_eq!(group.take(), Some(a));
+    assert_eq!(group.bad_returns(), 0);
+}
+
+#[test]
+fn lease_rejects_bad_bid_double_hand_out_and_long_len() {
+    let group = BufGroup::new_user(9, 2, 64).unwrap();
+    let bid = group.take().unwrap();
+    let kind = |r: io::Result<BufLease>| r.unwrap_err().kind();
+    assert_eq!(
+        kind(lease(&group, 7, 1)),
+        io::ErrorKind::InvalidData,
+        "out of range"
+    );
+    assert_eq!(
+        kind(lease(&group, bid, 65)),
+        io::ErrorKind::InvalidData,
+        "len > buf_len"
+    );
+    assert_eq!(
+        kind(lease(&group, 1, 1)),
+        io::ErrorKind::InvalidData,
+        "never taken"
+    );
+    let held = lease(&group, bid, 64).unwrap();
+    assert_eq!(
+        kind(lease(&group, bid, 1)),
+        io::ErrorKind::InvalidData,
+        "leased twice"
+    );
+    assert_eq!(held.len(), 64);
+    assert!(held.iter().all(|&b| b == 0), "fresh buffers are zeroed");
+}
+
+#[test]
+fn double_return_is_counted_not_applied() {
+    let group = BufGroup::new_user(9, 2, 64).unwrap();
+    let bid = group.take().unwrap();
+    // SAFETY: `bid` came from `take`; the second call is the double return under test.
+    unsafe {
+        group.recycle(bid);
+        group.recycle(bid);
+        group.recycle(500);
+    }
+    assert_eq!(group.bad_returns(), 2);
+    assert_eq!(group.available(), 2);
+}
+
+#[test]
+fn kernel_modes_never_take() {
+    let legacy = BufGroup::new_legacy(1, 2, 64).unwrap();
+    assert_eq!(legacy.take(), None);
+    let (ring, _, _) = BufGroup::new_ring_unregistered(2, 2, 64).unwrap();
+    assert_eq!(ring.take(), None);
+}
+
+#[test]
+fn legacy_provides_everything_first_then_coalesced_returns() {
+    let group = BufGroup::new_legacy(5, 8, 32).unwrap();
+    assert_eq!(group.queued(), 8);
+    assert_eq!(group.take_provide_runs(), [ProvideRun { bid: 0, nbufs: 8 }]);
+    assert!(
+        group.take_provide_runs().is_empty(),
+        "nothing returned since"
+    );
+    // The kernel picked 1, 2, 3, 5 and 7; their CQEs arrive in some order.
+    // SAFETY: these bids stand for CQEs of this group, each returned once.
+    let leases: Vec<BufLease> = [7, 2, 5, 3, 1]
+        .iter()
+        .map(|&b| unsafe { group.lease(b, 4) }.unwrap())
+        .collect();
+    assert_eq!(group.in_use(), 5);
+    drop(leases);
+    assert_eq!(group.queued(), 5);
+    let runs = group.take_provide_runs();
+    let want = [(1, 3), (5, 1), (7, 1)].map(|(bid, nbufs)| ProvideRun { bid, nbufs });
+    assert_eq!(runs, want);
+    assert_eq!((group.available(), group.queued()), (8, 0));
+}
+
+#[test]
+fn legacy_sqes_one_per_run() {
+    let group = BufGroup::new_legacy(5, 4, 32).unwrap();
+    let sqes = group.take_provide_sqes();
+    assert_eq!(sqes.len(), 1);
+    assert_eq!(sqes[0].1, ProvideRun { bid: 0, nbufs: 4 });
+    assert_eq!(
+        sqes[0].0.get_opcode(),
+        u32::from(opcode::ProvideBuffers::CODE)
+    );
+    assert!(group.take_provide_sqes().is_empty());
+}
+
+#[test]
+fn legacy_provide_failed_requeues() {
+    let group = BufGroup::new_legacy(5, 4, 32).unwrap();
+    group.take_provide_runs();
+    group.provide_failed(2, 2);
+    assert_eq!(group.take_provide_runs(), [ProvideRun { bid: 2, nbufs: 2 }]);
+    group.provide_failed(3, 3); // 3 was provided; 4 and 5 do not exist
+    assert_eq!(group.bad_returns(), 2);
+    assert_eq!(group.queued(), 1);
+}
+
+#[test]
+fn ring_group_starts_full_and_pushes_returns_at_tail() {
+    let (group, _, _) = BufGroup::new_ring_unregistered(4, 3, 128).unwrap();
+    let base = group.buf_ptr(0).unwrap().0 as u64;
+    {
+        let books = group.0.books.borrow();
+        let ring = books.ring.as_ref().unwrap();
+        assert_eq!((ring.entries(), ring.published_tail()), (4, 3));
+        let e = ring.entry(2).unwrap();
+        assert_eq!((e.addr, e.len, e.bid), (base + 256, 128, 2));
+    }
+    // SAFETY: stands for a CQE that picked bid 1, leased once.
+    let lease = unsafe { group.lease(1, 10) }.unwrap();
+    drop(lease);
+    let books = group.0.books.borrow();
+    let ring = books.ring.as_ref().unwrap();
+    assert_eq!(
+        (ring.published_tail(), ring.staged()),
+        (4, 0),
+        "returns publish at once"
+    );
+    let e = ring.entry(3).unwrap();
+    assert_eq!((e.addr, e.len, e.bid), (base + 128, 128, 1));
+}
+
+#[derive(Clone, Debug)]
+enum Step {
+    Take,
+    Return(usize),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![Just(Step::Take), any::<usize>().prop_map(Step::Return)]
+}
+
+fn config() -> ProptestConfig {
+    let cases = if cfg!(miri) { 4 } else { 256 };
+    ProptestConfig {
+        cases,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn user_bids_never_handed_out_twice(steps in prop::collection::vec(step(), 1..120)) {
+        let group = BufGroup::new_user(1, 5, 16).unwrap();
+        let mut held: Vec<BufLease> = Vec::new();
+        for step in steps {
+            match step {
+                Step::Take => match group.take() {
+                    Some(bid) => {
+                        prop_assert!(held.iter().all(|l| l.bid() != bid), "bid {} twice", bid);
+                        held.push(lease(&group, bid, 16).unwrap());
+                    }
+                    None => prop_assert_eq!(held.len(), 5),
+                },
+                Step::Return(i) if !held.is_empty() => drop(held.swap_remove(i % held.len())),
+                Step::Return(_) => {}
+            }
+            prop_assert_eq!(group.in_use(), held.len());
+            prop_assert_eq!(group.available(), 5 - held.len());
+        }
+        prop_assert_eq!(group.bad_returns(), 0);
+    }
+}

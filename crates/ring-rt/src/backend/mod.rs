@@ -1,0 +1,133 @@
+//! The backends under the one op interface: io_uring, or epoll plus a blocking pool.
+//!
+//! Ops, futures, cancellation and orphan release are shared: both backends complete ops
+//! through ring-core's op table with the same `Cqe` values, so nothing above this module
+//! knows which one runs.
+
+pub(crate) mod uring;
+
+use std::fmt;
+use std::io;
+use std::sync::Arc;
+use std::task::{Poll, Waker};
+
+use io_uring::squeue;
+use ring_core::buf_pool::BufGroup;
+use ring_core::cqe::Cqe;
+use ring_core::driver::Wait;
+use ring_core::lifecycle::Orphan;
+use ring_core::metrics::Metrics;
+use ring_core::probe::Features;
+use ring_core::user_data::OpId;
+
+/// Which mechanism a runtime uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BackendKind {
+    /// io_uring completions.
+    Uring,
+    /// epoll readiness for sockets, a blocking thread pool for files.
+    Epoll,
+}
+
+impl BackendKind {
+    /// "uring" or "epoll".
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Uring => "uring",
+            BackendKind::Epoll => "epoll",
+        }
+    }
+
+    /// Parses "uring"/"io_uring" or "epoll".
+    pub fn parse(s: &str) -> Option<BackendKind> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "uring" | "io_uring" | "io-uring" => Some(BackendKind::Uring),
+            "epoll" => Some(BackendKind::Epoll),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The backend a worker runs.
+pub(crate) enum Backend {
+    Uring(uring::UringBackend),
+}
+
+impl Backend {
+    pub(crate) fn kind(&self) -> BackendKind {
+        match self {
+            Backend::Uring(_) => BackendKind::Uring,
+        }
+    }
+
+    pub(crate) fn features(&self) -> Option<&Features> {
+        match self {
+            Backend::Uring(b) => Some(b.driver.features()),
+        }
+    }
+
+    pub(crate) fn metrics(&self) -> &Arc<Metrics> {
+        match self {
+            Backend::Uring(b) => b.driver.metrics(),
+        }
+    }
+
+    /// Submits one op.
+    pub(crate) fn submit(&mut self, sqe: squeue::Entry) -> io::Result<OpId> {
+        match self {
+            Backend::Uring(b) => b.driver.submit_op(sqe),
+        }
+    }
+
+    /// Submits ops as one linked chain.
+    pub(crate) fn submit_chain(&mut self, sqes: Vec<squeue::Entry>) -> io::Result<Vec<OpId>> {
+        match self {
+            Backend::Uring(b) => b.driver.submit_chain(sqes),
+        }
+    }
+
+    /// Pushes an SQE nobody waits for (its `user_data` is a reserved value).
+    pub(crate) fn push_detached(&mut self, sqe: squeue::Entry) {
+        match self {
+            Backend::Uring(b) => b.driver.push(sqe),
+        }
+    }
+
+    pub(crate) fn poll(&mut self, id: OpId, waker: &Waker) -> Poll<io::Result<Cqe>> {
+        match self {
+            Backend::Uring(b) => b.driver.poll_op(id, waker),
+        }
+    }
+
+    pub(crate) fn orphan(&mut self, id: OpId, orphan: Box<dyn Orphan>) {
+        match self {
+            Backend::Uring(b) => b.driver.orphan(id, orphan),
+        }
+    }
+
+    /// One loop turn: submit, wait as asked, complete.
+    pub(crate) fn turn(&mut self, wait: Wait) -> io::Result<()> {
+        match self {
+            Backend::Uring(b) => b.turn(wait),
+        }
+    }
+
+    /// The worker's shared receive buffer group, created on first use.
+    pub(crate) fn recv_group(&mut self) -> io::Result<BufGroup> {
+        match self {
+            Backend::Uring(b) => b.recv_group(),
+        }
+    }
+
+    pub(crate) fn in_flight(&self) -> usize {
+        match self {
+            Backend::Uring(b) => b.driver.in_flight(),
+        }
+    }
+}

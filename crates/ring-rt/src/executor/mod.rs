@@ -1,0 +1,285 @@
+//! The single-threaded executor each worker runs: a slab of local tasks and a run queue.
+//!
+//! Wakes on the worker's own thread push onto a thread-local queue (no lock, no syscall);
+//! wakes from other threads go through [`Shared`]'s inject queue and an eventfd that the
+//! backend watches, so a parked loop wakes up.
+
+pub(crate) mod task;
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::ptr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Waker};
+
+use slab::Slab;
+
+use crate::unpark::Unparker;
+use task::{new_task, Header, JoinHandle, RawTask, TaskKey};
+
+/// The key the `block_on` future's waker carries.
+pub(crate) const MAIN_KEY: TaskKey = TaskKey {
+    index: u32::MAX,
+    generation: 0,
+};
+
+/// A job sent to this worker from another thread: it runs on the worker (and may spawn).
+pub(crate) type RemoteJob = Box<dyn FnOnce() + Send + 'static>;
+
+/// What other threads can reach of a worker.
+pub(crate) struct Shared {
+    /// Wakes from other threads, drained by the worker each turn.
+    remote: Mutex<Vec<TaskKey>>,
+    /// Closures to run on this worker (spawn_on, run_on_all).
+    jobs: Mutex<Vec<RemoteJob>>,
+    /// Set when `remote` or `jobs` has entries; one eventfd write per false->true edge.
+    has_remote: AtomicBool,
+    /// Set when the `block_on` future was woken.
+    main_woken: AtomicBool,
+    pub(crate) unparker: Unparker,
+    pub(crate) tasks_spawned: AtomicU64,
+}
+
+thread_local! {
+    /// The run queue of the executor running on this thread, tagged with its `Shared`.
+    static LOCAL: RefCell<LocalQueue> = const {
+        RefCell::new(LocalQueue { owner: ptr::null(), queue: VecDeque::new() })
+    };
+}
+
+struct LocalQueue {
+    owner: *const Shared,
+    queue: VecDeque<TaskKey>,
+}
+
+impl Shared {
+    pub(crate) fn new(unparker: Unparker) -> Shared {
+        Shared {
+            remote: Mutex::new(Vec::new()),
+            jobs: Mutex::new(Vec::new()),
+            has_remote: AtomicBool::new(false),
+            main_woken: AtomicBool::new(true),
+            unparker,
+            tasks_spawned: AtomicU64::new(0),
+        }
+    }
+
+    /// Queues task `key` to be polled; called by its waker from any thread.
+    pub(crate) fn schedule(&self, key: TaskKey) {
+        if key == MAIN_KEY {
+            self.main_woken.store(true, Ordering::Release);
+            if !self.is_current() {
+                self.unparker.unpark();
+            }
+            return;
+        }
+        let me: *const Shared = self;
+        let queued_locally = LOCAL.with(|local| {
+            let mut local = local.borrow_mut();
+            if local.owner == me {
+                local.queue.push_back(key);
+            }
+            local.owner == me
+        });
+        if !queued_locally {
+            self.remote.lock().unwrap_or_else(|e| e.into_inner()).push(key);
+            self.signal_remote();
+        }
+    }
+
+    /// Sends `job` to run on this worker.
+    pub(crate) fn push_job(&self, job: RemoteJob) {
+        self.jobs.lock().unwrap_or_else(|e| e.into_inner()).push(job);
+        self.signal_remote();
+    }
+
+    fn signal_remote(&self) {
+        if !self.has_remote.swap(true, Ordering::AcqRel) {
+            self.unparker.unpark();
+        }
+    }
+
+    fn is_current(&self) -> bool {
+        let me: *const Shared = self;
+        LOCAL.with(|local| local.borrow().owner == me)
+    }
+}
+
+struct Slot {
+    generation: u32,
+    header: Arc<Header>,
+    /// Taken out while the task is being polled, so it can spawn or wake itself.
+    task: Option<(Pin<Box<dyn RawTask>>, Waker)>,
+}
+
+/// One worker's tasks.
+pub(crate) struct Executor {
+    tasks: RefCell<Slab<Slot>>,
+    next_generation: Cell<u32>,
+    pub(crate) shared: Arc<Shared>,
+    /// The run queue while this executor is not the one running on the thread.
+    parked_queue: RefCell<VecDeque<TaskKey>>,
+}
+
+/// Installs an executor's run queue in the thread-local for the duration of `block_on`.
+pub(crate) struct Entered<'a> {
+    executor: &'a Executor,
+}
+
+impl Executor {
+    pub(crate) fn new(shared: Arc<Shared>) -> Executor {
+        Executor {
+            tasks: RefCell::new(Slab::new()),
+            next_generation: Cell::new(1),
+            shared,
+            parked_queue: RefCell::new(VecDeque::new()),
+        }
+    }
+
+    /// Makes this executor the one whose wakes are local on this thread. Returns `None`
+    /// if another executor is already running here (nested `block_on`).
+    pub(crate) fn enter(&self) -> Option<Entered<'_>> {
+        let me: *const Shared = &*self.shared;
+        LOCAL.with(|local| {
+            let mut local = local.borrow_mut();
+            if !local.owner.is_null() {
+                return None;
+            }
+            local.owner = me;
+            local.queue = std::mem::take(&mut *self.parked_queue.borrow_mut());
+            Some(Entered { executor: self })
+        })
+    }
+
+    pub(crate) fn spawn<F: Future + 'static>(&self, future: F) -> JoinHandle<F::Output> {
+        let mut tasks = self.tasks.borrow_mut();
+        let entry = tasks.vacant_entry();
+        let generation = self.next_generation.get();
+        self.next_generation.set(generation.wrapping_add(1));
+        let key = TaskKey {
+            index: entry.key() as u32,
+            generation,
+        };
+        let header = Arc::new(Header {
+            key,
+            scheduled: AtomicBool::new(false),
+            aborted: AtomicBool::new(false),
+            shared: self.shared.clone(),
+        });
+        let (task, handle) = new_task(future, header.clone());
+        let waker = Waker::from(header.clone());
+        entry.insert(Slot {
+            generation,
+            header: header.clone(),
+            task: Some((task, waker.clone())),
+        });
+        drop(tasks);
+        self.shared.tasks_spawned.fetch_add(1, Ordering::Relaxed);
+        waker.wake();
+        handle
+    }
+
+    /// Tasks alive (spawned and not finished).
+    pub(crate) fn alive(&self) -> usize {
+        self.tasks.borrow().len()
+    }
+
+    /// True if a task or the main future is ready to run.
+    pub(crate) fn has_ready(&self) -> bool {
+        self.shared.main_woken.load(Ordering::Acquire)
+            || self.shared.has_remote.load(Ordering::Acquire)
+            || LOCAL.with(|local| !local.borrow().queue.is_empty())
+    }
+
+    /// Takes the main future's wake flag.
+    pub(crate) fn take_main_woken(&self) -> bool {
+        self.shared.main_woken.swap(false, Ordering::AcqRel)
+    }
+
+    /// Polls up to `budget` queued tasks; returns how many ran.
+    pub(crate) fn run_ready(&self, budget: usize) -> usize {
+        self.drain_remote();
+        let mut ran = 0;
+        while ran < budget {
+            let Some(key) = LOCAL.with(|local| local.borrow_mut().queue.pop_front()) else {
+                break;
+            };
+            self.run_task(key);
+            ran += 1;
+        }
+        ran
+    }
+
+    fn run_task(&self, key: TaskKey) {
+        let taken = {
+            let mut tasks = self.tasks.borrow_mut();
+            match tasks.get_mut(key.index as usize) {
+                Some(slot) if slot.generation == key.generation => {
+                    slot.header.scheduled.store(false, Ordering::Release);
+                    let aborted = slot.header.aborted.load(Ordering::Acquire);
+                    slot.task.take().map(|t| (t, aborted))
+                }
+                _ => None,
+            }
+        };
+        let Some(((mut task, waker), aborted)) = taken else {
+            return;
+        };
+        let finished = if aborted {
+            task.as_mut().cancel();
+            true
+        } else {
+            let mut cx = Context::from_waker(&waker);
+            task.as_mut().poll_task(&mut cx).is_ready()
+        };
+        let mut tasks = self.tasks.borrow_mut();
+        if finished {
+            tasks.remove(key.index as usize);
+            drop(tasks);
+            drop(task);
+        } else if let Some(slot) = tasks.get_mut(key.index as usize) {
+            slot.task = Some((task, waker));
+        }
+    }
+
+    fn drain_remote(&self) {
+        if !self.shared.has_remote.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        let keys = std::mem::take(&mut *self.shared.remote.lock().unwrap_or_else(|e| e.into_inner()));
+        LOCAL.with(|local| local.borrow_mut().queue.extend(keys));
+        let jobs = std::mem::take(&mut *self.shared.jobs.lock().unwrap_or_else(|e| e.into_inner()));
+        for job in jobs {
+            job();
+        }
+    }
+
+    /// Drops every task (their in-flight ops become orphans). Tasks are taken out of the
+    /// slab before dropping, so a task's destructor may spawn or wake without reentrancy.
+    pub(crate) fn shutdown(&self) {
+        loop {
+            let slots: Vec<Slot> = self.tasks.borrow_mut().drain().collect();
+            if slots.is_empty() {
+                break;
+            }
+            for mut slot in slots {
+                if let Some((mut task, _)) = slot.task.take() {
+                    task.as_mut().cancel();
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Entered<'_> {
+    fn drop(&mut self) {
+        LOCAL.with(|local| {
+            let mut local = local.borrow_mut();
+            *self.executor.parked_queue.borrow_mut() = std::mem::take(&mut local.queue);
+            local.owner = ptr::null();
+        });
+    }
+}

@@ -1,0 +1,233 @@
+//! Tasks: the type-erased future in its slot, its waker, and the `JoinHandle` to its output.
+//!
+//! A task's future lives on its worker thread and may be `!Send`. Its waker (an `Arc<Header>`)
+//! is `Send + Sync` as `Waker` requires: waking on the owner thread pushes onto the local run
+//! queue; waking from any other thread goes through the worker's mutex-guarded inject queue
+//! and unparks its loop.
+
+use std::any::Any;
+use std::cell::RefCell;
+use std::fmt;
+use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Wake};
+use std::task::{Context, Poll, Waker};
+
+use super::Shared;
+
+/// Identity of a task slot: slab index plus a generation, so a late wake of a finished
+/// task whose slot was reused is recognised and ignored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TaskKey {
+    pub(crate) index: u32,
+    pub(crate) generation: u32,
+}
+
+/// The part of a task other threads may touch: what its waker points at.
+pub(crate) struct Header {
+    pub(crate) key: TaskKey,
+    /// Set while the task sits in a run queue, so a burst of wakes queues it once.
+    pub(crate) scheduled: AtomicBool,
+    /// Set by `JoinHandle::abort`: the executor drops the future instead of polling it.
+    pub(crate) aborted: AtomicBool,
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl Wake for Header {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if !self.scheduled.swap(true, Ordering::AcqRel) {
+            self.shared.schedule(self.key);
+        }
+    }
+}
+
+/// Why a task produced no output.
+pub enum JoinError {
+    /// The task panicked; the payload is what it panicked with.
+    Panic(Box<dyn Any + Send + 'static>),
+    /// The task was aborted (or its runtime shut down) before it finished.
+    Cancelled,
+}
+
+impl JoinError {
+    /// True if the task panicked.
+    pub fn is_panic(&self) -> bool {
+        matches!(self, JoinError::Panic(_))
+    }
+
+    /// True if the task was aborted.
+    pub fn is_cancelled(&self) -> bool {
+        matches!(self, JoinError::Cancelled)
+    }
+
+    /// The panic payload, if the task panicked.
+    pub fn into_panic(self) -> Option<Box<dyn Any + Send + 'static>> {
+        match self {
+            JoinError::Panic(p) => Some(p),
+            JoinError::Cancelled => None,
+        }
+    }
+
+    fn message(&self) -> String {
+        match self {
+            JoinError::Cancelled => "task was cancelled".into(),
+            JoinError::Panic(p) => match (p.downcast_ref::<&str>(), p.downcast_ref::<String>()) {
+                (Some(s), _) => format!("task panicked: {s}"),
+                (_, Some(s)) => format!("task panicked: {s}"),
+                _ => "task panicked".into(),
+            },
+        }
+    }
+}
+
+impl fmt::Debug for JoinError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message())
+    }
+}
+
+impl fmt::Display for JoinError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message())
+    }
+}
+
+impl std::error::Error for JoinError {}
+
+impl From<JoinError> for std::io::Error {
+    fn from(e: JoinError) -> std::io::Error {
+        std::io::Error::other(e.message())
+    }
+}
+
+/// Output slot shared by a task and its JoinHandle (same thread: `Rc`).
+struct JoinState<T> {
+    result: Option<Result<T, JoinError>>,
+    finished: bool,
+    waker: Option<Waker>,
+}
+
+/// Awaits a spawned task's output. Dropping it detaches the task.
+pub struct JoinHandle<T> {
+    state: Rc<RefCell<JoinState<T>>>,
+    header: Arc<Header>,
+}
+
+impl<T> JoinHandle<T> {
+    /// Cancels the task: its future is dropped at the executor's next chance (which drops
+    /// and cancels any I/O it had in flight). Awaiting the handle then gives `Cancelled`,
+    /// unless the task had already finished.
+    pub fn abort(&self) {
+        self.header.aborted.store(true, Ordering::Release);
+        Waker::from(self.header.clone()).wake();
+    }
+
+    /// True once the task has completed, panicked or been aborted.
+    pub fn is_finished(&self) -> bool {
+        self.state.borrow().finished
+    }
+}
+
+impl<T> Future for JoinHandle<T> {
+    type Output = Result<T, JoinError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut state = self.state.borrow_mut();
+        if let Some(result) = state.result.take() {
+            return Poll::Ready(result);
+        }
+        if state.finished {
+            return Poll::Ready(Err(JoinError::Cancelled));
+        }
+        state.waker = Some(cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+impl<T> fmt::Debug for JoinHandle<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JoinHandle")
+            .field("finished", &self.is_finished())
+            .finish()
+    }
+}
+
+/// A spawned future, erased to what the executor needs.
+pub(crate) trait RawTask {
+    /// Polls the future; Ready once it finished (or panicked) and its output is stored.
+    fn poll_task(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()>;
+    /// Records cancellation for the JoinHandle; the caller then drops the task.
+    fn cancel(self: Pin<&mut Self>);
+}
+
+struct Task<F: Future> {
+    future: Option<Pin<Box<F>>>,
+    state: Rc<RefCell<JoinState<F::Output>>>,
+}
+
+impl<F: Future> Task<F> {
+    fn finish(&mut self, result: Result<F::Output, JoinError>) {
+        self.future = None;
+        let mut state = self.state.borrow_mut();
+        state.result = Some(result);
+        state.finished = true;
+        if let Some(waker) = state.waker.take() {
+            drop(state);
+            waker.wake();
+        }
+    }
+}
+
+impl<F: Future> RawTask for Task<F> {
+    fn poll_task(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        // `Task` is Unpin (its future is boxed), so this is a plain &mut.
+        let this = self.get_mut();
+        let Some(future) = this.future.as_mut() else {
+            return Poll::Ready(());
+        };
+        match catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(output)) => {
+                this.finish(Ok(output));
+                Poll::Ready(())
+            }
+            Err(payload) => {
+                this.finish(Err(JoinError::Panic(payload)));
+                Poll::Ready(())
+            }
+        }
+    }
+
+    fn cancel(self: Pin<&mut Self>) {
+        let this = self.get_mut();
+        if this.future.is_some() {
+            // Drop the future first: its in-flight ops become orphans now.
+            this.future = None;
+            this.finish(Err(JoinError::Cancelled));
+        }
+    }
+}
+
+/// Builds a task and its JoinHandle around `future`.
+pub(crate) fn new_task<F: Future + 'static>(
+    future: F,
+    header: Arc<Header>,
+) -> (Pin<Box<dyn RawTask>>, JoinHandle<F::Output>) {
+    let state = Rc::new(RefCell::new(JoinState {
+        result: None,
+        finished: false,
+        waker: None,
+    }));
+    let task = Task {
+        future: Some(Box::pin(future)),
+        state: state.clone(),
+    };
+    (Box::pin(task), JoinHandle { state, header })
+}
