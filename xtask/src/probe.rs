@@ -5,6 +5,8 @@
 //! not a failure: it prints the cause and fix and exits 0. Only a bad `RING_FEATURES` (or a
 //! stray argument) exits nonzero.
 
+use std::fmt::Write as _;
+use std::io::{self, Write as _};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -27,36 +29,52 @@ pub fn run(args: &[String]) -> ExitCode {
     let features = match Features::probe() {
         Ok(features) => features,
         Err(err) => {
-            println!("io_uring is unavailable: {err}");
-            println!("ring-rt would use its epoll backend here.");
-            return ExitCode::SUCCESS;
+            let text =
+                format!("io_uring is unavailable: {err}\nring-rt uses its epoll backend here.\n");
+            return emit(&text);
         }
     };
     let probe_us = start.elapsed().as_micros();
-    println!(
-        "kernel {} (probed in {probe_us} us)\n",
+    let mut text = format!(
+        "kernel {} (probed in {probe_us} us)\n\n",
         features.kernel_release()
     );
-    report(features);
+    report(&mut text, features);
     if let Some(mask) = mask {
-        println!("\n--- as seen through {ENV_VAR}={} ---\n", mask.label());
-        report(&features.masked(&mask));
+        let _ = writeln!(
+            text,
+            "\n--- as seen through {ENV_VAR}={} ---\n",
+            mask.label()
+        );
+        report(&mut text, &features.masked(&mask));
     }
-    ExitCode::SUCCESS
+    emit(&text)
 }
 
 /// The table, then the flags `build_ring` picks for a default ring from these features.
-fn report(features: &Features) {
-    print!("{}", features.table());
-    println!("\n\"uses\" marks the features ring-rt relies on when present.");
-    match build_ring(features, &RingConfig::default()) {
+fn report(text: &mut String, features: &Features) {
+    let _ = write!(text, "{}", features.table());
+    text.push_str("\n\"uses\" marks the features ring-rt relies on when present.\n");
+    let _ = match build_ring(features, &RingConfig::default()) {
         Ok(ring) => {
             let cq_entries = ring.ring.params().cq_entries();
-            println!(
+            writeln!(
+                text,
                 "default ring: setup flags {}, CQ {cq_entries} entries",
                 ring.flags
-            );
+            )
         }
-        Err(err) => println!("default ring: {err}"),
+        Err(err) => writeln!(text, "default ring: {err}"),
+    };
+}
+
+/// Writes the report; a closed pipe (`| head`) is not an error for a report.
+fn emit(text: &str) -> ExitCode {
+    match io::stdout().lock().write_all(text.as_bytes()) {
+        Err(err) if err.kind() != io::ErrorKind::BrokenPipe => {
+            eprintln!("cannot write the report: {err}");
+            ExitCode::FAILURE
+        }
+        _ => ExitCode::SUCCESS,
     }
 }

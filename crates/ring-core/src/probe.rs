@@ -425,6 +425,15 @@ impl Features {
         }
     }
 
+    /// Names of the features this kernel (after any mask) has that ring-rt uses.
+    pub fn used_by_runtime(&self) -> Vec<&'static str> {
+        Feature::ALL
+            .iter()
+            .filter(|f| f.is_used_by_runtime() && self.has(**f))
+            .map(|f| f.name())
+            .collect()
+    }
+
     /// True when `f` is present and not masked.
     pub fn has(&self, f: Feature) -> bool {
         self.present & f.bit() != 0

@@ -35,6 +35,8 @@ pub struct RingConfig {
     /// `IORING_SETUP_SQPOLL` with this idle time; only on request, as it costs a kernel thread.
     pub sqpoll_idle_ms: Option<u32>,
     /// The ring is used by one thread only: SINGLE_ISSUER + DEFER_TASKRUN when available.
+    /// Build the ring on that thread: the kernel binds such a ring to the task that created
+    /// it, and submissions from any other task fail with EEXIST.
     pub single_issuer: bool,
 }
 

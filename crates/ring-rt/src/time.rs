@@ -135,7 +135,9 @@ impl Drop for Sleep {
 
 impl fmt::Debug for Sleep {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Sleep").field("deadline", &self.deadline).finish()
+        f.debug_struct("Sleep")
+            .field("deadline", &self.deadline)
+            .finish()
     }
 }
 

@@ -60,7 +60,7 @@ impl FeatureMask {
             .filter(|f| f.since() > v)
             .fold(0, |bits, f| bits | f.bit());
         let opcodes = (0..=u8::MAX)
-            .filter(|&op| opcode_since(op).map_or(true, |since| since > v))
+            .filter(|&op| opcode_since(op).is_none_or(|since| since > v))
             .fold(0, |bits, op| bits | opcode_bit(op));
         FeatureMask {
             features,

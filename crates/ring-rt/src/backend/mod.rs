@@ -131,3 +131,26 @@ impl Backend {
         }
     }
 }
+
+/// Closes `fd` through `core`'s backend: on io_uring a CLOSE SQE queued behind any op
+/// already pushed for the fd (so no queued op can find the number reused), on epoll a
+/// deregistration and `close`. Falls back to a plain `close` if the backend is busy.
+pub(crate) fn close_fd(core: &crate::runtime::Core, fd: std::os::fd::RawFd) {
+    match core.backend.try_borrow_mut() {
+        Ok(mut backend) => backend.close(fd),
+        Err(_) => ring_core::release::close_quietly(fd),
+    }
+}
+
+impl Backend {
+    pub(crate) fn close(&mut self, fd: std::os::fd::RawFd) {
+        match self {
+            Backend::Uring(b) => {
+                let sqe = io_uring::opcode::Close::new(io_uring::types::Fd(fd))
+                    .build()
+                    .user_data(ring_core::user_data::Reserved::Ignore.to_user_data());
+                b.driver.push(sqe);
+            }
+        }
+    }
+}

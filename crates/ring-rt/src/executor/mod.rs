@@ -85,14 +85,20 @@ impl Shared {
             local.owner == me
         });
         if !queued_locally {
-            self.remote.lock().unwrap_or_else(|e| e.into_inner()).push(key);
+            self.remote
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(key);
             self.signal_remote();
         }
     }
 
     /// Sends `job` to run on this worker.
     pub(crate) fn push_job(&self, job: RemoteJob) {
-        self.jobs.lock().unwrap_or_else(|e| e.into_inner()).push(job);
+        self.jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(job);
         self.signal_remote();
     }
 
@@ -249,7 +255,8 @@ impl Executor {
         if !self.shared.has_remote.swap(false, Ordering::AcqRel) {
             return;
         }
-        let keys = std::mem::take(&mut *self.shared.remote.lock().unwrap_or_else(|e| e.into_inner()));
+        let keys =
+            std::mem::take(&mut *self.shared.remote.lock().unwrap_or_else(|e| e.into_inner()));
         LOCAL.with(|local| local.borrow_mut().queue.extend(keys));
         let jobs = std::mem::take(&mut *self.shared.jobs.lock().unwrap_or_else(|e| e.into_inner()));
         for job in jobs {

@@ -13,7 +13,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Wake};
+use std::sync::Arc;
+use std::task::Wake;
 use std::task::{Context, Poll, Waker};
 
 use super::Shared;
@@ -36,13 +37,27 @@ pub(crate) struct Header {
     pub(crate) shared: Arc<Shared>,
 }
 
+impl Header {
+    /// The header behind `block_on`'s waker: it only raises the main-woken flag.
+    pub(crate) fn main(shared: Arc<Shared>) -> Header {
+        Header {
+            key: super::MAIN_KEY,
+            scheduled: AtomicBool::new(false),
+            aborted: AtomicBool::new(false),
+            shared,
+        }
+    }
+}
+
 impl Wake for Header {
     fn wake(self: Arc<Self>) {
         self.wake_by_ref();
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        if !self.scheduled.swap(true, Ordering::AcqRel) {
+        if self.key == super::MAIN_KEY {
+            self.shared.schedule(self.key);
+        } else if !self.scheduled.swap(true, Ordering::AcqRel) {
             self.shared.schedule(self.key);
         }
     }

@@ -1,0 +1,260 @@
+//! Owned buffers for completion I/O: `IoBuf` (the kernel reads it) and `IoBufMut` (the
+//! kernel writes it).
+//!
+//! An op takes its buffer by value and hands it back with the result, so the memory stays
+//! put while the kernel uses it, even if the future is moved or dropped (a dropped op's
+//! buffer is kept by the runtime until the kernel's final completion).
+
+use std::ops::{Bound, RangeBounds};
+
+/// A buffer the kernel may read from while an op owns it.
+///
+/// # Safety
+/// `stable_ptr` must stay valid for reads of `bytes_init` bytes, and must not change, for as
+/// long as the value exists even if it is moved: the memory lives on the heap (or is
+/// `'static`), not inline in the value.
+pub unsafe trait IoBuf: Unpin + 'static {
+    /// Start of the buffer.
+    fn stable_ptr(&self) -> *const u8;
+    /// Bytes that hold data (what a write sends).
+    fn bytes_init(&self) -> usize;
+    /// Bytes available in all (what a read may fill).
+    fn bytes_total(&self) -> usize;
+
+    /// A view of `range` of this buffer that is itself an owned buffer.
+    fn slice(self, range: impl RangeBounds<usize>) -> Slice<Self>
+    where
+        Self: Sized,
+    {
+        let total = self.bytes_total();
+        let begin = match range.start_bound() {
+            Bound::Included(&n) => n,
+            Bound::Excluded(&n) => n + 1,
+            Bound::Unbounded => 0,
+        };
+        let end = match range.end_bound() {
+            Bound::Included(&n) => n + 1,
+            Bound::Excluded(&n) => n,
+            Bound::Unbounded => total,
+        };
+        let end = end.min(total);
+        Slice {
+            buf: self,
+            begin: begin.min(end),
+            end,
+        }
+    }
+}
+
+/// A buffer the kernel may write into while an op owns it.
+///
+/// # Safety
+/// As [`IoBuf`], and `stable_mut_ptr` must be valid for writes of `bytes_total` bytes.
+pub unsafe trait IoBufMut: IoBuf {
+    /// Start of the writable buffer.
+    fn stable_mut_ptr(&mut self) -> *mut u8;
+
+    /// Records that the first `pos` bytes now hold data.
+    ///
+    /// # Safety
+    /// The first `pos` bytes must have been initialised (by the kernel's completed read).
+    unsafe fn set_init(&mut self, pos: usize);
+}
+
+// SAFETY: a Vec's heap buffer does not move when the Vec does; len bytes are initialised
+// and capacity bytes are allocated.
+unsafe impl IoBuf for Vec<u8> {
+    fn stable_ptr(&self) -> *const u8 {
+        self.as_ptr()
+    }
+    fn bytes_init(&self) -> usize {
+        self.len()
+    }
+    fn bytes_total(&self) -> usize {
+        self.capacity()
+    }
+}
+
+// SAFETY: as for IoBuf; the allocation is writable up to capacity.
+unsafe impl IoBufMut for Vec<u8> {
+    fn stable_mut_ptr(&mut self) -> *mut u8 {
+        self.as_mut_ptr()
+    }
+    unsafe fn set_init(&mut self, pos: usize) {
+        if pos > self.len() {
+            // SAFETY: the caller guarantees the first `pos` bytes are initialised, and pos
+            // never exceeds capacity (the kernel wrote at most bytes_total).
+            unsafe { self.set_len(pos) };
+        }
+    }
+}
+
+// SAFETY: a boxed slice's heap memory does not move with the box; all of it is initialised.
+unsafe impl IoBuf for Box<[u8]> {
+    fn stable_ptr(&self) -> *const u8 {
+        self.as_ptr()
+    }
+    fn bytes_init(&self) -> usize {
+        self.len()
+    }
+    fn bytes_total(&self) -> usize {
+        self.len()
+    }
+}
+
+// SAFETY: as for IoBuf; the whole slice is writable and already initialised.
+unsafe impl IoBufMut for Box<[u8]> {
+    fn stable_mut_ptr(&mut self) -> *mut u8 {
+        self.as_mut_ptr()
+    }
+    unsafe fn set_init(&mut self, _pos: usize) {}
+}
+
+// SAFETY: 'static data never moves or goes away.
+unsafe impl IoBuf for &'static [u8] {
+    fn stable_ptr(&self) -> *const u8 {
+        self.as_ptr()
+    }
+    fn bytes_init(&self) -> usize {
+        self.len()
+    }
+    fn bytes_total(&self) -> usize {
+        self.len()
+    }
+}
+
+// SAFETY: 'static data never moves or goes away.
+unsafe impl IoBuf for &'static str {
+    fn stable_ptr(&self) -> *const u8 {
+        self.as_ptr()
+    }
+    fn bytes_init(&self) -> usize {
+        self.len()
+    }
+    fn bytes_total(&self) -> usize {
+        self.len()
+    }
+}
+
+#[cfg(feature = "bytes")]
+// SAFETY: BytesMut's storage is on the heap and does not move with the handle.
+unsafe impl IoBuf for bytes::BytesMut {
+    fn stable_ptr(&self) -> *const u8 {
+        self.as_ptr()
+    }
+    fn bytes_init(&self) -> usize {
+        self.len()
+    }
+    fn bytes_total(&self) -> usize {
+        self.capacity()
+    }
+}
+
+#[cfg(feature = "bytes")]
+// SAFETY: as for IoBuf; writable up to capacity.
+unsafe impl IoBufMut for bytes::BytesMut {
+    fn stable_mut_ptr(&mut self) -> *mut u8 {
+        self.as_mut_ptr()
+    }
+    unsafe fn set_init(&mut self, pos: usize) {
+        if pos > self.len() {
+            // SAFETY: the caller guarantees the first `pos` bytes are initialised.
+            unsafe { self.set_len(pos) };
+        }
+    }
+}
+
+#[cfg(feature = "bytes")]
+// SAFETY: Bytes' storage is immutable heap (or static) memory that does not move.
+unsafe impl IoBuf for bytes::Bytes {
+    fn stable_ptr(&self) -> *const u8 {
+        self.as_ptr()
+    }
+    fn bytes_init(&self) -> usize {
+        self.len()
+    }
+    fn bytes_total(&self) -> usize {
+        self.len()
+    }
+}
+
+/// A range of an owned buffer; `into_inner` gives the whole buffer back.
+#[derive(Debug)]
+pub struct Slice<T> {
+    buf: T,
+    begin: usize,
+    end: usize,
+}
+
+impl<T> Slice<T> {
+    /// Offset of the slice in the buffer.
+    pub fn begin(&self) -> usize {
+        self.begin
+    }
+    /// End offset of the slice in the buffer.
+    pub fn end(&self) -> usize {
+        self.end
+    }
+    /// The whole buffer.
+    pub fn into_inner(self) -> T {
+        self.buf
+    }
+    /// The whole buffer, by reference.
+    pub fn get_ref(&self) -> &T {
+        &self.buf
+    }
+}
+
+// SAFETY: the slice's pointer is the inner buffer's stable pointer plus an in-bounds offset
+// (begin <= end <= bytes_total).
+unsafe impl<T: IoBuf> IoBuf for Slice<T> {
+    fn stable_ptr(&self) -> *const u8 {
+        self.buf.stable_ptr().wrapping_add(self.begin)
+    }
+    fn bytes_init(&self) -> usize {
+        self.buf.bytes_init().clamp(self.begin, self.end) - self.begin
+    }
+    fn bytes_total(&self) -> usize {
+        self.end - self.begin
+    }
+}
+
+// SAFETY: as for IoBuf; the inner buffer is writable up to its bytes_total >= end.
+unsafe impl<T: IoBufMut> IoBufMut for Slice<T> {
+    fn stable_mut_ptr(&mut self) -> *mut u8 {
+        self.buf.stable_mut_ptr().wrapping_add(self.begin)
+    }
+    unsafe fn set_init(&mut self, pos: usize) {
+        // SAFETY: bytes begin..begin+pos were initialised per the caller; bytes before
+        // `begin` are only claimed initialised if the inner buffer already had them.
+        if self.buf.bytes_init() >= self.begin {
+            unsafe { self.buf.set_init(self.begin + pos) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slice_bounds_are_clamped() {
+        let v = vec![1u8, 2, 3, 4];
+        let s = v.slice(1..10);
+        assert_eq!(
+            (s.begin(), s.end(), s.bytes_init(), s.bytes_total()),
+            (1, 4, 3, 3)
+        );
+        let s = vec![0u8; 2].slice(5..);
+        assert_eq!(s.bytes_total(), 0);
+    }
+
+    #[test]
+    fn vec_set_init_grows_len_only() {
+        let mut v = Vec::with_capacity(8);
+        v.push(1u8);
+        // SAFETY: test: pretend 0 bytes were written, which never shrinks.
+        unsafe { v.set_init(0) };
+        assert_eq!(v.len(), 1);
+    }
+}

@@ -1,0 +1,274 @@
+//! The socket under every stream and datagram type: an fd on one worker, closed through
+//! that worker's backend so the close is ordered after ops already queued on the fd.
+
+use std::future::poll_fn;
+use std::io;
+use std::net::Shutdown;
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::rc::Rc;
+use std::task::Context;
+
+use ring_core::buf_pool::BufGroup;
+use ring_core::probe::Feature;
+use ring_core::release::RecycleBid;
+use ring_core::user_data::OpId;
+use socket2::{Domain, SockAddr, Type};
+
+use crate::backend::BackendKind;
+use crate::buf::{IoBuf, IoBufMut};
+use crate::op::net::{recv_multi_sqe, Connect, Recv, RecvSelect, Send, SendZc};
+use crate::op::Op;
+use crate::pool::{self, PooledBuf};
+use crate::runtime::Core;
+
+pub(crate) struct Socket {
+    fd: RawFd,
+    pub(crate) core: Rc<Core>,
+}
+
+impl Socket {
+    /// Adopts `fd` on the current worker, in the blocking mode its backend wants
+    /// (io_uring: blocking, the kernel waits for readiness itself; epoll: non-blocking).
+    pub(crate) fn from_owned(core: Rc<Core>, fd: OwnedFd) -> io::Result<Socket> {
+        let raw = fd.into_raw_fd();
+        let socket = Socket { fd: raw, core };
+        crate::sys::set_nonblocking(raw, socket.is_epoll())?;
+        Ok(socket)
+    }
+
+    /// A new socket of `domain`/`ty` on the current worker.
+    pub(crate) fn new(domain: Domain, ty: Type) -> io::Result<Socket> {
+        let core = Core::current_io()?;
+        let s = socket2::Socket::new(domain, ty.cloexec(), None)?;
+        Socket::from_owned(core, s.into())
+    }
+
+    pub(crate) fn is_epoll(&self) -> bool {
+        self.core.choice.kind == BackendKind::Epoll
+    }
+
+    pub(crate) fn fd(&self) -> RawFd {
+        self.fd
+    }
+
+    /// A socket2 view for options and addresses (never closes the fd).
+    pub(crate) fn with_socket2<T>(&self, f: impl FnOnce(&socket2::Socket) -> T) -> T {
+        // SAFETY: the fd is open for as long as `self`; ManuallyDrop keeps socket2 from
+        // closing it.
+        let s = std::mem::ManuallyDrop::new(unsafe { socket2::Socket::from_raw_fd(self.fd) });
+        f(&s)
+    }
+
+    pub(crate) async fn connect(&self, addr: SockAddr) -> io::Result<()> {
+        let op = Connect {
+            fd: self.fd,
+            addr: Box::new(addr),
+            started: false,
+        };
+        Op::new(self.core.clone(), op).await
+    }
+
+    pub(crate) async fn read<B: IoBufMut>(&self, buf: B) -> (io::Result<usize>, B) {
+        Op::new(
+            self.core.clone(),
+            Recv {
+                fd: self.fd,
+                buf,
+                flags: 0,
+            },
+        )
+        .await
+    }
+
+    pub(crate) async fn write<B: IoBuf>(&self, buf: B) -> (io::Result<usize>, B) {
+        Op::new(
+            self.core.clone(),
+            Send {
+                fd: self.fd,
+                buf,
+                flags: 0,
+            },
+        )
+        .await
+    }
+
+    pub(crate) async fn write_all<B: IoBuf>(&self, buf: B) -> (io::Result<()>, B) {
+        let mut buf = buf;
+        let mut done = 0;
+        let total = buf.bytes_init();
+        while done < total {
+            let (res, slice) = self.write(buf.slice(done..total)).await;
+            buf = slice.into_inner();
+            match res {
+                Ok(0) => return (Err(io::ErrorKind::WriteZero.into()), buf),
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return (Err(e), buf),
+            }
+        }
+        (Ok(()), buf)
+    }
+
+    pub(crate) async fn send_zc<B: IoBuf>(&self, buf: B) -> (io::Result<usize>, B) {
+        let supported = self
+            .core
+            .backend
+            .borrow()
+            .features()
+            .is_none_or(|f| f.has(Feature::SendZc));
+        if !supported {
+            return self.write(buf).await;
+        }
+        Op::new(
+            self.core.clone(),
+            SendZc {
+                fd: self.fd,
+                buf,
+                result: None,
+            },
+        )
+        .await
+    }
+
+    pub(crate) async fn recv_pooled(&self) -> io::Result<Option<PooledBuf>> {
+        let group = self.core.backend.borrow_mut().recv_group()?;
+        loop {
+            let op = RecvSelect {
+                fd: self.fd,
+                group: group.clone(),
+            };
+            let cqe = Op::new(self.core.clone(), op).await;
+            match pool::from_cqe(&self.core, &group, cqe) {
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                    pool::wait_for_buffer(&self.core, &group).await
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                other => return other,
+            }
+        }
+    }
+
+    pub(crate) fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        self.with_socket2(|s| s.shutdown(how))
+    }
+
+    pub(crate) fn local_addr(&self) -> io::Result<SockAddr> {
+        self.with_socket2(|s| s.local_addr())
+    }
+
+    pub(crate) fn peer_addr(&self) -> io::Result<SockAddr> {
+        self.with_socket2(|s| s.peer_addr())
+    }
+
+    pub(crate) fn into_owned(self) -> OwnedFd {
+        let fd = self.fd;
+        std::mem::forget(self);
+        // SAFETY: `self` owned the fd and was forgotten, so ownership moves here.
+        unsafe { OwnedFd::from_raw_fd(fd) }
+    }
+}
+
+impl AsRawFd for Socket {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd
+    }
+}
+
+impl Drop for Socket {
+    fn drop(&mut self) {
+        crate::backend::close_fd(&self.core, self.fd);
+    }
+}
+
+/// Received data as it arrives: multishot recv into the worker's pool where the kernel has
+/// it (6.0+), else one buffer-select recv after another. `next` gives `None` at end of
+/// stream. If the pool runs dry the stream waits for buffers and re-arms: no data is lost.
+pub struct RecvStream<'a> {
+    socket: &'a Socket,
+    group: Option<BufGroup>,
+    multishot: Option<OpId>,
+    done: bool,
+}
+
+impl<'a> RecvStream<'a> {
+    pub(crate) fn new(socket: &'a Socket) -> RecvStream<'a> {
+        RecvStream {
+            socket,
+            group: None,
+            multishot: None,
+            done: false,
+        }
+    }
+
+    /// The next chunk of data, `None` at end of stream.
+    pub async fn next(&mut self) -> Option<io::Result<PooledBuf>> {
+        if self.done {
+            return None;
+        }
+        let out = self.next_inner().await.transpose();
+        if !matches!(out, Some(Ok(_))) {
+            self.done = true;
+        }
+        out
+    }
+
+    async fn next_inner(&mut self) -> io::Result<Option<PooledBuf>> {
+        let core = self.socket.core.clone();
+        let group = match &self.group {
+            Some(g) => g.clone(),
+            None => {
+                let g = core.backend.borrow_mut().recv_group()?;
+                self.group = Some(g.clone());
+                g
+            }
+        };
+        if !self.is_multishot() {
+            return self.socket.recv_pooled().await;
+        }
+        loop {
+            let id = match self.multishot {
+                Some(id) => id,
+                None => {
+                    let id = core
+                        .backend
+                        .borrow_mut()
+                        .submit(recv_multi_sqe(self.socket.fd, &group))?;
+                    *self.multishot.insert(id)
+                }
+            };
+            let cqe =
+                poll_fn(|cx: &mut Context<'_>| core.backend.borrow_mut().poll(id, cx.waker()))
+                    .await?;
+            if !cqe.is_more() {
+                self.multishot = None;
+            }
+            match pool::from_cqe(&core, &group, cqe) {
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                    pool::wait_for_buffer(&core, &group).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn is_multishot(&self) -> bool {
+        let backend = self.socket.core.backend.borrow();
+        backend
+            .features()
+            .is_some_and(|f| f.has(Feature::MultishotRecv))
+    }
+}
+
+impl Drop for RecvStream<'_> {
+    fn drop(&mut self) {
+        if let (Some(id), Some(group)) = (self.multishot.take(), self.group.take()) {
+            // SAFETY: the multishot recv selects from `group`.
+            let orphan = Box::new(unsafe { RecycleBid::new(group) });
+            match self.socket.core.backend.try_borrow_mut() {
+                Ok(mut backend) => backend.orphan(id, orphan),
+                // Dropped mid-turn: keep the bids' group forever rather than lose track.
+                Err(_) => std::mem::forget(orphan),
+            }
+        }
+    }
+}

@@ -1,0 +1,316 @@
+//! TCP: `TcpListener` (multishot accept where the kernel has it) and `TcpStream`.
+
+use std::future::poll_fn;
+use std::io;
+use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::rc::Rc;
+use std::task::Context;
+use std::time::Duration;
+
+use ring_core::probe::Feature;
+use ring_core::release::CloseFd;
+use ring_core::user_data::OpId;
+use socket2::{Domain, SockAddr, Type};
+
+use super::socket::{RecvStream, Socket};
+use crate::buf::{IoBuf, IoBufMut};
+use crate::op::net::{Accept, AcceptMulti, AddrOut};
+use crate::op::Op;
+use crate::pool::PooledBuf;
+use crate::runtime::Core;
+use crate::time::Sleep;
+
+/// Listen backlog used by [`TcpListener::bind`].
+const BACKLOG: i32 = 1024;
+
+fn resolve(addr: impl ToSocketAddrs) -> io::Result<SocketAddr> {
+    addr.to_socket_addrs()?
+        .next()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "address resolved to nothing"))
+}
+
+fn to_inet(addr: SockAddr) -> io::Result<SocketAddr> {
+    addr.as_socket()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "not an inet address"))
+}
+
+/// Options for [`TcpListener::bind_with`].
+#[derive(Clone, Copy, Debug)]
+pub struct ListenOptions {
+    /// `SO_REUSEADDR` (default on).
+    pub reuse_addr: bool,
+    /// `SO_REUSEPORT`: one listener per worker on the same port, the kernel spreading
+    /// connections (default off).
+    pub reuse_port: bool,
+    /// The accept backlog (default 1024).
+    pub backlog: i32,
+}
+
+impl Default for ListenOptions {
+    fn default() -> ListenOptions {
+        ListenOptions {
+            reuse_addr: true,
+            reuse_port: false,
+            backlog: BACKLOG,
+        }
+    }
+}
+
+/// A TCP listening socket.
+pub struct TcpListener {
+    socket: Socket,
+}
+
+impl TcpListener {
+    /// Binds with `SO_REUSEADDR` and a backlog of 1024.
+    pub fn bind(addr: impl ToSocketAddrs) -> io::Result<TcpListener> {
+        TcpListener::bind_with(addr, ListenOptions::default())
+    }
+
+    /// Binds with explicit options (e.g. `reuse_port` for one listener per worker).
+    pub fn bind_with(addr: impl ToSocketAddrs, opts: ListenOptions) -> io::Result<TcpListener> {
+        let addr = resolve(addr)?;
+        let socket = Socket::new(Domain::for_address(addr), Type::STREAM)?;
+        socket.with_socket2(|s| {
+            s.set_reuse_address(opts.reuse_addr)?;
+            s.set_reuse_port(opts.reuse_port)?;
+            s.bind(&addr.into())?;
+            s.listen(opts.backlog)
+        })?;
+        Ok(TcpListener { socket })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        to_inet(self.socket.local_addr()?)
+    }
+
+    /// Accepts one connection.
+    pub async fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
+        let (fd, addr) = accept_one(&self.socket).await?;
+        let stream = TcpStream::from_accepted(&self.socket.core, fd)?;
+        Ok((stream, to_inet(addr)?))
+    }
+
+    /// Connections as they arrive, via one multishot accept where the kernel has it (5.19+).
+    pub fn incoming(&self) -> Incoming<'_> {
+        Incoming {
+            socket: &self.socket,
+            multishot: None,
+            backoff: None,
+            backoff_ms: 0,
+        }
+    }
+}
+
+impl AsRawFd for TcpListener {
+    fn as_raw_fd(&self) -> RawFd {
+        self.socket.fd()
+    }
+}
+
+pub(crate) async fn accept_one(socket: &Socket) -> io::Result<(OwnedFd, SockAddr)> {
+    Op::new(
+        socket.core.clone(),
+        Accept {
+            fd: socket.fd(),
+            addr: AddrOut::new(),
+        },
+    )
+    .await
+}
+
+/// Stream of accepted connections from [`TcpListener::incoming`].
+///
+/// On `EMFILE`/`ENFILE` (out of fds) it yields the error and then backs off (10 ms,
+/// doubling to 1 s) before accepting again, so a server at its fd limit keeps serving the
+/// connections it has and resumes accepting once fds free up, without spinning.
+pub struct Incoming<'a> {
+    socket: &'a Socket,
+    multishot: Option<OpId>,
+    backoff: Option<Sleep>,
+    backoff_ms: u64,
+}
+
+impl Incoming<'_> {
+    /// The next connection (or accept error). Never `None` while the listener lives.
+    pub async fn next(&mut self) -> Option<io::Result<TcpStream>> {
+        if let Some(sleep) = self.backoff.take() {
+            sleep.await;
+        }
+        let result = self.accept_fd().await;
+        match &result {
+            Err(e) if is_fd_exhaustion(e) => {
+                self.backoff_ms = (self.backoff_ms * 2).clamp(10, 1000);
+                self.backoff = Some(crate::time::sleep(Duration::from_millis(self.backoff_ms)));
+            }
+            Ok(_) => self.backoff_ms = 0,
+            Err(_) => {}
+        }
+        let core = &self.socket.core;
+        Some(result.and_then(|fd| TcpStream::from_accepted(core, fd)))
+    }
+
+    async fn accept_fd(&mut self) -> io::Result<OwnedFd> {
+        if !self.is_multishot() {
+            return accept_one(self.socket).await.map(|(fd, _)| fd);
+        }
+        let core = self.socket.core.clone();
+        let id = match self.multishot {
+            Some(id) => id,
+            None => {
+                let sqe = AcceptMulti {
+                    fd: self.socket.fd(),
+                }
+                .sqe();
+                *self
+                    .multishot
+                    .insert(core.backend.borrow_mut().submit(sqe)?)
+            }
+        };
+        let cqe =
+            poll_fn(|cx: &mut Context<'_>| core.backend.borrow_mut().poll(id, cx.waker())).await?;
+        if !cqe.is_more() {
+            self.multishot = None;
+        }
+        let fd = cqe.result()?;
+        // SAFETY: a successful accept CQE's result is a new fd that nobody else owns.
+        Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as RawFd) })
+    }
+
+    fn is_multishot(&self) -> bool {
+        let backend = self.socket.core.backend.borrow();
+        backend
+            .features()
+            .is_some_and(|f| f.has(Feature::MultishotAccept))
+    }
+}
+
+impl Drop for Incoming<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.multishot.take() {
+            // Late connections accepted before the cancel lands are closed.
+            if let Ok(mut backend) = self.socket.core.backend.try_borrow_mut() {
+                backend.orphan(id, Box::new(CloseFd));
+            }
+        }
+    }
+}
+
+fn is_fd_exhaustion(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+}
+
+/// A TCP connection.
+pub struct TcpStream {
+    socket: Socket,
+}
+
+impl TcpStream {
+    fn from_accepted(core: &Rc<Core>, fd: OwnedFd) -> io::Result<TcpStream> {
+        Ok(TcpStream {
+            socket: Socket::from_owned(core.clone(), fd)?,
+        })
+    }
+
+    /// Connects to `addr`.
+    pub async fn connect(addr: impl ToSocketAddrs) -> io::Result<TcpStream> {
+        let addr = resolve(addr)?;
+        let socket = Socket::new(Domain::for_address(addr), Type::STREAM)?;
+        socket.connect(addr.into()).await?;
+        Ok(TcpStream { socket })
+    }
+
+    /// Connects to `addr`, giving up with `TimedOut` after `timeout` (the connect is
+    /// cancelled and the socket closed).
+    pub async fn connect_timeout(
+        addr: impl ToSocketAddrs,
+        timeout: Duration,
+    ) -> io::Result<TcpStream> {
+        crate::time::timeout(timeout, TcpStream::connect(addr)).await?
+    }
+
+    /// Reads into `buf` (from its start, up to its capacity); returns the count and the buffer.
+    pub async fn read<B: IoBufMut>(&self, buf: B) -> (io::Result<usize>, B) {
+        self.socket.read(buf).await
+    }
+
+    /// Writes `buf`'s initialised bytes once (possibly partially).
+    pub async fn write<B: IoBuf>(&self, buf: B) -> (io::Result<usize>, B) {
+        self.socket.write(buf).await
+    }
+
+    /// Writes all of `buf`'s initialised bytes.
+    pub async fn write_all<B: IoBuf>(&self, buf: B) -> (io::Result<()>, B) {
+        self.socket.write_all(buf).await
+    }
+
+    /// Zero-copy send (6.0+; a plain send elsewhere): the buffer comes back once the
+    /// kernel no longer needs it.
+    pub async fn send_zc<B: IoBuf>(&self, buf: B) -> (io::Result<usize>, B) {
+        self.socket.send_zc(buf).await
+    }
+
+    /// Receives into a buffer from the worker's shared pool; `Ok(None)` at end of stream.
+    /// While the connection is idle it holds no buffer.
+    pub async fn recv_pooled(&self) -> io::Result<Option<PooledBuf>> {
+        self.socket.recv_pooled().await
+    }
+
+    /// Received data as a stream of pooled buffers (multishot recv where available).
+    pub fn recv_stream(&self) -> RecvStream<'_> {
+        RecvStream::new(&self.socket)
+    }
+
+    /// Shuts down the read, write or both halves.
+    pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        self.socket.shutdown(how)
+    }
+
+    /// The local address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        to_inet(self.socket.local_addr()?)
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        to_inet(self.socket.peer_addr()?)
+    }
+
+    /// Sets `TCP_NODELAY`.
+    pub fn set_nodelay(&self, nodelay: bool) -> io::Result<()> {
+        self.socket.with_socket2(|s| s.set_tcp_nodelay(nodelay))
+    }
+
+    /// Reads `TCP_NODELAY`.
+    pub fn nodelay(&self) -> io::Result<bool> {
+        self.socket.with_socket2(|s| s.tcp_nodelay())
+    }
+
+    /// Adopts a connected std stream on the current worker.
+    pub fn from_std(stream: std::net::TcpStream) -> io::Result<TcpStream> {
+        Ok(TcpStream {
+            socket: Socket::from_owned(Core::current_io()?, stream.into())?,
+        })
+    }
+
+    /// Gives up the fd (left in the current blocking mode).
+    pub fn into_owned_fd(self) -> OwnedFd {
+        self.socket.into_owned()
+    }
+}
+
+impl AsRawFd for TcpStream {
+    fn as_raw_fd(&self) -> RawFd {
+        self.socket.fd()
+    }
+}
+
+impl std::fmt::Debug for TcpStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpStream")
+            .field("fd", &self.socket.fd())
+            .finish()
+    }
+}

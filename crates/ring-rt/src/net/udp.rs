@@ -1,0 +1,113 @@
+//! UDP sockets.
+
+use std::io;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::os::fd::{AsRawFd, RawFd};
+
+use socket2::{Domain, SockAddr, Type};
+
+use super::socket::Socket;
+use crate::buf::{IoBuf, IoBufMut};
+use crate::op::net::{MsgHdr, RecvMsg, SendMsg};
+use crate::op::Op;
+
+fn resolve(addr: impl ToSocketAddrs) -> io::Result<SocketAddr> {
+    addr.to_socket_addrs()?
+        .next()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "address resolved to nothing"))
+}
+
+/// A UDP socket.
+pub struct UdpSocket {
+    socket: Socket,
+}
+
+impl UdpSocket {
+    /// Binds to `addr`.
+    pub fn bind(addr: impl ToSocketAddrs) -> io::Result<UdpSocket> {
+        let addr = resolve(addr)?;
+        let socket = Socket::new(Domain::for_address(addr), Type::DGRAM)?;
+        socket.with_socket2(|s| s.bind(&addr.into()))?;
+        Ok(UdpSocket { socket })
+    }
+
+    /// Sets the default peer for `send`/`recv` (and filters what `recv` receives).
+    pub fn connect(&self, addr: impl ToSocketAddrs) -> io::Result<()> {
+        let addr = resolve(addr)?;
+        self.socket.with_socket2(|s| s.connect(&addr.into()))
+    }
+
+    /// Sends one datagram to `addr`.
+    pub async fn send_to<B: IoBuf>(
+        &self,
+        buf: B,
+        addr: impl ToSocketAddrs,
+    ) -> (io::Result<usize>, B) {
+        let addr = match resolve(addr) {
+            Ok(a) => SockAddr::from(a),
+            Err(e) => return (Err(e), buf),
+        };
+        let hdr = MsgHdr::new(buf.stable_ptr() as *mut u8, buf.bytes_init(), Some(&addr));
+        Op::new(
+            self.socket.core.clone(),
+            SendMsg {
+                fd: self.socket.fd(),
+                buf,
+                hdr,
+            },
+        )
+        .await
+    }
+
+    /// Receives one datagram and its sender.
+    pub async fn recv_from<B: IoBufMut>(&self, mut buf: B) -> (io::Result<(usize, SocketAddr)>, B) {
+        let hdr = MsgHdr::new(buf.stable_mut_ptr(), buf.bytes_total(), None);
+        let (res, buf) = Op::new(
+            self.socket.core.clone(),
+            RecvMsg {
+                fd: self.socket.fd(),
+                buf,
+                hdr,
+            },
+        )
+        .await;
+        let res = res.and_then(|(n, addr)| {
+            let addr = addr
+                .as_socket()
+                .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "not an inet sender"))?;
+            Ok((n, addr))
+        });
+        (res, buf)
+    }
+
+    /// Sends one datagram to the connected peer.
+    pub async fn send<B: IoBuf>(&self, buf: B) -> (io::Result<usize>, B) {
+        self.socket.write(buf).await
+    }
+
+    /// Receives one datagram from the connected peer.
+    pub async fn recv<B: IoBufMut>(&self, buf: B) -> (io::Result<usize>, B) {
+        self.socket.read(buf).await
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        inet(self.socket.local_addr()?)
+    }
+
+    /// The connected peer.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        inet(self.socket.peer_addr()?)
+    }
+}
+
+fn inet(addr: SockAddr) -> io::Result<SocketAddr> {
+    addr.as_socket()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "not an inet address"))
+}
+
+impl AsRawFd for UdpSocket {
+    fn as_raw_fd(&self) -> RawFd {
+        self.socket.fd()
+    }
+}

@@ -1,0 +1,152 @@
+//! The one op interface every backend runs: an op is a plain struct that builds its SQE and
+//! turns its CQE into an output; [`Op`] is the future that submits it on first poll, and on
+//! drop hands the op's memory to the op table as an orphan.
+
+pub(crate) mod net;
+
+use std::future::Future;
+use std::io;
+use std::os::fd::RawFd;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+
+use io_uring::squeue;
+use ring_core::cqe::Cqe;
+use ring_core::lifecycle::Orphan;
+use ring_core::release::Keep;
+use ring_core::user_data::OpId;
+
+use crate::runtime::Core;
+
+/// How the epoll backend performs an op without io_uring.
+pub(crate) enum Emulation {
+    /// A socket op: [`OpDef::try_syscall`] runs the non-blocking syscall on the loop thread;
+    /// on `-EAGAIN` the future waits until `fd` is ready for `events` (`POLLIN`/`POLLOUT`)
+    /// and tries again. Nothing is in flight between tries, so dropping costs nothing.
+    Readiness { fd: RawFd, events: u32 },
+    /// An op that may block (files, fsync, open): the job runs on the blocking pool and
+    /// returns the CQE result (`>= 0` or `-errno`). It holds raw addresses of memory the op
+    /// keeps alive until the completion arrives (an orphan keeps it if the future is dropped).
+    Blocking(BlockingJob),
+}
+
+/// A syscall to run on the blocking pool.
+pub(crate) type BlockingJob = Box<dyn FnOnce() -> i32 + Send + 'static>;
+
+/// One kind of operation.
+pub(crate) trait OpDef: Unpin + 'static {
+    /// What awaiting the op gives.
+    type Output;
+
+    /// The io_uring SQE. Pointers in it must point into memory `self` owns on the heap.
+    fn sqe(&mut self) -> squeue::Entry;
+
+    /// The final CQE's result, turned into the output (handing owned buffers back).
+    fn complete(self, cqe: Cqe) -> Self::Output;
+
+    /// How the epoll backend runs this op.
+    fn emulate(&mut self) -> Emulation;
+
+    /// For [`Emulation::Readiness`] ops: the syscall, attempted once without blocking; the
+    /// result as the kernel would post it (`res`, and `flags` such as a buffer id). Ops
+    /// emulated as `Blocking` never have this called.
+    fn try_syscall(&mut self) -> Cqe {
+        Cqe::new(0, -libc::EOPNOTSUPP, 0)
+    }
+
+    /// A CQE with `F_MORE` before the final one (e.g. a zero-copy send's result, whose
+    /// buffer the kernel holds until the notification CQE).
+    fn on_more(&mut self, _cqe: Cqe) {}
+
+    /// What to keep and release if the future is dropped in flight. The default keeps the
+    /// op's memory until the final CQE and releases nothing.
+    fn into_orphan(self) -> Box<dyn Orphan>
+    where
+        Self: Sized,
+    {
+        Box::new(Keep(self))
+    }
+}
+
+enum State<T> {
+    Unsubmitted(T),
+    Submitted(OpId, T),
+    Done,
+}
+
+/// The future of one op on the current worker.
+pub(crate) struct Op<T: OpDef> {
+    core: Rc<Core>,
+    state: State<T>,
+}
+
+impl<T: OpDef> Op<T> {
+    pub(crate) fn new(core: Rc<Core>, op: T) -> Op<T> {
+        Op {
+            core,
+            state: State::Unsubmitted(op),
+        }
+    }
+
+    /// An op on the current thread's runtime.
+    pub(crate) fn current(op: T) -> io::Result<Op<T>> {
+        Ok(Op::new(Core::current_io()?, op))
+    }
+}
+
+/// A CQE standing for an error that happened before the kernel saw the op.
+pub(crate) fn error_cqe(err: &io::Error) -> Cqe {
+    Cqe::new(0, -err.raw_os_error().unwrap_or(libc::EIO), 0)
+}
+
+impl<T: OpDef> Future for Op<T> {
+    type Output = T::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T::Output> {
+        let this = &mut *self;
+        if let State::Unsubmitted(_) = this.state {
+            let State::Unsubmitted(mut op) = std::mem::replace(&mut this.state, State::Done) else {
+                unreachable!("checked just above")
+            };
+            let submitted = this.core.backend.borrow_mut().submit(op.sqe());
+            match submitted {
+                Ok(id) => this.state = State::Submitted(id, op),
+                Err(err) => return Poll::Ready(op.complete(error_cqe(&err))),
+            }
+        }
+        let State::Submitted(id, op) = &mut this.state else {
+            panic!("ring-rt op polled after it completed");
+        };
+        loop {
+            let polled = this.core.backend.borrow_mut().poll(*id, cx.waker());
+            let cqe = match polled {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(cqe)) => cqe,
+                Poll::Ready(Err(err)) => error_cqe(&err),
+            };
+            if cqe.is_more() {
+                op.on_more(cqe);
+                continue;
+            }
+            let State::Submitted(_, op) = std::mem::replace(&mut this.state, State::Done) else {
+                unreachable!("matched Submitted above")
+            };
+            return Poll::Ready(op.complete(cqe));
+        }
+    }
+}
+
+impl<T: OpDef> Drop for Op<T> {
+    fn drop(&mut self) {
+        if let State::Submitted(id, op) = std::mem::replace(&mut self.state, State::Done) {
+            if let Ok(mut backend) = self.core.backend.try_borrow_mut() {
+                backend.orphan(id, op.into_orphan());
+            } else {
+                // Dropped while the backend is busy (a waker dropping a task mid-turn):
+                // keep the memory forever rather than free it under the kernel.
+                std::mem::forget(op);
+            }
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! Pooled receive buffers: a provided buffer on loan from the worker's shared group.
+//!
+//! An idle connection holds no buffer: the kernel (or, on epoll, the readiness shim) takes
+//! one from the group only when data arrives. When the group runs dry, receivers wait for
+//! a buffer to come back instead of failing; every such wait is counted as ENOBUFS.
+
+use std::fmt;
+use std::future::poll_fn;
+use std::io;
+use std::ops::Deref;
+use std::rc::Rc;
+use std::task::Poll;
+
+use ring_core::buf_pool::{BufGroup, BufLease};
+use ring_core::cqe::Cqe;
+use ring_core::metrics::Metrics;
+
+use crate::buf::IoBuf;
+use crate::runtime::Core;
+
+/// Received bytes in a buffer borrowed from the worker's pool; dropping it returns the buffer.
+pub struct PooledBuf {
+    lease: Option<BufLease>,
+    core: Rc<Core>,
+}
+
+impl PooledBuf {
+    /// The received bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        self.lease.as_deref().unwrap_or(&[])
+    }
+
+    /// The provided-buffer id this data arrived in.
+    pub fn bid(&self) -> Option<u16> {
+        self.lease.as_ref().map(BufLease::bid)
+    }
+}
+
+impl Deref for PooledBuf {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+impl fmt::Debug for PooledBuf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PooledBuf")
+            .field("len", &self.len())
+            .field("bid", &self.bid())
+            .finish()
+    }
+}
+
+impl Drop for PooledBuf {
+    fn drop(&mut self) {
+        drop(self.lease.take());
+        let waiters = std::mem::take(&mut *self.core.buf_waiters.borrow_mut());
+        for waker in waiters {
+            waker.wake();
+        }
+    }
+}
+
+// SAFETY: the lease's memory belongs to the group, which lives at least as long as the
+// lease; it does not move, and `len` bytes of it hold received data.
+unsafe impl IoBuf for PooledBuf {
+    fn stable_ptr(&self) -> *const u8 {
+        self.as_slice().as_ptr()
+    }
+    fn bytes_init(&self) -> usize {
+        self.len()
+    }
+    fn bytes_total(&self) -> usize {
+        self.len()
+    }
+}
+
+/// Turns a buffer-select completion into a pooled buffer. `Ok(None)` is end of stream.
+pub(crate) fn from_cqe(
+    core: &Rc<Core>,
+    group: &BufGroup,
+    cqe: Cqe,
+) -> io::Result<Option<PooledBuf>> {
+    let n = match cqe.result() {
+        Ok(n) => n as usize,
+        Err(err) => {
+            if let Some(bid) = cqe.bid() {
+                // SAFETY: the bid comes from this op's CQE, selected from `group`.
+                unsafe { group.recycle(bid) };
+            }
+            return Err(err);
+        }
+    };
+    let Some(bid) = cqe.bid() else {
+        return Ok(None);
+    };
+    // SAFETY: the bid comes from this op's own CQE, selected from `group`, and the kernel
+    // wrote `n` bytes into it.
+    let lease = unsafe { group.lease(bid, n)? };
+    if n == 0 {
+        return Ok(None);
+    }
+    Ok(Some(PooledBuf {
+        lease: Some(lease),
+        core: core.clone(),
+    }))
+}
+
+/// Records an ENOBUFS and waits until the group has a free buffer again.
+pub(crate) async fn wait_for_buffer(core: &Rc<Core>, group: &BufGroup) {
+    group.record_enobufs();
+    Metrics::bump(&core.backend.borrow().metrics().enobufs);
+    poll_fn(|cx| {
+        if group.available() > 0 {
+            return Poll::Ready(());
+        }
+        core.buf_waiters.borrow_mut().push(cx.waker().clone());
+        Poll::Pending
+    })
+    .await
+}

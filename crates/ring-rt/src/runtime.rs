@@ -1,0 +1,288 @@
+//! `Runtime`, its `Builder`, and the per-worker `Core` that futures reach through a
+//! thread-local.
+
+use std::cell::RefCell;
+use std::fmt;
+use std::future::Future;
+use std::io;
+use std::pin::pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Instant;
+
+use ring_core::driver::Wait;
+use ring_core::metrics::Metrics;
+use ring_core::probe::Features;
+
+use crate::backend::{Backend, BackendKind};
+use crate::executor::task::{Header, JoinHandle};
+use crate::executor::Executor;
+use crate::select::{BackendChoice, Choice};
+use crate::time::Timers;
+use crate::worker::Workers;
+
+pub use crate::builder::Builder;
+
+/// Tasks polled per loop turn before the loop checks the kernel again, so a busy task set
+/// cannot starve I/O completions.
+const TASKS_PER_TURN: usize = 256;
+
+/// One worker's state: its tasks, its backend, its timers. Lives on the worker's thread.
+pub(crate) struct Core {
+    pub(crate) executor: Executor,
+    pub(crate) backend: RefCell<Backend>,
+    pub(crate) timers: RefCell<Timers>,
+    /// Tasks waiting for a pooled receive buffer to come back (after ENOBUFS).
+    pub(crate) buf_waiters: RefCell<Vec<Waker>>,
+    pub(crate) choice: Choice,
+    pub(crate) worker_index: usize,
+    pub(crate) workers: Option<Arc<Workers>>,
+}
+
+thread_local! {
+    static CURRENT: RefCell<Option<Rc<Core>>> = const { RefCell::new(None) };
+}
+
+impl Core {
+    /// The core of the runtime running on this thread.
+    pub(crate) fn current() -> Option<Rc<Core>> {
+        CURRENT.with(|c| c.borrow().clone())
+    }
+
+    /// Like [`current`](Self::current), as an `io::Error` for I/O entry points.
+    pub(crate) fn current_io() -> io::Result<Rc<Core>> {
+        Core::current().ok_or_else(|| {
+            io::Error::other("no ring-rt runtime on this thread: call this inside Runtime::block_on or a spawned task")
+        })
+    }
+
+    /// Runs `future` to completion, driving tasks, timers and I/O.
+    pub(crate) fn block_on<F: Future>(self: &Rc<Core>, future: F) -> F::Output {
+        let _entered = self
+            .executor
+            .enter()
+            .expect("Runtime::block_on called from inside a running ring-rt runtime");
+        let _current = CurrentGuard::set(self.clone());
+        let main_waker = Waker::from(Arc::new(Header::main(self.executor.shared.clone())));
+        let mut cx = Context::from_waker(&main_waker);
+        let mut future = pin!(future);
+        loop {
+            if self.executor.take_main_woken() {
+                if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+                    return out;
+                }
+            }
+            self.executor.run_ready(TASKS_PER_TURN);
+            self.turn();
+        }
+    }
+
+    /// One loop turn: wait for I/O (not at all if work is ready), then fire due timers.
+    fn turn(&self) {
+        let wait = if self.executor.has_ready() {
+            Wait::No
+        } else {
+            match self.timers.borrow().next_deadline() {
+                Some(deadline) => Wait::For(deadline.saturating_duration_since(Instant::now())),
+                None => Wait::Forever,
+            }
+        };
+        if let Err(err) = self.backend.borrow_mut().turn(wait) {
+            // The backend failing to enter the kernel is not something a task can handle;
+            // report it and keep the loop alive so ops still in flight can complete.
+            eprintln!(
+                "ring-rt: {} backend turn failed: {err}",
+                self.backend.borrow().kind()
+            );
+        }
+        let due = self.timers.borrow_mut().take_expired(Instant::now());
+        for waker in due {
+            waker.wake();
+        }
+    }
+
+    pub(crate) fn spawn<F: Future + 'static>(&self, future: F) -> JoinHandle<F::Output> {
+        self.executor.spawn(future)
+    }
+
+    /// Drops every task, then the backend waits for the kernel to finish with their ops.
+    pub(crate) fn shutdown(self: &Rc<Core>) {
+        let _current = CurrentGuard::set(self.clone());
+        self.executor.shutdown();
+    }
+}
+
+/// Installs a core as this thread's current one, restoring the previous on drop.
+struct CurrentGuard(Option<Rc<Core>>);
+
+impl CurrentGuard {
+    fn set(core: Rc<Core>) -> CurrentGuard {
+        CurrentGuard(CURRENT.with(|c| c.borrow_mut().replace(core)))
+    }
+}
+
+impl Drop for CurrentGuard {
+    fn drop(&mut self) {
+        let previous = self.0.take();
+        CURRENT.with(|c| *c.borrow_mut() = previous);
+    }
+}
+
+/// An async runtime: one worker on the calling thread (plus `threads - 1` more, each with
+/// its own ring, when built with [`Builder::threads`]).
+///
+/// ```
+/// let rt = ring_rt::Runtime::new().unwrap();
+/// let answer = rt.block_on(async {
+///     let task = ring_rt::spawn(async { 6 * 7 });
+///     task.await.unwrap()
+/// });
+/// assert_eq!(answer, 42);
+/// ```
+pub struct Runtime {
+    pub(crate) core: Rc<Core>,
+    pub(crate) workers: Option<Arc<Workers>>,
+}
+
+impl Runtime {
+    /// A runtime with the default configuration (see [`Builder`]).
+    pub fn new() -> io::Result<Runtime> {
+        Builder::new().build()
+    }
+
+    /// A builder for configuring a runtime.
+    pub fn builder() -> Builder {
+        Builder::new()
+    }
+
+    /// Runs `future` to completion on this thread, driving every task and all I/O.
+    ///
+    /// # Panics
+    /// If called from inside a ring-rt runtime on the same thread (it would block the loop
+    /// that drives the outer runtime).
+    pub fn block_on<F: Future>(&self, future: F) -> F::Output {
+        self.core.block_on(future)
+    }
+
+    /// Spawns a task on this runtime's calling-thread worker; it runs when `block_on` runs.
+    pub fn spawn<F: Future + 'static>(&self, future: F) -> JoinHandle<F::Output> {
+        self.core.spawn(future)
+    }
+
+    /// Spawns `make(worker_index)` on every worker: the calling thread's (index 0, runs
+    /// during `block_on`) and each extra worker's. The future is created on its worker, so
+    /// it may be `!Send`; only the factory crosses threads.
+    pub fn spawn_on_all<F, Fut>(&self, make: F)
+    where
+        F: Fn(usize) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + 'static,
+    {
+        let make = Arc::new(make);
+        if let Some(workers) = &self.workers {
+            for index in 1..=workers.len() {
+                let make = make.clone();
+                let job = Box::new(move || {
+                    drop(spawn(make(index)));
+                });
+                if let Err(err) = workers.run_on(index, job) {
+                    eprintln!("ring-rt: spawn_on_all: {err}");
+                }
+            }
+        }
+        drop(self.core.spawn(make(0)));
+    }
+
+    /// Which backend runs, and why it was chosen.
+    pub fn backend(&self) -> &BackendChoice {
+        &self.core.choice.report
+    }
+
+    /// The io_uring features this runtime may use (after any mask); `None` on epoll.
+    pub fn features(&self) -> Option<Features> {
+        self.core.backend.borrow().features().cloned()
+    }
+
+    /// Counters of the calling-thread worker's backend.
+    pub fn metrics(&self) -> RuntimeMetrics {
+        let core = &self.core;
+        RuntimeMetrics {
+            backend: core.backend.borrow().kind(),
+            io: core.backend.borrow().metrics().snapshot(),
+            tasks_spawned: core
+                .executor
+                .shared
+                .tasks_spawned
+                .load(std::sync::atomic::Ordering::Relaxed),
+            tasks_alive: core.executor.alive() as u64,
+            timers: core.timers.borrow().len() as u64,
+        }
+    }
+
+    /// Number of workers (the calling thread counts as worker 0).
+    pub fn threads(&self) -> usize {
+        self.workers.as_ref().map_or(1, |w| w.len() + 1)
+    }
+
+    /// The live counters, shareable with another thread.
+    pub fn metrics_handle(&self) -> Arc<Metrics> {
+        self.core.backend.borrow().metrics().clone()
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        if let Some(workers) = self.workers.take() {
+            workers.shutdown();
+        }
+        self.core.shutdown();
+    }
+}
+
+impl fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Runtime")
+            .field("backend", &self.core.choice.kind)
+            .field("threads", &self.threads())
+            .finish()
+    }
+}
+
+/// A snapshot of a runtime's counters.
+#[derive(Clone, Copy, Debug)]
+pub struct RuntimeMetrics {
+    /// The backend these counters come from.
+    pub backend: BackendKind,
+    /// Ring (or epoll) counters: enters, SQEs, CQEs, overflows, ENOBUFS, cancels, orphans.
+    pub io: ring_core::metrics::Snapshot,
+    /// Tasks spawned since the runtime started.
+    pub tasks_spawned: u64,
+    /// Tasks not yet finished.
+    pub tasks_alive: u64,
+    /// Pending timers.
+    pub timers: u64,
+}
+
+/// Spawns a task on the current thread's runtime.
+///
+/// # Panics
+/// Outside a ring-rt runtime.
+pub fn spawn<F: Future + 'static>(future: F) -> JoinHandle<F::Output> {
+    Core::current()
+        .expect("ring_rt::spawn called outside a ring-rt runtime")
+        .spawn(future)
+}
+
+/// Yields to other tasks once.
+pub async fn yield_now() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if yielded {
+            return Poll::Ready(());
+        }
+        yielded = true;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    })
+    .await
+}

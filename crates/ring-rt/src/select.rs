@@ -1,0 +1,160 @@
+//! Choosing the backend at run time, and saying why.
+//!
+//! io_uring unless ring setup fails (ENOSYS, EPERM, ENOMEM, ...) or the kernel (or the
+//! feature profile) lacks an opcode the runtime needs; then epoll. `RING_RT_BACKEND` or
+//! `Builder::backend` forces one; forcing io_uring where it is unavailable is an error.
+
+use std::fmt;
+use std::io;
+
+use io_uring::opcode;
+use ring_core::probe::{opcode_name, opcode_since, FeatureMask, Features};
+use ring_core::setup::SetupError;
+
+use crate::backend::BackendKind;
+
+/// Opcodes every io_uring op of ring-rt relies on: the 5.6 set (sockets, files, cancel).
+const REQUIRED_OPCODES: &[u8] = &[
+    opcode::PollAdd::CODE,
+    opcode::Timeout::CODE,
+    opcode::Accept::CODE,
+    opcode::AsyncCancel::CODE,
+    opcode::LinkTimeout::CODE,
+    opcode::Connect::CODE,
+    opcode::Read::CODE,
+    opcode::Write::CODE,
+    opcode::Send::CODE,
+    opcode::Recv::CODE,
+    opcode::OpenAt::CODE,
+    opcode::Close::CODE,
+    opcode::Statx::CODE,
+    opcode::Fsync::CODE,
+];
+
+/// Which backend a runtime runs and why: readable from [`crate::Runtime::backend`].
+#[derive(Clone, Debug)]
+pub struct BackendChoice {
+    /// The backend in use.
+    pub kind: BackendKind,
+    /// Why: "requested", "io_uring available", or the reason io_uring was not used.
+    pub reason: String,
+    /// The ring setup error, when io_uring could not be set up.
+    pub setup_error: Option<SetupError>,
+}
+
+impl BackendChoice {
+    /// True when this is the epoll fallback because io_uring was unusable.
+    pub fn is_fallback(&self) -> bool {
+        self.kind == BackendKind::Epoll && self.setup_error.is_some()
+            || self.reason.starts_with("io_uring lacks")
+    }
+}
+
+impl fmt::Display for BackendChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.kind, self.reason)
+    }
+}
+
+/// The decision plus what the chosen backend is built from.
+pub(crate) struct Choice {
+    pub(crate) kind: BackendKind,
+    pub(crate) report: BackendChoice,
+    /// Masked features when io_uring was chosen.
+    pub(crate) features: Option<Features>,
+}
+
+/// Reads `RING_RT_BACKEND` (absent or empty: no preference).
+pub(crate) fn backend_from_env() -> io::Result<Option<BackendKind>> {
+    match std::env::var("RING_RT_BACKEND") {
+        Ok(v) if !v.trim().is_empty() => BackendKind::parse(&v).map(Some).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("RING_RT_BACKEND={v:?}: expected \"uring\" or \"epoll\""),
+            )
+        }),
+        _ => Ok(None),
+    }
+}
+
+/// Decides the backend for a runtime.
+pub(crate) fn choose(
+    requested: Option<BackendKind>,
+    mask: Option<&FeatureMask>,
+) -> io::Result<Choice> {
+    if requested == Some(BackendKind::Epoll) {
+        return Ok(epoll("requested".into(), None));
+    }
+    let probed = match Features::probe() {
+        Ok(f) => f,
+        Err(err) if requested == Some(BackendKind::Uring) => {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("io_uring was requested but is unavailable: {err}"),
+            ))
+        }
+        Err(err) => {
+            return Ok(epoll(
+                format!("io_uring unavailable: {err}"),
+                Some(err.clone()),
+            ))
+        }
+    };
+    let features = match mask {
+        Some(mask) => probed.masked(mask),
+        None => probed.clone(),
+    };
+    if let Some(missing) = missing_opcodes(&features) {
+        let reason = format!("io_uring lacks opcodes ring-rt needs: {missing}");
+        if requested == Some(BackendKind::Uring) {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("io_uring was requested but {reason}"),
+            ));
+        }
+        return Ok(epoll(reason, None));
+    }
+    let reason = if requested.is_some() {
+        "requested"
+    } else {
+        "io_uring available"
+    };
+    Ok(Choice {
+        kind: BackendKind::Uring,
+        report: BackendChoice {
+            kind: BackendKind::Uring,
+            reason: reason.into(),
+            setup_error: None,
+        },
+        features: Some(features),
+    })
+}
+
+/// Records that ring setup itself failed after probing succeeded (e.g. memlock).
+pub(crate) fn setup_failed(err: SetupError) -> Choice {
+    epoll(format!("io_uring ring setup failed: {err}"), Some(err))
+}
+
+fn epoll(reason: String, setup_error: Option<SetupError>) -> Choice {
+    Choice {
+        kind: BackendKind::Epoll,
+        report: BackendChoice {
+            kind: BackendKind::Epoll,
+            reason,
+            setup_error,
+        },
+        features: None,
+    }
+}
+
+fn missing_opcodes(features: &Features) -> Option<String> {
+    let missing: Vec<String> = REQUIRED_OPCODES
+        .iter()
+        .filter(|&&op| !features.has_opcode(op))
+        .map(|&op| {
+            let since = opcode_since(op).map_or("?".into(), |v| v.to_string());
+            format!("{} ({since}+)", opcode_name(op))
+        })
+        .collect();
+    (!missing.is_empty()).then(|| missing.join(", "))
+}

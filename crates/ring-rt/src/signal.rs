@@ -1,0 +1,81 @@
+//! Waiting for Unix signals (SIGINT, SIGTERM, ...) as I/O, through a signalfd.
+//!
+//! Signals must be blocked in every thread for a signalfd to receive them: call [`block`]
+//! first, before building a multi-worker runtime (threads inherit the mask).
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+use crate::op::net::ReadPollable;
+use crate::op::Op;
+use crate::runtime::Core;
+
+fn sigset(signals: &[i32]) -> io::Result<libc::sigset_t> {
+    // SAFETY: sigset_t is plain data; sigemptyset initialises it.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid sigset_t.
+    unsafe { libc::sigemptyset(&mut set) };
+    for &sig in signals {
+        // SAFETY: `set` is valid; an invalid signal number is reported as EINVAL.
+        if unsafe { libc::sigaddset(&mut set, sig) } != 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("invalid signal {sig}"),
+            ));
+        }
+    }
+    Ok(set)
+}
+
+/// Blocks `signals` in the calling thread (and threads it starts later), so they are only
+/// delivered through [`wait`].
+pub fn block(signals: &[i32]) -> io::Result<()> {
+    let set = sigset(signals)?;
+    // SAFETY: valid set pointer; the old mask is not requested.
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
+}
+
+/// Waits for one of `signals` (blocked first, see [`block`]); returns its number.
+pub async fn wait(signals: &[i32]) -> io::Result<i32> {
+    block(signals)?;
+    let set = sigset(signals)?;
+    // SAFETY: valid set pointer; -1 asks for a new fd.
+    let fd = unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh fd nobody else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let core = Core::current_io()?;
+    let size = std::mem::size_of::<libc::signalfd_siginfo>();
+    loop {
+        let buf = vec![0u8; size];
+        let op = ReadPollable {
+            fd: fd.as_raw_fd(),
+            buf,
+        };
+        let (res, buf) = Op::new(core.clone(), op).await;
+        match res {
+            Ok(n) if n == size => {
+                let signo = u32::from_ne_bytes([buf[0], buf[1], buf[2], buf[3]]);
+                return Ok(signo as i32);
+            }
+            Ok(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "short signalfd read",
+                ))
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) => {}
+            Err(e) => return Err(e),
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! Extra workers for `Builder::threads(n)`: each a thread with its own core and ring.
+//!
+//! Work reaches another worker as a job on its inject queue, and the worker's eventfd wakes
+//! its loop (io_uring's MSG_RING would save the eventfd write; the eventfd works on both
+//! backends).
+
+use std::cell::Cell;
+use std::future::Future;
+use std::io;
+use std::sync::{mpsc, Arc, Mutex};
+use std::task::Poll;
+use std::thread;
+
+use crate::builder::WorkerConfig;
+use crate::executor::{Shared, MAIN_KEY};
+
+thread_local! {
+    /// Set on a worker thread when the runtime asks it to stop.
+    static STOP: Cell<bool> = const { Cell::new(false) };
+}
+
+struct Worker {
+    shared: Arc<Shared>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+/// The workers beyond the calling thread.
+pub(crate) struct Workers {
+    workers: Mutex<Vec<Worker>>,
+    shareds: Vec<Arc<Shared>>,
+}
+
+impl Workers {
+    /// Starts `n` workers (indices 1..=n); fails if any cannot build its core.
+    pub(crate) fn start(n: usize, config: Arc<WorkerConfig>) -> io::Result<Arc<Workers>> {
+        let mut workers = Vec::with_capacity(n);
+        let mut failure = None;
+        for index in 1..=n {
+            match start_one(index, config.clone()) {
+                Ok(worker) => workers.push(worker),
+                Err(err) => {
+                    failure = Some(err);
+                    break;
+                }
+            }
+        }
+        let shareds = workers.iter().map(|w| w.shared.clone()).collect();
+        let all = Arc::new(Workers {
+            workers: Mutex::new(workers),
+            shareds,
+        });
+        match failure {
+            None => Ok(all),
+            Some(err) => {
+                all.shutdown();
+                Err(err)
+            }
+        }
+    }
+
+    /// Number of extra workers.
+    pub(crate) fn len(&self) -> usize {
+        self.shareds.len()
+    }
+
+    /// Runs `job` on worker `index` (1-based among the extra workers).
+    pub(crate) fn run_on(&self, index: usize, job: Box<dyn FnOnce() + Send>) -> io::Result<()> {
+        let shared = self.shareds.get(index.wrapping_sub(1)).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, format!("no worker {index}"))
+        })?;
+        shared.push_job(job);
+        Ok(())
+    }
+
+    /// Stops every worker and waits for its thread (each drops its tasks and drains its ring).
+    pub(crate) fn shutdown(&self) {
+        let mut workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());
+        for worker in workers.iter() {
+            let shared = worker.shared.clone();
+            worker.shared.push_job(Box::new(move || {
+                STOP.with(|s| s.set(true));
+                shared.schedule(MAIN_KEY);
+            }));
+        }
+        for worker in workers.iter_mut() {
+            if let Some(thread) = worker.thread.take() {
+                let _ = thread.join();
+            }
+        }
+    }
+}
+
+fn start_one(index: usize, config: Arc<WorkerConfig>) -> io::Result<Worker> {
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let thread = thread::Builder::new()
+        .name(format!("ring-rt-worker-{index}"))
+        .spawn(move || {
+            let core = match config.build_core(index, None) {
+                Ok(core) => core,
+                Err(err) => {
+                    let _ = ready_tx.send(Err(err));
+                    return;
+                }
+            };
+            let _ = ready_tx.send(Ok(core.executor.shared.clone()));
+            core.block_on(stopped());
+            core.shutdown();
+        })?;
+    match ready_rx.recv() {
+        Ok(Ok(shared)) => Ok(Worker {
+            shared,
+            thread: Some(thread),
+        }),
+        Ok(Err(err)) => {
+            let _ = thread.join();
+            Err(err)
+        }
+        Err(_) => Err(io::Error::other(format!(
+            "worker {index} died while starting"
+        ))),
+    }
+}
+
+/// Completes once this worker thread has been asked to stop.
+fn stopped() -> impl Future<Output = ()> {
+    std::future::poll_fn(|_| {
+        if STOP.with(|s| s.get()) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+}
