@@ -4,12 +4,16 @@
 
 use std::process::ExitCode;
 
+mod matrix;
 mod probe;
 
 const USAGE: &str = "usage: cargo xtask <command>
 
 commands:
-  probe    print what io_uring offers on this kernel (and under RING_FEATURES, if set)";
+  probe           print what io_uring offers on this kernel (and under RING_FEATURES, if set)
+  kernel-matrix   run the tests on the host, feature profiles, seccomp and qemu kernels
+                  (`cargo xtask kernel-matrix --help` for options)
+  matrix-backend  print the backend a default ring-rt runtime picks here (one line)";
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
@@ -17,6 +21,8 @@ fn main() -> ExitCode {
     let rest: Vec<String> = args.collect();
     match command.as_deref() {
         Some("probe") => probe::run(&rest),
+        Some("kernel-matrix") => matrix::run(&rest),
+        Some("matrix-backend") => matrix::backend::run(&rest),
         Some("help" | "-h" | "--help") => {
             println!("{USAGE}");
             ExitCode::SUCCESS

@@ -1,4 +1,4 @@
-//! The one place a negative `res` becomes an `io::Error`.
+//! The one place a negative `res` becomes an `io::Error`, and errno names for messages.
 //!
 //! `ENOBUFS` (a provided-buffer group ran dry) is an ordinary OS error here; callers that
 //! select buffers check for it with [`is_enobufs`] and count it, because it means "retry when
@@ -28,6 +28,47 @@ pub fn unsupported(what: &str, since: &str) -> io::Error {
     )
 }
 
+/// The symbolic name of `errno` (`EPERM`), for messages and the probe table.
+pub fn errno_name(errno: i32) -> &'static str {
+    const NAMES: &[(i32, &str)] = &[
+        (libc::EPERM, "EPERM"),
+        (libc::ENOENT, "ENOENT"),
+        (libc::EINTR, "EINTR"),
+        (libc::EIO, "EIO"),
+        (libc::ENXIO, "ENXIO"),
+        (libc::EBADF, "EBADF"),
+        (libc::EAGAIN, "EAGAIN"),
+        (libc::ENOMEM, "ENOMEM"),
+        (libc::EACCES, "EACCES"),
+        (libc::EFAULT, "EFAULT"),
+        (libc::EBUSY, "EBUSY"),
+        (libc::EEXIST, "EEXIST"),
+        (libc::ENODEV, "ENODEV"),
+        (libc::EINVAL, "EINVAL"),
+        (libc::ENFILE, "ENFILE"),
+        (libc::EMFILE, "EMFILE"),
+        (libc::ENOSPC, "ENOSPC"),
+        (libc::EPIPE, "EPIPE"),
+        (libc::ENOSYS, "ENOSYS"),
+        (libc::EOVERFLOW, "EOVERFLOW"),
+        (libc::ETIME, "ETIME"),
+        (libc::EOPNOTSUPP, "EOPNOTSUPP"),
+        (libc::EAFNOSUPPORT, "EAFNOSUPPORT"),
+        (libc::EADDRINUSE, "EADDRINUSE"),
+        (libc::EADDRNOTAVAIL, "EADDRNOTAVAIL"),
+        (libc::ENETUNREACH, "ENETUNREACH"),
+        (libc::ECONNRESET, "ECONNRESET"),
+        (libc::ENOBUFS, "ENOBUFS"),
+        (libc::ETIMEDOUT, "ETIMEDOUT"),
+        (libc::ECONNREFUSED, "ECONNREFUSED"),
+        (libc::ECANCELED, "ECANCELED"),
+    ];
+    NAMES
+        .iter()
+        .find(|&&(code, _)| code == errno)
+        .map_or("unknown errno", |&(_, name)| name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -43,5 +84,12 @@ mod tests {
         let err = unsupported("multishot accept", "5.19");
         assert_eq!(err.kind(), io::ErrorKind::Unsupported);
         assert!(err.to_string().contains("5.19"));
+    }
+
+    #[test]
+    fn errno_names_are_symbolic() {
+        assert_eq!(errno_name(libc::EPERM), "EPERM");
+        assert_eq!(errno_name(libc::ENOBUFS), "ENOBUFS");
+        assert_eq!(errno_name(-1), "unknown errno");
     }
 }

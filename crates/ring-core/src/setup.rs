@@ -10,6 +10,7 @@ use std::io;
 
 use io_uring::IoUring;
 
+use crate::errno::errno_name;
 use crate::probe::{Feature, Features};
 
 /// `IORING_MAX_ENTRIES`: the largest SQ the kernel accepts.
@@ -348,47 +349,6 @@ impl From<SetupError> for io::Error {
         let kind = io::Error::from_raw_os_error(err.errno).kind();
         io::Error::new(kind, err)
     }
-}
-
-/// The symbolic name of `errno` (`EPERM`), for messages and the probe table.
-pub fn errno_name(errno: i32) -> &'static str {
-    const NAMES: &[(i32, &str)] = &[
-        (libc::EPERM, "EPERM"),
-        (libc::ENOENT, "ENOENT"),
-        (libc::EINTR, "EINTR"),
-        (libc::EIO, "EIO"),
-        (libc::ENXIO, "ENXIO"),
-        (libc::EBADF, "EBADF"),
-        (libc::EAGAIN, "EAGAIN"),
-        (libc::ENOMEM, "ENOMEM"),
-        (libc::EACCES, "EACCES"),
-        (libc::EFAULT, "EFAULT"),
-        (libc::EBUSY, "EBUSY"),
-        (libc::EEXIST, "EEXIST"),
-        (libc::ENODEV, "ENODEV"),
-        (libc::EINVAL, "EINVAL"),
-        (libc::ENFILE, "ENFILE"),
-        (libc::EMFILE, "EMFILE"),
-        (libc::ENOSPC, "ENOSPC"),
-        (libc::EPIPE, "EPIPE"),
-        (libc::ENOSYS, "ENOSYS"),
-        (libc::EOVERFLOW, "EOVERFLOW"),
-        (libc::ETIME, "ETIME"),
-        (libc::EOPNOTSUPP, "EOPNOTSUPP"),
-        (libc::EAFNOSUPPORT, "EAFNOSUPPORT"),
-        (libc::EADDRINUSE, "EADDRINUSE"),
-        (libc::EADDRNOTAVAIL, "EADDRNOTAVAIL"),
-        (libc::ENETUNREACH, "ENETUNREACH"),
-        (libc::ECONNRESET, "ECONNRESET"),
-        (libc::ENOBUFS, "ENOBUFS"),
-        (libc::ETIMEDOUT, "ETIMEDOUT"),
-        (libc::ECONNREFUSED, "ECONNREFUSED"),
-        (libc::ECANCELED, "ECANCELED"),
-    ];
-    NAMES
-        .iter()
-        .find(|&&(code, _)| code == errno)
-        .map_or("unknown errno", |&(_, name)| name)
 }
 
 #[cfg(test)]

@@ -1,5 +1,9 @@
 //! Provided buffers against the live kernel, driven through the raw `io-uring` crate: buffer
 //! rings (Linux 5.19+) and legacy `PROVIDE_BUFFERS` (5.7+) feeding buffer-select recvs.
+//! Run with `RING_FEATURES=5.11` (etc.) to see which tests an older kernel would skip.
+
+#[macro_use]
+mod support;
 
 use std::collections::HashSet;
 use std::io::{self, Write};
@@ -7,33 +11,53 @@ use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use libtest_mimic::{Arguments, Completion};
 use ring_core::buf_pool::{BufGroup, BufLease, BufMode};
+use ring_core::probe::Feature;
+use support::{features, lacks, lacks_opcode, trial, Outcome};
 
 const BUF_LEN: u32 = 64;
 const PROVIDE_TAG: u64 = 0xb0f;
 
-/// A ring, or `None` after printing why the kernel cannot give one.
-fn ring_or_skip(test: &str) -> Option<IoUring> {
-    match IoUring::new(16) {
-        Ok(ring) => Some(ring),
-        Err(err) => {
-            eprintln!("SKIPPED: {test}: io_uring_setup failed: {err}");
-            None
-        }
-    }
+fn main() {
+    let args = Arguments::from_args();
+    let tests = vec![
+        trial(
+            "ring_group_hands_out_distinct_bids_then_enobufs_then_the_returned_bid",
+            ring_group_hands_out_distinct_bids_then_enobufs_then_the_returned_bid,
+        ),
+        trial(
+            "ring_group_never_duplicates_bids_across_1000_recvs",
+            ring_group_never_duplicates_bids_across_1000_recvs,
+        ),
+        trial(
+            "ring_group_unregister_leaves_recvs_without_buffers",
+            ring_group_unregister_leaves_recvs_without_buffers,
+        ),
+        trial(
+            "legacy_group_provides_recvs_and_reprovides_after_lease_drop",
+            legacy_group_provides_recvs_and_reprovides_after_lease_drop,
+        ),
+    ];
+    libtest_mimic::run(&args, tests).exit();
 }
 
-/// A Ring-mode group on `ring`, or `None` after printing why the kernel lacks buffer rings.
-fn ring_group_or_skip(ring: &IoUring, test: &str, bgid: u16, count: u16) -> Option<BufGroup> {
-    // SAFETY: every test drops `ring` (after reaping all its ops) before the group.
-    match unsafe { BufGroup::new_ring(&ring.submitter(), bgid, count, BUF_LEN) } {
-        Ok(group) => Some(group),
-        Err(err) if err.kind() == io::ErrorKind::Unsupported => {
-            eprintln!("SKIPPED: {test}: {err}");
-            None
-        }
-        Err(err) => panic!("registering buffer ring {bgid}: {err}"),
+/// A ring for a test whose (masked) features have buffer rings and RECV, or why not.
+fn ring_for_buf_ring() -> Result<IoUring, Completion> {
+    let features = features()?;
+    if let Some(skip) = lacks(&features, Feature::PbufRing) {
+        return Err(skip);
     }
+    if let Some(skip) = lacks_opcode(&features, opcode::Recv::CODE) {
+        return Err(skip);
+    }
+    Ok(IoUring::new(16).expect("io_uring_setup on a kernel whose probe succeeded"))
+}
+
+/// A Ring-mode group on `ring`; the probe said buffer rings exist, so any error fails.
+fn ring_group(ring: &IoUring, bgid: u16, count: u16) -> io::Result<BufGroup> {
+    // SAFETY: every test drops `ring` (after reaping all its ops) before the group.
+    unsafe { BufGroup::new_ring(&ring.submitter(), bgid, count, BUF_LEN) }
 }
 
 /// Submits one buffer-select recv on `fd` from group `bgid` and waits for its CQE.
@@ -95,15 +119,9 @@ fn pair() -> (UnixStream, UnixStream) {
     UnixStream::pair().unwrap()
 }
 
-#[test]
-fn ring_group_hands_out_distinct_bids_then_enobufs_then_the_returned_bid() {
-    let test = "ring_group_hands_out_distinct_bids_then_enobufs_then_the_returned_bid";
-    let Some(mut ring) = ring_or_skip(test) else {
-        return;
-    };
-    let Some(group) = ring_group_or_skip(&ring, test, 7, 4) else {
-        return;
-    };
+fn ring_group_hands_out_distinct_bids_then_enobufs_then_the_returned_bid() -> Outcome {
+    let mut ring = or_skip!(ring_for_buf_ring());
+    let group = ring_group(&ring, 7, 4)?;
     assert_eq!(group.mode(), BufMode::Ring);
     let mut pair = pair();
     let mut leases: Vec<BufLease> = (0..4)
@@ -127,6 +145,7 @@ fn ring_group_hands_out_distinct_bids_then_enobufs_then_the_returned_bid() {
     assert_eq!(&*lease, b"late");
     assert_eq!(group.bad_returns(), 0);
     drop(ring);
+    Ok(Completion::Completed)
 }
 
 /// A small xorshift, so the return order is random but reproducible without a crate.
@@ -141,15 +160,9 @@ impl XorShift {
     }
 }
 
-#[test]
-fn ring_group_never_duplicates_bids_across_1000_recvs() {
-    let test = "ring_group_never_duplicates_bids_across_1000_recvs";
-    let Some(mut ring) = ring_or_skip(test) else {
-        return;
-    };
-    let Some(group) = ring_group_or_skip(&ring, test, 8, 8) else {
-        return;
-    };
+fn ring_group_never_duplicates_bids_across_1000_recvs() -> Outcome {
+    let mut ring = or_skip!(ring_for_buf_ring());
+    let group = ring_group(&ring, 8, 8)?;
     let mut pair = pair();
     let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
     let mut held: Vec<BufLease> = Vec::new();
@@ -178,17 +191,12 @@ fn ring_group_never_duplicates_bids_across_1000_recvs() {
     }
     assert_eq!((group.enobufs(), group.bad_returns()), (0, 0));
     drop(ring);
+    Ok(Completion::Completed)
 }
 
-#[test]
-fn ring_group_unregister_leaves_recvs_without_buffers() {
-    let test = "ring_group_unregister_leaves_recvs_without_buffers";
-    let Some(mut ring) = ring_or_skip(test) else {
-        return;
-    };
-    let Some(group) = ring_group_or_skip(&ring, test, 9, 2) else {
-        return;
-    };
+fn ring_group_unregister_leaves_recvs_without_buffers() -> Outcome {
+    let mut ring = or_skip!(ring_for_buf_ring());
+    let group = ring_group(&ring, 9, 2)?;
     let mut pair = pair();
     drop(send_and_lease(&mut ring, &mut pair, &group, b"before"));
     group.unregister(&ring.submitter()).unwrap();
@@ -197,6 +205,7 @@ fn ring_group_unregister_leaves_recvs_without_buffers() {
         group.unregister(&ring.submitter()).is_err(),
         "bgid 9 is gone"
     );
+    Ok(Completion::Completed)
 }
 
 /// Submits the group's pending PROVIDE_BUFFERS SQEs and checks each succeeded.
@@ -214,13 +223,12 @@ fn provide(ring: &mut IoUring, group: &BufGroup) -> usize {
     sqes.len()
 }
 
-#[test]
-fn legacy_group_provides_recvs_and_reprovides_after_lease_drop() {
-    let test = "legacy_group_provides_recvs_and_reprovides_after_lease_drop";
-    let Some(mut ring) = ring_or_skip(test) else {
-        return;
-    };
-    let group = BufGroup::new_legacy(11, 4, BUF_LEN).unwrap();
+fn legacy_group_provides_recvs_and_reprovides_after_lease_drop() -> Outcome {
+    let features = or_skip!(features());
+    skip_if!(lacks_opcode(&features, opcode::ProvideBuffers::CODE));
+    skip_if!(lacks_opcode(&features, opcode::Recv::CODE));
+    let mut ring = IoUring::new(16)?;
+    let group = BufGroup::new_legacy(11, 4, BUF_LEN)?;
     assert_eq!(provide(&mut ring, &group), 1, "four fresh bids are one run");
     let mut pair = pair();
     let mut leases: Vec<BufLease> = (0..4)
@@ -243,4 +251,5 @@ fn legacy_group_provides_recvs_and_reprovides_after_lease_drop() {
     assert_eq!(&*lease, b"waiting");
     assert_eq!((group.enobufs(), group.bad_returns()), (2, 0));
     drop(ring);
+    Ok(Completion::Completed)
 }

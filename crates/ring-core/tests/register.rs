@@ -1,28 +1,86 @@
 //! Registered files and buffers against the live kernel, driven through the raw `io-uring`
 //! crate (fixed files 5.1, sparse tables 5.19, direct accept 5.15, fixed buffers 5.1).
+//! Run with `RING_FEATURES=5.1` (etc.) to see which tests an older kernel would skip.
+
+#[macro_use]
+mod support;
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read as _, Write as _};
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::FileExt as _;
-use std::process::Command;
 use std::ptr;
 use std::time::Duration;
 
 use io_uring::{opcode, squeue, types, IoUring};
+use libtest_mimic::{Arguments, Completion};
 use ring_core::register::FixedFiles;
 use ring_core::register_buf::RegisteredBufs;
+use support::{child_command, child_outcome, features, lacks_kernel, lacks_opcode, trial, Outcome};
 
-/// A small ring, or `None` (after printing SKIPPED) where io_uring is unavailable.
-fn ring_or_skip() -> Option<IoUring> {
-    match IoUring::new(8) {
-        Ok(ring) => Some(ring),
-        Err(e) => {
-            eprintln!("SKIPPED: io_uring_setup failed: {e}");
-            None
-        }
+fn main() {
+    let args = Arguments::from_args();
+    let tests = vec![
+        trial(
+            "fixed_file_reads_after_original_fd_is_closed",
+            fixed_file_reads_after_original_fd_is_closed,
+        ),
+        trial(
+            "insert_of_closed_or_negative_fd_is_ebadf",
+            insert_of_closed_or_negative_fd_is_ebadf,
+        ),
+        trial(
+            "remove_of_slot_not_in_use_is_invalid_input",
+            remove_of_slot_not_in_use_is_invalid_input,
+        ),
+        trial(
+            "full_table_insert_errors_until_a_slot_is_removed",
+            full_table_insert_errors_until_a_slot_is_removed,
+        ),
+        trial(
+            "second_file_table_is_ebusy_and_zero_capacity_is_invalid",
+            second_file_table_is_ebusy_and_zero_capacity_is_invalid,
+        ),
+        trial(
+            "accept_direct_into_alloced_slot_then_send_and_recv",
+            accept_direct_into_alloced_slot_then_send_and_recv,
+        ),
+        trial(
+            "write_fixed_then_read_fixed_round_trips",
+            write_fixed_then_read_fixed_round_trips,
+        ),
+        trial(
+            "registered_alloc_until_none_and_drop_returns_chunk",
+            registered_alloc_until_none_and_drop_returns_chunk,
+        ),
+        trial(
+            "unregistered_buffers_fail_fixed_ops_and_allow_a_new_table",
+            unregistered_buffers_fail_fixed_ops_and_allow_a_new_table,
+        ),
+        trial(
+            "memlock_limit_gives_clear_error",
+            memlock_limit_gives_clear_error,
+        ),
+        trial(MEMLOCK_CHILD_TEST, child_memlock).with_ignored_flag(true),
+    ];
+    libtest_mimic::run(&args, tests).exit();
+}
+
+/// A small ring for a test that needs registered buffers (5.1), or why not.
+fn ring() -> Result<IoUring, Completion> {
+    features()?;
+    Ok(IoUring::new(8).expect("io_uring_setup on a kernel whose probe succeeded"))
+}
+
+/// A small ring for a test of [`FixedFiles`], whose empty slots (-1 entries) and
+/// `IORING_REGISTER_FILES_UPDATE` need 5.5, or why not.
+fn ring_for_files() -> Result<IoUring, Completion> {
+    let features = features()?;
+    if let Some(skip) = lacks_kernel(&features, "5.5", "sparse registered files") {
+        return Err(skip);
     }
+    ring()
 }
 
 /// Pushes one SQE, waits for its CQE and returns its `res`.
@@ -67,11 +125,10 @@ fn closed_fd() -> RawFd {
     fd
 }
 
-#[test]
-fn fixed_file_reads_after_original_fd_is_closed() {
-    let Some(mut ring) = ring_or_skip() else {
-        return;
-    };
+fn fixed_file_reads_after_original_fd_is_closed() -> Outcome {
+    let features = or_skip!(features());
+    skip_if!(lacks_opcode(&features, opcode::Read::CODE));
+    let mut ring = or_skip!(ring_for_files());
     let mut files = FixedFiles::register(&ring.submitter(), 64).unwrap();
     assert_eq!((files.capacity(), files.in_use()), (64, 0));
     let (rd, wr) = pipe();
@@ -91,22 +148,22 @@ fn fixed_file_reads_after_original_fd_is_closed() {
     // SAFETY: as above.
     let res = unsafe { run(&mut ring, read) };
     assert_eq!(res, -libc::EBADF, "a removed slot holds no file");
+    Ok(Completion::Completed)
 }
 
-#[test]
-fn insert_of_closed_or_negative_fd_is_ebadf() {
-    let Some(ring) = ring_or_skip() else { return };
+fn insert_of_closed_or_negative_fd_is_ebadf() -> Outcome {
+    let ring = or_skip!(ring_for_files());
     let mut files = FixedFiles::register(&ring.submitter(), 4).unwrap();
     for fd in [closed_fd(), -1, -2] {
         let err = files.insert(&ring.submitter(), fd).unwrap_err();
         assert_eq!(err.raw_os_error(), Some(libc::EBADF), "fd {fd}: {err}");
     }
     assert_eq!(files.in_use(), 0, "a failed insert gives its slot back");
+    Ok(Completion::Completed)
 }
 
-#[test]
-fn remove_of_slot_not_in_use_is_invalid_input() {
-    let Some(ring) = ring_or_skip() else { return };
+fn remove_of_slot_not_in_use_is_invalid_input() -> Outcome {
+    let ring = or_skip!(ring_for_files());
     let mut files = FixedFiles::register(&ring.submitter(), 4).unwrap();
     for slot in [0, 3, 4, u32::MAX] {
         let err = files
@@ -114,11 +171,11 @@ fn remove_of_slot_not_in_use_is_invalid_input() {
             .unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "slot {slot}");
     }
+    Ok(Completion::Completed)
 }
 
-#[test]
-fn full_table_insert_errors_until_a_slot_is_removed() {
-    let Some(ring) = ring_or_skip() else { return };
+fn full_table_insert_errors_until_a_slot_is_removed() -> Outcome {
+    let ring = or_skip!(ring_for_files());
     let mut files = FixedFiles::register(&ring.submitter(), 2).unwrap();
     let (rd, _wr) = pipe();
     let a = files.insert(&ring.submitter(), rd.as_raw_fd()).unwrap();
@@ -131,23 +188,24 @@ fn full_table_insert_errors_until_a_slot_is_removed() {
         files.insert(&ring.submitter(), rd.as_raw_fd()).unwrap().0,
         a.0
     );
+    Ok(Completion::Completed)
 }
 
-#[test]
-fn second_file_table_is_ebusy_and_zero_capacity_is_invalid() {
-    let Some(ring) = ring_or_skip() else { return };
+fn second_file_table_is_ebusy_and_zero_capacity_is_invalid() -> Outcome {
+    let ring = or_skip!(ring_for_files());
     let err = FixedFiles::register(&ring.submitter(), 0).unwrap_err();
     assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
     let _files = FixedFiles::register(&ring.submitter(), 8).unwrap();
     let err = FixedFiles::register(&ring.submitter(), 8).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EBUSY), "{err}");
+    Ok(Completion::Completed)
 }
 
-#[test]
-fn accept_direct_into_alloced_slot_then_send_and_recv() {
-    let Some(mut ring) = ring_or_skip() else {
-        return;
-    };
+fn accept_direct_into_alloced_slot_then_send_and_recv() -> Outcome {
+    let features = or_skip!(features());
+    skip_if!(lacks_kernel(&features, "5.15", "direct accept"));
+    skip_if!(lacks_opcode(&features, opcode::Send::CODE));
+    let mut ring = or_skip!(ring_for_files());
     let mut files = FixedFiles::register(&ring.submitter(), 64).unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
@@ -168,8 +226,9 @@ fn accept_direct_into_alloced_slot_then_send_and_recv() {
     let res = unsafe { run(&mut ring, accept) };
     if res == -libc::EINVAL {
         assert!(files.release_slot(slot));
-        eprintln!("SKIPPED: direct accept needs Linux 5.15");
-        return;
+        return Ok(Completion::ignored_with(
+            "needs direct accept (Linux 5.15+): ACCEPT with file_index gave EINVAL",
+        ));
     }
     assert_eq!(res, 0, "direct accept into a chosen slot returns 0");
     let conn = types::Fixed(slot);
@@ -194,6 +253,7 @@ fn accept_direct_into_alloced_slot_then_send_and_recv() {
         0,
         "removing the slot closed the socket"
     );
+    Ok(Completion::Completed)
 }
 
 /// An anonymous temp file (created, then unlinked while open).
@@ -213,11 +273,8 @@ fn temp_file() -> File {
     file
 }
 
-#[test]
-fn write_fixed_then_read_fixed_round_trips() {
-    let Some(mut ring) = ring_or_skip() else {
-        return;
-    };
+fn write_fixed_then_read_fixed_round_trips() -> Outcome {
+    let mut ring = or_skip!(ring());
     let bufs = RegisteredBufs::register(&ring.submitter(), 4, 5000).unwrap();
     assert!(bufs.chunk_len() >= 5000);
     let file = temp_file();
@@ -244,24 +301,22 @@ fn write_fixed_then_read_fixed_round_trips() {
     // SAFETY: the completed READ_FIXED initialised `res` bytes.
     unsafe { back.set_len(res as usize) };
     assert_eq!(back.as_slice(), &data[..]);
+    Ok(Completion::Completed)
 }
 
-#[test]
-fn registered_alloc_until_none_and_drop_returns_chunk() {
-    let Some(ring) = ring_or_skip() else { return };
+fn registered_alloc_until_none_and_drop_returns_chunk() -> Outcome {
+    let ring = or_skip!(ring());
     let bufs = RegisteredBufs::register(&ring.submitter(), 3, 4096).unwrap();
     let mut held: Vec<_> = (0..3).map(|_| bufs.alloc().unwrap()).collect();
     assert!(bufs.alloc().is_none());
     let returned = held.pop().unwrap().buf_index();
     assert_eq!(bufs.available(), 1);
     assert_eq!(bufs.alloc().unwrap().buf_index(), returned);
+    Ok(Completion::Completed)
 }
 
-#[test]
-fn unregistered_buffers_fail_fixed_ops_and_allow_a_new_table() {
-    let Some(mut ring) = ring_or_skip() else {
-        return;
-    };
+fn unregistered_buffers_fail_fixed_ops_and_allow_a_new_table() -> Outcome {
+    let mut ring = or_skip!(ring());
     let bufs = RegisteredBufs::register(&ring.submitter(), 2, 4096).unwrap();
     let err = RegisteredBufs::register(&ring.submitter(), 2, 4096).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EBUSY), "{err}");
@@ -281,34 +336,32 @@ fn unregistered_buffers_fail_fixed_ops_and_allow_a_new_table() {
     assert!(res < 0, "READ_FIXED after unregister gave {res}");
     let again = RegisteredBufs::register(&ring.submitter(), 2, 4096).unwrap();
     assert_eq!(again.available(), 2);
+    Ok(Completion::Completed)
 }
 
+/// Set only in the child process `memlock_limit_gives_clear_error` starts.
 const MEMLOCK_CHILD: &str = "RING_CORE_MEMLOCK_CHILD";
+/// The child-only trial that lowers RLIMIT_MEMLOCK and drops root in its own process.
+const MEMLOCK_CHILD_TEST: &str = "child_memlock";
 
-/// Re-runs itself in a child that lowers RLIMIT_MEMLOCK (and, as root, drops to `nobody`
-/// so CAP_IPC_LOCK no longer bypasses it), where registering 1 MiB must fail clearly.
-#[test]
-fn memlock_limit_gives_clear_error() {
-    if std::env::var_os(MEMLOCK_CHILD).is_some() {
-        return memlock_child();
-    }
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args(["memlock_limit_gives_clear_error", "--exact", "--nocapture"])
-        .args(["--test-threads=1"])
-        .env(MEMLOCK_CHILD, "1")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    if let Some(line) = stderr.lines().find(|l| l.starts_with("SKIPPED")) {
-        eprintln!("{line}");
-        return;
-    }
-    assert!(out.status.success(), "child failed:\n{stderr}");
-    let ok = stderr.lines().find(|l| l.starts_with("MEMLOCK_OK"));
-    eprintln!("{}", ok.expect("the child ran the check"));
+/// Runs [`child_memlock`] in a child process that lowers RLIMIT_MEMLOCK (and, as root, drops
+/// to `nobody` so CAP_IPC_LOCK no longer bypasses it), where registering 1 MiB must fail
+/// clearly. The child's checks decide this test's outcome.
+fn memlock_limit_gives_clear_error() -> Outcome {
+    or_skip!(features());
+    let mut command = child_command(MEMLOCK_CHILD_TEST);
+    command.env(MEMLOCK_CHILD, "1");
+    child_outcome(MEMLOCK_CHILD_TEST, command)
 }
 
-fn memlock_child() {
+/// The child of [`memlock_limit_gives_clear_error`]; it changes process-wide limits and
+/// credentials, so it refuses to run anywhere else.
+fn child_memlock() -> Outcome {
+    if std::env::var_os(MEMLOCK_CHILD).is_none() {
+        return Ok(Completion::ignored_with(
+            "runs only as a child of memlock_limit_gives_clear_error",
+        ));
+    }
     let lim = libc::rlimit {
         rlim_cur: 64 * 1024,
         rlim_max: 64 * 1024,
@@ -316,16 +369,19 @@ fn memlock_child() {
     // SAFETY: setrlimit reads one valid rlimit; lowering a limit needs no privilege.
     assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) }, 0);
     if !drop_root_to_nobody() {
-        eprintln!("SKIPPED: cannot drop root to test RLIMIT_MEMLOCK");
-        return;
+        return Ok(Completion::ignored_with(
+            "cannot drop root to test RLIMIT_MEMLOCK",
+        ));
     }
-    let Some(ring) = ring_or_skip() else { return };
+    let ring = IoUring::new(8)?;
     match RegisteredBufs::register(&ring.submitter(), 16, 64 * 1024) {
-        Ok(_) => eprintln!("SKIPPED: memlock not enforced (CAP_IPC_LOCK held?)"),
+        Ok(_) => Ok(Completion::ignored_with(
+            "memlock not enforced (CAP_IPC_LOCK held?)",
+        )),
         Err(e) => {
             assert_eq!(e.kind(), io::ErrorKind::OutOfMemory, "{e}");
             assert!(e.to_string().contains("RLIMIT_MEMLOCK"), "{e}");
-            eprintln!("MEMLOCK_OK: {e}");
+            Ok(Completion::Completed)
         }
     }
 }

@@ -8,6 +8,7 @@ use ring_core::driver::DriverConfig;
 use ring_core::probe::FeatureMask;
 use ring_core::setup::RingConfig;
 
+use crate::backend::epoll::EpollBackend;
 use crate::backend::uring::{RecvBuffers, UringBackend};
 use crate::backend::{Backend, BackendKind};
 use crate::executor::{Executor, Shared};
@@ -200,14 +201,11 @@ impl WorkerConfig {
         }
     }
 
-    fn epoll(&self, _shared: &Arc<Shared>, choice: Choice) -> io::Result<(Backend, Choice)> {
-        Err(io::Error::new(
-            io::ErrorKind::Unsupported,
-            format!(
-                "the epoll backend is not built yet; chosen because: {}",
-                choice.report.reason
-            ),
-        ))
+    fn epoll(&self, shared: &Arc<Shared>, choice: Choice) -> io::Result<(Backend, Choice)> {
+        let waker_shared = shared.clone();
+        let on_wake = Box::new(move || waker_shared.unparker.reset());
+        let backend = EpollBackend::new(shared.unparker.fd(), on_wake, self.recv_buffers)?;
+        Ok((Backend::Epoll(backend), choice))
     }
 }
 

@@ -67,8 +67,10 @@ impl Core {
         let main_waker = Waker::from(Arc::new(Header::main(self.executor.shared.clone())));
         let mut cx = Context::from_waker(&main_waker);
         let mut future = pin!(future);
+        // Poll the new future at once, whatever an earlier block_on left in the flag.
+        let mut woken = true;
         loop {
-            if self.executor.take_main_woken() {
+            if std::mem::take(&mut woken) | self.executor.take_main_woken() {
                 if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
                     return out;
                 }
@@ -216,6 +218,7 @@ impl Runtime {
                 .load(std::sync::atomic::Ordering::Relaxed),
             tasks_alive: core.executor.alive() as u64,
             timers: core.timers.borrow().len() as u64,
+            recv_buffers_in_use: core.backend.borrow().recv_buffers_in_use() as u64,
         }
     }
 
@@ -261,6 +264,8 @@ pub struct RuntimeMetrics {
     pub tasks_alive: u64,
     /// Pending timers.
     pub timers: u64,
+    /// Buffers of the worker's receive pool currently out (leased or in flight).
+    pub recv_buffers_in_use: u64,
 }
 
 /// Spawns a task on the current thread's runtime.

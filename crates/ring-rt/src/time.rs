@@ -67,7 +67,9 @@ impl Timers {
 
 /// Completes at a deadline. Created by [`sleep`] and [`sleep_until`].
 pub struct Sleep {
-    core: Rc<Core>,
+    /// The worker whose timers hold this sleep: bound on first poll, so a sleep may be
+    /// created before entering the runtime (e.g. `rt.block_on(sleep(d))`).
+    core: Option<Rc<Core>>,
     deadline: Instant,
     key: Option<TimerKey>,
 }
@@ -79,11 +81,10 @@ pub fn sleep(duration: Duration) -> Sleep {
 
 /// Waits until `deadline`.
 ///
-/// # Panics
-/// Outside a ring-rt runtime (there is no loop to drive the timer).
+/// Polling it outside a ring-rt runtime panics (there is no loop to drive the timer).
 pub fn sleep_until(deadline: Instant) -> Sleep {
     Sleep {
-        core: Core::current().expect("ring_rt::time::sleep outside a ring-rt runtime"),
+        core: None,
         deadline,
         key: None,
     }
@@ -102,8 +103,8 @@ impl Sleep {
     }
 
     fn cancel(&mut self) {
-        if let Some(key) = self.key.take() {
-            self.core.timers.borrow_mut().remove(key);
+        if let (Some(key), Some(core)) = (self.key.take(), &self.core) {
+            core.timers.borrow_mut().remove(key);
         }
     }
 }
@@ -118,7 +119,10 @@ impl Future for Sleep {
         }
         let deadline = self.deadline;
         let this = &mut *self;
-        let mut timers = this.core.timers.borrow_mut();
+        let core = this.core.get_or_insert_with(|| {
+            Core::current().expect("ring_rt::time::Sleep polled outside a ring-rt runtime")
+        });
+        let mut timers = core.timers.borrow_mut();
         match this.key {
             Some(key) => timers.update(key, cx.waker()),
             None => this.key = Some(timers.insert(deadline, cx.waker().clone())),
@@ -184,7 +188,7 @@ pub struct Interval {
 /// An interval whose first tick completes immediately.
 ///
 /// # Panics
-/// If `period` is zero, or outside a ring-rt runtime.
+/// If `period` is zero.
 pub fn interval(period: Duration) -> Interval {
     assert!(period > Duration::ZERO, "interval period must be non-zero");
     Interval {

@@ -3,7 +3,7 @@
 use std::fmt;
 
 use super::{opcode_name, opcode_since, Feature, Features, OPCODE_COUNT};
-use crate::setup::errno_name;
+use crate::errno::errno_name;
 
 /// Displays each feature (yes / no / masked, the kernel that added it, whether ring-rt uses
 /// it) and then each opcode. Made by [`Features::table`].

@@ -4,6 +4,8 @@
 //! through ring-core's op table with the same `Cqe` values, so nothing above this module
 //! knows which one runs.
 
+pub(crate) mod blocking;
+pub(crate) mod epoll;
 pub(crate) mod uring;
 
 use std::fmt;
@@ -57,24 +59,35 @@ impl fmt::Display for BackendKind {
 /// The backend a worker runs.
 pub(crate) enum Backend {
     Uring(uring::UringBackend),
+    Epoll(epoll::EpollBackend),
+}
+
+fn no_sqes() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::Unsupported,
+        "the epoll backend takes no io_uring SQEs",
+    )
 }
 
 impl Backend {
     pub(crate) fn kind(&self) -> BackendKind {
         match self {
             Backend::Uring(_) => BackendKind::Uring,
+            Backend::Epoll(_) => BackendKind::Epoll,
         }
     }
 
     pub(crate) fn features(&self) -> Option<&Features> {
         match self {
             Backend::Uring(b) => Some(b.driver.features()),
+            Backend::Epoll(_) => None,
         }
     }
 
     pub(crate) fn metrics(&self) -> &Arc<Metrics> {
         match self {
             Backend::Uring(b) => b.driver.metrics(),
+            Backend::Epoll(b) => &b.metrics,
         }
     }
 
@@ -82,6 +95,7 @@ impl Backend {
     pub(crate) fn submit(&mut self, sqe: squeue::Entry) -> io::Result<OpId> {
         match self {
             Backend::Uring(b) => b.driver.submit_op(sqe),
+            Backend::Epoll(_) => Err(no_sqes()),
         }
     }
 
@@ -89,25 +103,21 @@ impl Backend {
     pub(crate) fn submit_chain(&mut self, sqes: Vec<squeue::Entry>) -> io::Result<Vec<OpId>> {
         match self {
             Backend::Uring(b) => b.driver.submit_chain(sqes),
-        }
-    }
-
-    /// Pushes an SQE nobody waits for (its `user_data` is a reserved value).
-    pub(crate) fn push_detached(&mut self, sqe: squeue::Entry) {
-        match self {
-            Backend::Uring(b) => b.driver.push(sqe),
+            Backend::Epoll(_) => Err(no_sqes()),
         }
     }
 
     pub(crate) fn poll(&mut self, id: OpId, waker: &Waker) -> Poll<io::Result<Cqe>> {
         match self {
             Backend::Uring(b) => b.driver.poll_op(id, waker),
+            Backend::Epoll(b) => b.poll(id, waker),
         }
     }
 
     pub(crate) fn orphan(&mut self, id: OpId, orphan: Box<dyn Orphan>) {
         match self {
             Backend::Uring(b) => b.driver.orphan(id, orphan),
+            Backend::Epoll(b) => b.orphan(id, orphan),
         }
     }
 
@@ -115,6 +125,7 @@ impl Backend {
     pub(crate) fn turn(&mut self, wait: Wait) -> io::Result<()> {
         match self {
             Backend::Uring(b) => b.turn(wait),
+            Backend::Epoll(b) => b.turn(wait),
         }
     }
 
@@ -122,12 +133,23 @@ impl Backend {
     pub(crate) fn recv_group(&mut self) -> io::Result<BufGroup> {
         match self {
             Backend::Uring(b) => b.recv_group(),
+            Backend::Epoll(b) => b.recv_group(),
         }
+    }
+
+    /// Buffers of the receive pool that are out (0 before the pool is first used).
+    pub(crate) fn recv_buffers_in_use(&self) -> usize {
+        let group = match self {
+            Backend::Uring(b) => b.recv_group_ref(),
+            Backend::Epoll(b) => b.recv_group_ref(),
+        };
+        group.map_or(0, |g| g.in_use())
     }
 
     pub(crate) fn in_flight(&self) -> usize {
         match self {
             Backend::Uring(b) => b.driver.in_flight(),
+            Backend::Epoll(b) => b.ops.len(),
         }
     }
 }
@@ -151,6 +173,37 @@ impl Backend {
                     .user_data(ring_core::user_data::Reserved::Ignore.to_user_data());
                 b.driver.push(sqe);
             }
+            Backend::Epoll(b) => {
+                b.deregister(fd);
+                ring_core::release::close_quietly(fd);
+            }
+        }
+    }
+
+    /// Runs an op's blocking job (epoll backend only).
+    pub(crate) fn submit_blocking(&mut self, job: crate::op::BlockingJob) -> io::Result<OpId> {
+        match self {
+            Backend::Epoll(b) => b.submit_blocking(job),
+            Backend::Uring(_) => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "io_uring runs ops as SQEs",
+            )),
+        }
+    }
+
+    /// Parks `waker` until `fd` is ready (epoll backend only).
+    pub(crate) fn wait_ready(
+        &mut self,
+        fd: std::os::fd::RawFd,
+        events: u32,
+        waker: &Waker,
+    ) -> io::Result<()> {
+        match self {
+            Backend::Epoll(b) => b.wait_ready(fd, events, waker),
+            Backend::Uring(_) => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "io_uring waits in the kernel",
+            )),
         }
     }
 }

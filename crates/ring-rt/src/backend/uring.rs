@@ -62,6 +62,10 @@ impl UringBackend {
         Ok(())
     }
 
+    pub(crate) fn recv_group_ref(&self) -> Option<&BufGroup> {
+        self.recv_group.as_ref()
+    }
+
     pub(crate) fn recv_group(&mut self) -> io::Result<BufGroup> {
         if let Some(group) = &self.recv_group {
             return Ok(group.clone());

@@ -314,3 +314,11 @@ impl std::fmt::Debug for TcpStream {
             .finish()
     }
 }
+
+impl std::fmt::Debug for TcpListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpListener")
+            .field("fd", &self.socket.fd())
+            .finish()
+    }
+}

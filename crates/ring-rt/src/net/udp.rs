@@ -111,3 +111,11 @@ impl AsRawFd for UdpSocket {
         self.socket.fd()
     }
 }
+
+impl std::fmt::Debug for UdpSocket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UdpSocket")
+            .field("fd", &self.socket.fd())
+            .finish()
+    }
+}

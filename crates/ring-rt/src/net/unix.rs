@@ -103,3 +103,19 @@ impl AsRawFd for UnixStream {
         self.socket.fd()
     }
 }
+
+impl std::fmt::Debug for UnixListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UnixListener")
+            .field("fd", &self.socket.fd())
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for UnixStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UnixStream")
+            .field("fd", &self.socket.fd())
+            .finish()
+    }
+}

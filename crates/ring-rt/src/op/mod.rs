@@ -2,6 +2,7 @@
 //! turns its CQE into an output; [`Op`] is the future that submits it on first poll, and on
 //! drop hands the op's memory to the op table as an orphan.
 
+pub(crate) mod fs;
 pub(crate) mod net;
 
 use std::future::Future;
@@ -17,6 +18,7 @@ use ring_core::lifecycle::Orphan;
 use ring_core::release::Keep;
 use ring_core::user_data::OpId;
 
+use crate::backend::BackendKind;
 use crate::runtime::Core;
 
 /// How the epoll backend performs an op without io_uring.
@@ -71,7 +73,10 @@ pub(crate) trait OpDef: Unpin + 'static {
 
 enum State<T> {
     Unsubmitted(T),
+    /// In the op table: an io_uring SQE, or a job on the epoll backend's blocking pool.
     Submitted(OpId, T),
+    /// epoll backend: retrying the syscall whenever `fd` becomes ready.
+    Readiness(T, RawFd, u32),
     Done,
 }
 
@@ -88,11 +93,6 @@ impl<T: OpDef> Op<T> {
             state: State::Unsubmitted(op),
         }
     }
-
-    /// An op on the current thread's runtime.
-    pub(crate) fn current(op: T) -> io::Result<Op<T>> {
-        Ok(Op::new(Core::current_io()?, op))
-    }
 }
 
 /// A CQE standing for an error that happened before the kernel saw the op.
@@ -100,26 +100,37 @@ pub(crate) fn error_cqe(err: &io::Error) -> Cqe {
     Cqe::new(0, -err.raw_os_error().unwrap_or(libc::EIO), 0)
 }
 
-impl<T: OpDef> Future for Op<T> {
-    type Output = T::Output;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T::Output> {
-        let this = &mut *self;
-        if let State::Unsubmitted(_) = this.state {
-            let State::Unsubmitted(mut op) = std::mem::replace(&mut this.state, State::Done) else {
-                unreachable!("checked just above")
-            };
-            let submitted = this.core.backend.borrow_mut().submit(op.sqe());
-            match submitted {
-                Ok(id) => this.state = State::Submitted(id, op),
-                Err(err) => return Poll::Ready(op.complete(error_cqe(&err))),
+impl<T: OpDef> Op<T> {
+    /// Starts the op on this worker's backend; `Err` carries the output of a failed start.
+    fn start(&mut self, mut op: T) -> Result<(), T::Output> {
+        let mut backend = self.core.backend.borrow_mut();
+        let started = match backend.kind() {
+            BackendKind::Uring => backend.submit(op.sqe()),
+            BackendKind::Epoll => match op.emulate() {
+                Emulation::Readiness { fd, events } => {
+                    self.state = State::Readiness(op, fd, events);
+                    return Ok(());
+                }
+                Emulation::Blocking(job) => backend.submit_blocking(job),
+            },
+        };
+        drop(backend);
+        match started {
+            Ok(id) => {
+                self.state = State::Submitted(id, op);
+                Ok(())
             }
+            Err(err) => Err(op.complete(error_cqe(&err))),
         }
-        let State::Submitted(id, op) = &mut this.state else {
-            panic!("ring-rt op polled after it completed");
+    }
+
+    /// Polls the op table for the op's CQEs (both backends).
+    fn poll_submitted(&mut self, cx: &mut Context<'_>) -> Poll<T::Output> {
+        let State::Submitted(id, op) = &mut self.state else {
+            unreachable!("poll_submitted is only called in Submitted")
         };
         loop {
-            let polled = this.core.backend.borrow_mut().poll(*id, cx.waker());
+            let polled = self.core.backend.borrow_mut().poll(*id, cx.waker());
             let cqe = match polled {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Ok(cqe)) => cqe,
@@ -129,10 +140,60 @@ impl<T: OpDef> Future for Op<T> {
                 op.on_more(cqe);
                 continue;
             }
-            let State::Submitted(_, op) = std::mem::replace(&mut this.state, State::Done) else {
+            let State::Submitted(_, op) = std::mem::replace(&mut self.state, State::Done) else {
                 unreachable!("matched Submitted above")
             };
             return Poll::Ready(op.complete(cqe));
+        }
+    }
+
+    /// epoll: tries the syscall; on EAGAIN waits for readiness and tries again when woken.
+    fn poll_readiness(&mut self, cx: &mut Context<'_>) -> Poll<T::Output> {
+        let State::Readiness(op, fd, events) = &mut self.state else {
+            unreachable!("poll_readiness is only called in Readiness")
+        };
+        let cqe = loop {
+            let cqe = op.try_syscall();
+            if cqe.res == -libc::EINTR {
+                continue;
+            }
+            if cqe.res != -libc::EAGAIN {
+                break cqe;
+            }
+            match self
+                .core
+                .backend
+                .borrow_mut()
+                .wait_ready(*fd, *events, cx.waker())
+            {
+                Ok(()) => return Poll::Pending,
+                Err(err) => break error_cqe(&err),
+            }
+        };
+        let State::Readiness(op, ..) = std::mem::replace(&mut self.state, State::Done) else {
+            unreachable!("matched Readiness above")
+        };
+        Poll::Ready(op.complete(cqe))
+    }
+}
+
+impl<T: OpDef> Future for Op<T> {
+    type Output = T::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T::Output> {
+        let this = &mut *self;
+        if let State::Unsubmitted(_) = this.state {
+            let State::Unsubmitted(op) = std::mem::replace(&mut this.state, State::Done) else {
+                unreachable!("checked just above")
+            };
+            if let Err(output) = this.start(op) {
+                return Poll::Ready(output);
+            }
+        }
+        match this.state {
+            State::Submitted(..) => this.poll_submitted(cx),
+            State::Readiness(..) => this.poll_readiness(cx),
+            State::Unsubmitted(_) | State::Done => panic!("ring-rt op polled after it completed"),
         }
     }
 }

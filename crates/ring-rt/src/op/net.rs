@@ -486,6 +486,17 @@ fn connect_step(fd: RawFd, addr: &SockAddr, started: &mut bool) -> Cqe {
         }
         return Cqe::new(0, res, 0);
     }
+    // A wake is not proof the connect finished (a timer may share the task): only a
+    // writable (or failed) socket has an outcome to read.
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, zero timeout.
+    if unsafe { libc::poll(&mut pfd, 1, 0) } == 0 {
+        return Cqe::new(0, -libc::EAGAIN, 0);
+    }
     let mut err: libc::c_int = 0;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: SO_ERROR writes one c_int into `err`, whose size is passed in `len`.

@@ -1,0 +1,274 @@
+//! `File`: an open file on one worker, read and written at explicit offsets with owned
+//! buffers; dropping it queues a close without waiting.
+
+use std::fmt;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::path::Path;
+use std::rc::Rc;
+
+use io_uring::opcode;
+
+use super::metadata::{Metadata, STATX_MASK};
+use super::OpenOptions;
+use crate::buf::{IoBuf, IoBufMut};
+use crate::op::fs::{
+    run, Close, Fallocate, Fsync, Ftruncate, ReadAt, ReadvAt, Statx, WriteAt, WritevAt,
+};
+use crate::runtime::Core;
+
+/// An open file. Every op names its offset (`pread`/`pwrite` style); there is no cursor.
+///
+/// The file belongs to the worker that opened it (it is `!Send`). Dropping it closes the
+/// fd without blocking: on io_uring a `CLOSE` is queued behind the ops already queued.
+///
+/// ```no_run
+/// # ring_rt::Runtime::new().unwrap().block_on(async {
+/// let file = ring_rt::fs::File::create("out.bin").await?;
+/// let (res, _buf) = file.write_all_at(b"hello".to_vec(), 0).await;
+/// res?;
+/// file.sync_all().await?;
+/// # std::io::Result::Ok(()) }).unwrap();
+/// ```
+pub struct File {
+    /// The fd, or -1 once handed away by `into_std`/`close` (then drop closes nothing).
+    fd: RawFd,
+    core: Rc<Core>,
+}
+
+/// The largest offset the kernel accepts: `loff_t` is signed, and io_uring reads
+/// `u64::MAX` as "the current position", which a positional API must never mean.
+const POS_MAX: u64 = i64::MAX as u64;
+
+fn check_pos(pos: u64) -> io::Result<()> {
+    if pos > POS_MAX {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    Ok(())
+}
+
+impl File {
+    pub(crate) fn from_owned(core: Rc<Core>, fd: OwnedFd) -> File {
+        File {
+            fd: fd.into_raw_fd(),
+            core,
+        }
+    }
+
+    /// Opens `path` read-only.
+    pub async fn open(path: impl AsRef<Path>) -> io::Result<File> {
+        OpenOptions::new().read(true).open(path).await
+    }
+
+    /// Opens `path` write-only, creating it or truncating it to 0 bytes.
+    pub async fn create(path: impl AsRef<Path>) -> io::Result<File> {
+        let mut options = OpenOptions::new();
+        options.write(true).create(true).truncate(true);
+        options.open(path).await
+    }
+
+    /// Creates `path` read-write, failing with `AlreadyExists` if it exists.
+    pub async fn create_new(path: impl AsRef<Path>) -> io::Result<File> {
+        let mut options = OpenOptions::new();
+        options.read(true).write(true).create_new(true);
+        options.open(path).await
+    }
+
+    /// A builder for other ways of opening, as [`OpenOptions::new`].
+    pub fn options() -> OpenOptions {
+        OpenOptions::new()
+    }
+
+    /// Adopts a std file on the current runtime's worker.
+    pub fn from_std(file: std::fs::File) -> io::Result<File> {
+        Ok(File::from_owned(Core::current_io()?, file.into()))
+    }
+
+    /// The std file, no longer closed by this value.
+    pub fn into_std(mut self) -> std::fs::File {
+        let fd = std::mem::replace(&mut self.fd, -1);
+        // SAFETY: `fd` was this File's open fd; -1 left behind means drop will not close it,
+        // so the std file is its only owner.
+        unsafe { std::fs::File::from_raw_fd(fd) }
+    }
+
+    /// Reads into `buf`'s capacity at `pos`; `Ok(0)` at end of file. The buffer comes back
+    /// with the bytes read marked initialised, on success and on error. Lengths above
+    /// `u32::MAX` give a short read.
+    pub async fn read_at<B: IoBufMut>(&self, buf: B, pos: u64) -> (io::Result<usize>, B) {
+        if let Err(err) = check_pos(pos) {
+            return (Err(err), buf);
+        }
+        let op = ReadAt {
+            fd: self.fd,
+            buf,
+            pos,
+        };
+        run(self.core.clone(), op, opcode::Read::CODE).await
+    }
+
+    /// Writes `buf`'s data at `pos` (ignored under `append`); may write less.
+    pub async fn write_at<B: IoBuf>(&self, buf: B, pos: u64) -> (io::Result<usize>, B) {
+        if let Err(err) = check_pos(pos) {
+            return (Err(err), buf);
+        }
+        let op = WriteAt {
+            fd: self.fd,
+            buf,
+            pos,
+        };
+        run(self.core.clone(), op, opcode::Write::CODE).await
+    }
+
+    /// Reads at `pos` into `bufs` in order (`preadv`), each up to its capacity. At most
+    /// 1,024 buffers are used per call; more give a short read.
+    pub async fn readv_at<B: IoBufMut>(
+        &self,
+        bufs: Vec<B>,
+        pos: u64,
+    ) -> (io::Result<usize>, Vec<B>) {
+        if let Err(err) = check_pos(pos) {
+            return (Err(err), bufs);
+        }
+        let op = ReadvAt::new(self.fd, bufs, pos);
+        run(self.core.clone(), op, opcode::Readv::CODE).await
+    }
+
+    /// Writes `bufs`' data at `pos` in order (`pwritev`); may write less. At most 1,024
+    /// buffers per call.
+    pub async fn writev_at<B: IoBuf>(&self, bufs: Vec<B>, pos: u64) -> (io::Result<usize>, Vec<B>) {
+        if let Err(err) = check_pos(pos) {
+            return (Err(err), bufs);
+        }
+        let op = WritevAt::new(self.fd, bufs, pos);
+        run(self.core.clone(), op, opcode::Writev::CODE).await
+    }
+
+    /// Fills `buf`'s whole capacity from `pos`, or fails with `UnexpectedEof` if the file
+    /// ends first (the bytes that were read are kept in the buffer).
+    pub async fn read_exact_at<B: IoBufMut>(&self, buf: B, pos: u64) -> (io::Result<()>, B) {
+        let total = buf.bytes_total();
+        let mut buf = buf;
+        let mut done = 0;
+        while done < total {
+            let at = pos.saturating_add(done as u64);
+            let (res, slice) = self.read_at(buf.slice(done..total), at).await;
+            buf = slice.into_inner();
+            match res {
+                Ok(0) => return (Err(eof(done, total)), buf),
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return (Err(e), buf),
+            }
+        }
+        (Ok(()), buf)
+    }
+
+    /// Writes all of `buf`'s data from `pos`, looping over short writes; `WriteZero` if
+    /// the kernel accepts nothing.
+    pub async fn write_all_at<B: IoBuf>(&self, buf: B, pos: u64) -> (io::Result<()>, B) {
+        let total = buf.bytes_init();
+        let mut buf = buf;
+        let mut done = 0;
+        while done < total {
+            let at = pos.saturating_add(done as u64);
+            let (res, slice) = self.write_at(buf.slice(done..total), at).await;
+            buf = slice.into_inner();
+            match res {
+                Ok(0) => return (Err(io::ErrorKind::WriteZero.into()), buf),
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return (Err(e), buf),
+            }
+        }
+        (Ok(()), buf)
+    }
+
+    /// Flushes data and metadata to the device (`fsync`).
+    pub async fn sync_all(&self) -> io::Result<()> {
+        self.fsync(false).await
+    }
+
+    /// Flushes data, and only the metadata needed to read it back (`fdatasync`).
+    pub async fn sync_data(&self) -> io::Result<()> {
+        self.fsync(true).await
+    }
+
+    async fn fsync(&self, datasync: bool) -> io::Result<()> {
+        let op = Fsync {
+            fd: self.fd,
+            datasync,
+        };
+        run(self.core.clone(), op, opcode::Fsync::CODE).await
+    }
+
+    /// Truncates or extends (with zeros) the file to `len` bytes (`ftruncate`). Before
+    /// Linux 6.9 io_uring has no ftruncate: it then runs as a direct syscall on the loop
+    /// thread, which is short (no data is written).
+    pub async fn set_len(&self, len: u64) -> io::Result<()> {
+        check_pos(len)?;
+        let op = Ftruncate { fd: self.fd, len };
+        run(self.core.clone(), op, opcode::Ftruncate::CODE).await
+    }
+
+    /// `fallocate(mode, offset, len)`: reserve (mode 0, or `FALLOC_FL_KEEP_SIZE`), punch
+    /// holes, zero ranges. Unsupported modes fail with the filesystem's `EOPNOTSUPP`.
+    pub async fn fallocate(&self, mode: i32, offset: u64, len: u64) -> io::Result<()> {
+        check_pos(offset)?;
+        check_pos(len)?;
+        let op = Fallocate {
+            fd: self.fd,
+            mode,
+            offset,
+            len,
+        };
+        run(self.core.clone(), op, opcode::Fallocate::CODE).await
+    }
+
+    /// The file's metadata (`statx` on the fd with `AT_EMPTY_PATH`).
+    pub async fn metadata(&self) -> io::Result<Metadata> {
+        let op = Statx::new(self.fd, Default::default(), libc::AT_EMPTY_PATH, STATX_MASK);
+        let stx = run(self.core.clone(), op, opcode::Statx::CODE).await?;
+        Ok(Metadata::from_statx(stx))
+    }
+
+    /// Closes the file and reports the result (dropping it closes too, without waiting).
+    pub async fn close(mut self) -> io::Result<()> {
+        let fd = std::mem::replace(&mut self.fd, -1);
+        run(self.core.clone(), Close { fd }, opcode::Close::CODE).await
+    }
+}
+
+fn eof(done: usize, total: usize) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::UnexpectedEof,
+        format!("end of file after {done} of {total} bytes"),
+    )
+}
+
+impl Drop for File {
+    fn drop(&mut self) {
+        if self.fd >= 0 {
+            crate::backend::close_fd(&self.core, self.fd);
+        }
+    }
+}
+
+impl AsRawFd for File {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd
+    }
+}
+
+impl AsFd for File {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        // SAFETY: the fd stays open for as long as `self`, which the borrow cannot outlive.
+        unsafe { BorrowedFd::borrow_raw(self.fd) }
+    }
+}
+
+impl fmt::Debug for File {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("File").field("fd", &self.fd).finish()
+    }
+}

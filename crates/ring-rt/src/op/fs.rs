@@ -1,0 +1,594 @@
+//! File and path ops: openat, read/write at an offset (plain and vectored), fsync, fallocate,
+//! ftruncate, statx, unlinkat, renameat, mkdirat, close. io_uring 5.6+ (5.11 for unlinkat
+//! and renameat, 5.15 for mkdirat, 6.9 for ftruncate); every op's epoll emulation is a
+//! blocking job running the equivalent syscall.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::rc::Rc;
+
+use io_uring::{opcode, squeue, types};
+use ring_core::cqe::Cqe;
+use ring_core::lifecycle::Orphan;
+use ring_core::release::{Both, CloseFd, Keep};
+
+use super::{Emulation, Op, OpDef};
+use crate::buf::{IoBuf, IoBufMut};
+use crate::runtime::Core;
+use crate::sys;
+
+/// Most iovecs one readv/writev takes (`UIO_MAXIOV`); more are left for a short transfer.
+const IOV_MAX: usize = libc::UIO_MAXIOV as usize;
+
+/// Runs `op` on `core`'s backend, unless that backend is io_uring and lacks opcode `code`
+/// (a kernel or feature profile older than the op): then the op's emulation job runs right
+/// here on the loop thread. Only metadata-sized ops (unlink, rename, mkdir, ftruncate) can
+/// take that path, because the runtime refuses io_uring without the 5.6 read/write/open set;
+/// running them inline beats failing with "unsupported" for something the kernel can do.
+pub(crate) async fn run<T: OpDef>(core: Rc<Core>, op: T, code: u8) -> T::Output {
+    let lacks = core
+        .backend
+        .borrow()
+        .features()
+        .is_some_and(|f| !f.has_opcode(code));
+    if lacks {
+        return run_inline(op);
+    }
+    Op::new(core, op).await
+}
+
+fn run_inline<T: OpDef>(mut op: T) -> T::Output {
+    let res = match op.emulate() {
+        Emulation::Blocking(job) => job(),
+        Emulation::Readiness { .. } => op.try_syscall().res,
+    };
+    op.complete(Cqe::new(0, res, 0))
+}
+
+/// Lengths the kernel takes as u32: a larger buffer is used up to u32::MAX bytes (a short
+/// transfer, which every caller handles). The kernel itself stops at `MAX_RW_COUNT`.
+fn len_u32(len: usize) -> u32 {
+    len.min(u32::MAX as usize) as u32
+}
+
+/// A CQE result as a byte count.
+fn count(cqe: &Cqe) -> io::Result<usize> {
+    cqe.result().map(|n| n as usize)
+}
+
+/// The CQE result of a libc call returning `c_int`.
+fn res_int(ret: libc::c_int) -> i32 {
+    sys::res(ret as isize)
+}
+
+/// Iovecs covering each buffer's writable capacity (reads) or its data (writes).
+fn iovecs(ptrs: impl Iterator<Item = (*mut u8, usize)>) -> Box<[libc::iovec]> {
+    ptrs.take(IOV_MAX)
+        .map(|(base, len)| libc::iovec {
+            iov_base: base.cast(),
+            iov_len: len,
+        })
+        .collect()
+}
+
+/// `openat(AT_FDCWD, path, flags, mode)`: a new fd.
+pub(crate) struct OpenAt {
+    /// The path the SQE points at (a CString's bytes live on the heap, so moving the op
+    /// does not move them).
+    pub(crate) path: CString,
+    pub(crate) flags: i32,
+    pub(crate) mode: u32,
+}
+
+impl OpDef for OpenAt {
+    type Output = io::Result<OwnedFd>;
+
+    fn sqe(&mut self) -> squeue::Entry {
+        opcode::OpenAt::new(types::Fd(libc::AT_FDCWD), self.path.as_ptr())
+            .flags(self.flags)
+            .mode(self.mode)
+            .build()
+    }
+
+    fn complete(self, cqe: Cqe) -> Self::Output {
+        let fd = cqe.result()? as RawFd;
+        // SAFETY: a successful openat's result is a new fd nobody else owns.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+
+    fn emulate(&mut self) -> Emulation {
+        let (path, flags, mode) = (self.path.as_ptr() as usize, self.flags, self.mode);
+        Emulation::Blocking(Box::new(move || {
+            // SAFETY: `path` is the op's NUL-terminated CString, alive until completion.
+            res_int(unsafe { libc::openat(libc::AT_FDCWD, path as *const _, flags, mode) })
+        }))
+    }
+
+    fn into_orphan(self) -> Box<dyn Orphan> {
+        // An open that completes after its future was dropped returns an fd nobody owns.
+        Box::new(Both(Keep(self), CloseFd))
+    }
+}
+
+/// `pread`: read into an owned buffer's capacity at `pos`.
+pub(crate) struct ReadAt<B> {
+    pub(crate) fd: RawFd,
+    pub(crate) buf: B,
+    pub(crate) pos: u64,
+}
+
+impl<B: IoBufMut> OpDef for ReadAt<B> {
+    type Output = (io::Result<usize>, B);
+
+    fn sqe(&mut self) -> squeue::Entry {
+        let len = len_u32(self.buf.bytes_total());
+        opcode::Read::new(types::Fd(self.fd), self.buf.stable_mut_ptr(), len)
+            .offset(self.pos)
+            .build()
+    }
+
+    fn complete(mut self, cqe: Cqe) -> Self::Output {
+        let res = count(&cqe);
+        if let Ok(n) = res {
+            // SAFETY: the kernel wrote `n` bytes at the start of the buffer.
+            unsafe { self.buf.set_init(n) };
+        }
+        (res, self.buf)
+    }
+
+    fn emulate(&mut self) -> Emulation {
+        let (fd, pos) = (self.fd, self.pos as libc::off_t);
+        let len = len_u32(self.buf.bytes_total()) as usize;
+        let ptr = self.buf.stable_mut_ptr() as usize;
+        Emulation::Blocking(Box::new(move || {
+            // SAFETY: the op owns the buffer, writable for `len` bytes until completion.
+            sys::res(unsafe { libc::pread(fd, ptr as *mut _, len, pos) })
+        }))
+    }
+}
+
+/// `pwrite`: write an owned buffer's data at `pos`.
+pub(crate) struct WriteAt<B> {
+    pub(crate) fd: RawFd,
+    pub(crate) buf: B,
+    pub(crate) pos: u64,
+}
+
+impl<B: IoBuf> OpDef for WriteAt<B> {
+    type Output = (io::Result<usize>, B);
+
+    fn sqe(&mut self) -> squeue::Entry {
+        let len = len_u32(self.buf.bytes_init());
+        opcode::Write::new(types::Fd(self.fd), self.buf.stable_ptr(), len)
+            .offset(self.pos)
+            .build()
+    }
+
+    fn complete(self, cqe: Cqe) -> Self::Output {
+        (count(&cqe), self.buf)
+    }
+
+    fn emulate(&mut self) -> Emulation {
+        let (fd, pos) = (self.fd, self.pos as libc::off_t);
+        let len = len_u32(self.buf.bytes_init()) as usize;
+        let ptr = self.buf.stable_ptr() as usize;
+        Emulation::Blocking(Box::new(move || {
+            // SAFETY: the op owns the buffer, readable for `len` bytes until completion.
+            sys::res(unsafe { libc::pwrite(fd, ptr as *const _, len, pos) })
+        }))
+    }
+}
+
+/// `preadv`: read into several owned buffers at `pos`, filling each in turn.
+pub(crate) struct ReadvAt<B> {
+    pub(crate) fd: RawFd,
+    pub(crate) bufs: Vec<B>,
+    /// Point into `bufs`' heap memory; boxed because the SQE points at them.
+    iovecs: Box<[libc::iovec]>,
+    pub(crate) pos: u64,
+}
+
+impl<B: IoBufMut> ReadvAt<B> {
+    pub(crate) fn new(fd: RawFd, mut bufs: Vec<B>, pos: u64) -> ReadvAt<B> {
+        let iovecs = iovecs(
+            bufs.iter_mut()
+                .map(|b| (b.stable_mut_ptr(), b.bytes_total())),
+        );
+        ReadvAt {
+            fd,
+            bufs,
+            iovecs,
+            pos,
+        }
+    }
+}
+
+impl<B: IoBufMut> OpDef for ReadvAt<B> {
+    type Output = (io::Result<usize>, Vec<B>);
+
+    fn sqe(&mut self) -> squeue::Entry {
+        let len = self.iovecs.len() as u32;
+        opcode::Readv::new(types::Fd(self.fd), self.iovecs.as_ptr(), len)
+            .offset(self.pos)
+            .build()
+    }
+
+    fn complete(mut self, cqe: Cqe) -> Self::Output {
+        let res = count(&cqe);
+        if let Ok(mut left) = res {
+            for buf in &mut self.bufs {
+                let filled = left.min(buf.bytes_total());
+                // SAFETY: preadv fills the iovecs in order; this buffer got `filled` bytes.
+                unsafe { buf.set_init(filled) };
+                left -= filled;
+            }
+        }
+        (res, self.bufs)
+    }
+
+    fn emulate(&mut self) -> Emulation {
+        let (fd, pos) = (self.fd, self.pos as libc::off_t);
+        let (iov, cnt) = (self.iovecs.as_ptr() as usize, self.iovecs.len() as i32);
+        Emulation::Blocking(Box::new(move || {
+            // SAFETY: the iovecs and the buffers they point at are owned by the op until
+            // completion; cnt is their number (at most UIO_MAXIOV).
+            sys::res(unsafe { libc::preadv(fd, iov as *const libc::iovec, cnt, pos) })
+        }))
+    }
+}
+
+/// `pwritev`: write several owned buffers' data at `pos`.
+pub(crate) struct WritevAt<B> {
+    pub(crate) fd: RawFd,
+    pub(crate) bufs: Vec<B>,
+    /// Point into `bufs`' heap memory; boxed because the SQE points at them.
+    iovecs: Box<[libc::iovec]>,
+    pub(crate) pos: u64,
+}
+
+impl<B: IoBuf> WritevAt<B> {
+    pub(crate) fn new(fd: RawFd, bufs: Vec<B>, pos: u64) -> WritevAt<B> {
+        // The kernel only reads through these pointers; iovec just has no const flavour.
+        let iovecs = iovecs(
+            bufs.iter()
+                .map(|b| (b.stable_ptr().cast_mut(), b.bytes_init())),
+        );
+        WritevAt {
+            fd,
+            bufs,
+            iovecs,
+            pos,
+        }
+    }
+}
+
+impl<B: IoBuf> OpDef for WritevAt<B> {
+    type Output = (io::Result<usize>, Vec<B>);
+
+    fn sqe(&mut self) -> squeue::Entry {
+        let len = self.iovecs.len() as u32;
+        opcode::Writev::new(types::Fd(self.fd), self.iovecs.as_ptr(), len)
+            .offset(self.pos)
+            .build()
+    }
+
+    fn complete(self, cqe: Cqe) -> Self::Output {
+        (count(&cqe), self.bufs)
+    }
+
+    fn emulate(&mut self) -> Emulation {
+        let (fd, pos) = (self.fd, self.pos as libc::off_t);
+        let (iov, cnt) = (self.iovecs.as_ptr() as usize, self.iovecs.len() as i32);
+        Emulation::Blocking(Box::new(move || {
+            // SAFETY: the iovecs and the buffers they point at are owned by the op until
+            // completion; cnt is their number (at most UIO_MAXIOV).
+            sys::res(unsafe { libc::pwritev(fd, iov as *const libc::iovec, cnt, pos) })
+        }))
+    }
+}
+
+/// `fsync`, or `fdatasync` when `datasync`.
+pub(crate) struct Fsync {
+    pub(crate) fd: RawFd,
+    pub(crate) datasync: bool,
+}
+
+impl OpDef for Fsync {
+    type Output = io::Result<()>;
+
+    fn sqe(&mut self) -> squeue::Entry {
+        let flags = if self.datasync {
+            types::FsyncFlags::DATASYNC
+        } else {
+            types::FsyncFlags::empty()
+        };
+        opcode::Fsync::new(types::Fd(self.fd)).flags(flags).build()
+    }
+
+    fn complete(self, cqe: Cqe) -> io::Result<()> {
+        cqe.result().map(drop)
+    }
+
+    fn emulate(&mut self) -> Emulation {
+        let (fd, datasync) = (self.fd, self.datasync);
+        Emulation::Blocking(Box::new(move || {
+            // SAFETY: fsync/fdatasync take only an fd.
+            res_int(unsafe {
+                if datasync {
+                    libc::fdatasync(fd)
+                } else {
+                    libc::fsync(fd)
+                }
+            })
+        }))
+    }
+}
+
+/// `fallocate(fd, mode, offset, len)`.
+pub(crate) struct Fallocate {
+    pub(crate) fd: RawFd,
+    pub(crate) mode: i32,
+    pub(crate) offset: u64,
+    pub(crate) len: u64,
+}
+
+impl OpDef for Fallocate {
+    type Output = io::Result<()>;
+
+    fn sqe(&mut self) -> squeue::Entry {
+        opcode::Fallocate::new(types::Fd(self.fd), self.len)
+            .offset(self.offset)
+            .mode(self.mode)
+            .build()
+    }
+
+    fn complete(self, cqe: Cqe) -> io::Result<()> {
+        cqe.result().map(drop)
+    }
+
+    fn emulate(&mut self) -> Emulation {
+        let (fd, mode) = (self.fd, self.mode);
+        // Values above i64::MAX turn negative, which the kernel rejects with EINVAL, as it
+        // does for the SQE's u64 fields.
+        let (offset, len) = (self.offset as libc::off_t, self.len as libc::off_t);
+        Emulation::Blocking(Box::new(move || {
+            // SAFETY: fallocate takes only integers.
+            res_int(unsafe { libc::fallocate(fd, mode, offset, len) })
+        }))
+    }
+}
+
+/// `ftruncate(fd, len)` (io_uring 6.9+).
+pub(crate) struct Ftruncate {
+    pub(crate) fd: RawFd,
+    pub(crate) len: u64,
+}
+
+impl OpDef for Ftruncate {
+    type Output = io::Result<()>;
+
+    fn sqe(&mut self) -> squeue::Entry {
+        opcode::Ftruncate::new(types::Fd(self.fd), self.len).build()
+    }
+
+    fn complete(self, cqe: Cqe) -> io::Result<()> {
+        cqe.result().map(drop)
+    }
+
+    fn emulate(&mut self) -> Emulation {
+        let (fd, len) = (self.fd, self.len as libc::off_t);
+        Emulation::Blocking(Box::new(move || {
+            // SAFETY: ftruncate takes only integers.
+            res_int(unsafe { libc::ftruncate(fd, len) })
+        }))
+    }
+}
+
+/// `statx(dirfd, path, flags, mask)` into a boxed buffer the op owns.
+pub(crate) struct Statx {
+    pub(crate) dirfd: RawFd,
+    /// The path (empty with `AT_EMPTY_PATH` to stat `dirfd` itself).
+    pub(crate) path: CString,
+    pub(crate) flags: i32,
+    pub(crate) mask: u32,
+    /// Where the kernel writes; boxed because the SQE points at it.
+    pub(crate) out: Box<libc::statx>,
+}
+
+impl Statx {
+    pub(crate) fn new(dirfd: RawFd, path: CString, flags: i32, mask: u32) -> Statx {
+        // SAFETY: statx is plain integers; all-zero is a valid value.
+        let out = Box::new(unsafe { std::mem::zeroed::<libc::statx>() });
+        Statx {
+            dirfd,
+            path,
+            flags,
+            mask,
+            out,
+        }
+    }
+}
+
+impl OpDef for Statx {
+    type Output = io::Result<libc::statx>;
+
+    fn sqe(&mut self) -> squeue::Entry {
+        let out: *mut libc::statx = &mut *self.out;
+        opcode::Statx::new(types::Fd(self.dirfd), self.path.as_ptr(), out.cast())
+            .flags(self.flags)
+            .mask(self.mask)
+            .build()
+    }
+
+    fn complete(self, cqe: Cqe) -> Self::Output {
+        cqe.result().map(|_| *self.out)
+    }
+
+    fn emulate(&mut self) -> Emulation {
+        let (dirfd, flags, mask) = (self.dirfd, self.flags, self.mask);
+        let path = self.path.as_ptr() as usize;
+        let out: *mut libc::statx = &mut *self.out;
+        let out = out as usize;
+        Emulation::Blocking(Box::new(move || {
+            // The raw syscall, not libc's wrapper: older glibc and musl builds lack statx().
+            // SAFETY: path is the op's CString and out its boxed statx, both alive until
+            // completion.
+            let ret = unsafe { libc::syscall(libc::SYS_statx, dirfd, path, flags, mask, out) };
+            sys::res(ret as isize)
+        }))
+    }
+}
+
+/// `unlinkat(AT_FDCWD, path, flags)`: a file, or a directory with `AT_REMOVEDIR` (5.11).
+pub(crate) struct UnlinkAt {
+    pub(crate) path: CString,
+    pub(crate) flags: i32,
+}
+
+impl OpDef for UnlinkAt {
+    type Output = io::Result<()>;
+
+    fn sqe(&mut self) -> squeue::Entry {
+        opcode::UnlinkAt::new(types::Fd(libc::AT_FDCWD), self.path.as_ptr())
+            .flags(self.flags)
+            .build()
+    }
+
+    fn complete(self, cqe: Cqe) -> io::Result<()> {
+        cqe.result().map(drop)
+    }
+
+    fn emulate(&mut self) -> Emulation {
+        let (path, flags) = (self.path.as_ptr() as usize, self.flags);
+        Emulation::Blocking(Box::new(move || {
+            // SAFETY: path is the op's CString, alive until completion.
+            res_int(unsafe { libc::unlinkat(libc::AT_FDCWD, path as *const _, flags) })
+        }))
+    }
+}
+
+/// `renameat(AT_FDCWD, from, AT_FDCWD, to)` (5.11).
+pub(crate) struct RenameAt {
+    pub(crate) from: CString,
+    pub(crate) to: CString,
+}
+
+impl OpDef for RenameAt {
+    type Output = io::Result<()>;
+
+    fn sqe(&mut self) -> squeue::Entry {
+        let cwd = types::Fd(libc::AT_FDCWD);
+        opcode::RenameAt::new(cwd, self.from.as_ptr(), cwd, self.to.as_ptr()).build()
+    }
+
+    fn complete(self, cqe: Cqe) -> io::Result<()> {
+        cqe.result().map(drop)
+    }
+
+    fn emulate(&mut self) -> Emulation {
+        let (from, to) = (self.from.as_ptr() as usize, self.to.as_ptr() as usize);
+        Emulation::Blocking(Box::new(move || {
+            let cwd = libc::AT_FDCWD;
+            // SAFETY: both paths are the op's CStrings, alive until completion.
+            res_int(unsafe { libc::renameat(cwd, from as *const _, cwd, to as *const _) })
+        }))
+    }
+}
+
+/// `mkdirat(AT_FDCWD, path, mode)` (5.15).
+pub(crate) struct MkDirAt {
+    pub(crate) path: CString,
+    pub(crate) mode: u32,
+}
+
+impl OpDef for MkDirAt {
+    type Output = io::Result<()>;
+
+    fn sqe(&mut self) -> squeue::Entry {
+        opcode::MkDirAt::new(types::Fd(libc::AT_FDCWD), self.path.as_ptr())
+            .mode(self.mode)
+            .build()
+    }
+
+    fn complete(self, cqe: Cqe) -> io::Result<()> {
+        cqe.result().map(drop)
+    }
+
+    fn emulate(&mut self) -> Emulation {
+        let (path, mode) = (self.path.as_ptr() as usize, self.mode);
+        Emulation::Blocking(Box::new(move || {
+            // SAFETY: path is the op's CString, alive until completion.
+            res_int(unsafe { libc::mkdirat(libc::AT_FDCWD, path as *const _, mode) })
+        }))
+    }
+}
+
+/// `close(fd)`, reporting its result (a file's drop closes without waiting instead).
+pub(crate) struct Close {
+    pub(crate) fd: RawFd,
+}
+
+impl OpDef for Close {
+    type Output = io::Result<()>;
+
+    fn sqe(&mut self) -> squeue::Entry {
+        opcode::Close::new(types::Fd(self.fd)).build()
+    }
+
+    fn complete(self, cqe: Cqe) -> io::Result<()> {
+        cqe.result().map(drop)
+    }
+
+    fn emulate(&mut self) -> Emulation {
+        let fd = self.fd;
+        Emulation::Blocking(Box::new(move || {
+            // SAFETY: the op took the fd from its File, which no longer owns or uses it.
+            res_int(unsafe { libc::close(fd) })
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lengths_above_u32_are_clamped() {
+        assert_eq!(len_u32(7), 7);
+        assert_eq!(len_u32(u32::MAX as usize + 10), u32::MAX);
+    }
+
+    #[test]
+    fn iovecs_stop_at_uio_maxiov() {
+        let mut bufs = vec![vec![0u8; 1]; IOV_MAX + 5];
+        let iov = iovecs(bufs.iter_mut().map(|b| (b.as_mut_ptr(), b.len())));
+        assert_eq!(iov.len(), IOV_MAX);
+    }
+
+    #[test]
+    fn readv_complete_fills_buffers_in_order() {
+        let bufs = vec![
+            Vec::with_capacity(4),
+            Vec::with_capacity(4),
+            Vec::with_capacity(4),
+        ];
+        let op = ReadvAt::new(-1, bufs, 0);
+        let (res, bufs) = op.complete(Cqe::new(0, 6, 0));
+        assert_eq!(res.unwrap(), 6);
+        let lens: Vec<usize> = bufs.iter().map(Vec::len).collect();
+        assert_eq!(lens, [4, 2, 0]);
+    }
+
+    #[test]
+    fn failed_read_returns_the_buffer_untouched() {
+        let op = ReadAt {
+            fd: -1,
+            buf: Vec::<u8>::with_capacity(8),
+            pos: 0,
+        };
+        let (res, buf) = op.complete(Cqe::new(0, -libc::EBADF, 0));
+        assert_eq!(res.unwrap_err().raw_os_error(), Some(libc::EBADF));
+        assert_eq!((buf.len(), buf.capacity()), (0, 8));
+    }
+}

@@ -1,0 +1,762 @@
+//! Files on both backends: positional and vectored I/O, open modes, sync, set_len,
+//! fallocate, statx, path ops (also on a 5.10 profile without unlinkat/mkdirat), errors,
+//! O_DIRECT, dropped futures, and many reads in flight.
+
+#[macro_use]
+mod support;
+
+use std::future::{poll_fn, Future};
+use std::io::{self, ErrorKind};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use io_uring::opcode;
+use libtest_mimic::{Completion, Failed};
+use ring_rt::fs::{self, AlignedBuf, File, OpenOptions};
+use ring_rt::time::{sleep, timeout};
+use ring_rt::{BackendKind, FeatureMask, Runtime};
+use support::{bounded, open_fds, pattern, Outcome};
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+fn main() {
+    support::run(&[
+        ("write_at_read_at_round_trip", write_at_read_at_round_trip),
+        ("readv_writev_round_trip", readv_writev_round_trip),
+        (
+            "read_exact_at_past_eof_is_unexpected_eof",
+            read_exact_at_past_eof_is_unexpected_eof,
+        ),
+        ("write_all_at_4_mib", write_all_at_4_mib),
+        ("append_mode_writes_at_end", append_mode_writes_at_end),
+        (
+            "truncate_empties_existing_file",
+            truncate_empties_existing_file,
+        ),
+        ("set_len_changes_metadata_len", set_len_changes_metadata_len),
+        ("fallocate_reserves_space", fallocate_reserves_space),
+        ("sync_all_and_sync_data", sync_all_and_sync_data),
+        ("statx_matches_std_metadata", statx_matches_std_metadata),
+        ("path_ops", path_ops),
+        (
+            "path_ops_without_newer_opcodes",
+            path_ops_without_newer_opcodes,
+        ),
+        ("read_and_write_whole_files", read_and_write_whole_files),
+        ("errors_carry_os_codes", errors_carry_os_codes),
+        ("o_direct_with_aligned_buf", o_direct_with_aligned_buf),
+        (
+            "huge_write_is_clamped_not_wrapped",
+            huge_write_is_clamped_not_wrapped,
+        ),
+        ("dropped_open_leaves_no_fd", dropped_open_leaves_no_fd),
+        (
+            "dropped_file_and_close_release_fd",
+            dropped_file_and_close_release_fd,
+        ),
+        (
+            "dropped_read_in_flight_is_safe",
+            dropped_read_in_flight_is_safe,
+        ),
+        ("std_file_round_trip", std_file_round_trip),
+        ("many_reads_in_flight", many_reads_in_flight),
+    ])
+}
+
+/// A scratch directory for one test on one backend, removed with its contents on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str, kind: BackendKind) -> io::Result<Scratch> {
+        Scratch::new_in(&std::env::temp_dir(), name, kind)
+    }
+
+    fn new_in(parent: &Path, name: &str, kind: BackendKind) -> io::Result<Scratch> {
+        let pid = std::process::id();
+        let dir = parent.join(format!(".ring-rt-fs-{pid}-{name}-{kind}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)?;
+        Ok(Scratch(dir))
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+async fn open_rw(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .open(path)
+        .await
+}
+
+fn write_at_read_at_round_trip(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let dir = Scratch::new("rw", kind)?;
+    rt.block_on(bounded(LIMIT, async {
+        let path = dir.path("f");
+        let f = open_rw(&path).await?;
+        let data = pattern(1, 10_000);
+        let (res, data) = f.write_at(data, 100).await;
+        check!(res? == 10_000, "short write");
+        let (res, buf) = f.read_at(Vec::with_capacity(20_000), 0).await;
+        check!(res? == 10_100, "read {} bytes", buf.len());
+        check!(buf[..100] == [0; 100], "hole before the write is not zeros");
+        check!(buf[100..] == data[..], "read differs from written");
+        let (res, buf) = f.read_at(Vec::with_capacity(16), 1 << 20).await;
+        check!(res? == 0 && buf.is_empty(), "read past EOF is not 0");
+        check!(
+            std::fs::read(&path)?[100..] == data[..],
+            "std sees other bytes"
+        );
+        Ok(Completion::Completed)
+    }))?
+}
+
+fn readv_writev_round_trip(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let dir = Scratch::new("vec", kind)?;
+    rt.block_on(bounded(LIMIT, async {
+        let f = open_rw(&dir.path("f")).await?;
+        let parts = vec![b"hello ".to_vec(), b"vectored ".to_vec(), b"world".to_vec()];
+        let (res, parts) = f.writev_at(parts, 5).await;
+        check!(
+            res? == 20 && parts.len() == 3,
+            "writev wrote a different amount"
+        );
+        let bufs = vec![Vec::with_capacity(3), Vec::with_capacity(100)];
+        let (res, bufs) = f.readv_at(bufs, 5).await;
+        check!(res? == 20, "readv read a different amount");
+        check!(
+            bufs[0] == b"hel" && bufs[1] == b"lo vectored world",
+            "got {bufs:?}"
+        );
+        // More iovecs than UIO_MAXIOV: a short write of the first 1,024, not EINVAL.
+        let many = vec![b"x".to_vec(); 1100];
+        let (res, _) = f.writev_at(many, 0).await;
+        check!(
+            res? == 1024,
+            "writev of 1,100 iovecs is not clamped to 1,024"
+        );
+        Ok(Completion::Completed)
+    }))?
+}
+
+fn read_exact_at_past_eof_is_unexpected_eof(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let dir = Scratch::new("exact", kind)?;
+    let path = dir.path("f");
+    let data = pattern(3, 100);
+    std::fs::write(&path, &data)?;
+    rt.block_on(bounded(LIMIT, async {
+        let f = File::open(&path).await?;
+        let (res, buf) = f.read_exact_at(Vec::with_capacity(50), 25).await;
+        res?;
+        check!(buf[..] == data[25..75], "read_exact_at got other bytes");
+        let (res, buf) = f.read_exact_at(Vec::with_capacity(150), 0).await;
+        let err = res.err().ok_or("read_exact_at past EOF succeeded")?;
+        check!(err.kind() == ErrorKind::UnexpectedEof, "got {err:?}");
+        check!(buf[..] == data[..], "the bytes before EOF were not kept");
+        Ok(Completion::Completed)
+    }))?
+}
+
+fn write_all_at_4_mib(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let dir = Scratch::new("big", kind)?;
+    rt.block_on(bounded(LIMIT, async {
+        let f = open_rw(&dir.path("f")).await?;
+        let data = pattern(4, 4 << 20);
+        let (res, data) = f.write_all_at(data, 4096).await;
+        res?;
+        let (res, back) = f.read_exact_at(Vec::with_capacity(4 << 20), 4096).await;
+        res?;
+        check!(back == data, "4 MiB read back differs");
+        let len = f.metadata().await?.len();
+        check!(len == 4096 + (4 << 20), "len {len}");
+        Ok(Completion::Completed)
+    }))?
+}
+
+fn append_mode_writes_at_end(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let dir = Scratch::new("append", kind)?;
+    let path = dir.path("f");
+    std::fs::write(&path, b"start")?;
+    rt.block_on(bounded(LIMIT, async {
+        let f = OpenOptions::new().append(true).open(&path).await?;
+        for _ in 0..2 {
+            let (res, _) = f.write_all_at(b"abc".to_vec(), 0).await;
+            res?;
+        }
+        Ok::<_, io::Error>(())
+    }))??;
+    let got = std::fs::read(&path)?;
+    check!(
+        got == b"startabcabc",
+        "got {:?}",
+        String::from_utf8_lossy(&got)
+    );
+    Ok(Completion::Completed)
+}
+
+fn truncate_empties_existing_file(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let dir = Scratch::new("trunc", kind)?;
+    let path = dir.path("f");
+    rt.block_on(bounded(LIMIT, async {
+        std::fs::write(&path, [7u8; 1000])?;
+        let f = OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(&path)
+            .await?;
+        check!(f.metadata().await?.is_empty(), "truncate left data");
+        std::fs::write(&path, [7u8; 1000])?;
+        let f = File::create(&path).await?;
+        check!(f.metadata().await?.is_empty(), "create did not truncate");
+        Ok(Completion::Completed)
+    }))?
+}
+
+fn set_len_changes_metadata_len(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let dir = Scratch::new("setlen", kind)?;
+    rt.block_on(bounded(LIMIT, async {
+        let f = open_rw(&dir.path("f")).await?;
+        f.set_len(10_000).await?;
+        check!(f.metadata().await?.len() == 10_000, "set_len did not grow");
+        let (res, buf) = f.read_at(Vec::with_capacity(10), 5000).await;
+        check!(res? == 10 && buf == [0; 10], "grown region is not zeros");
+        f.set_len(10).await?;
+        check!(f.metadata().await?.len() == 10, "set_len did not shrink");
+        let err = f
+            .set_len(u64::MAX)
+            .await
+            .err()
+            .ok_or("set_len(u64::MAX) succeeded")?;
+        check!(err.raw_os_error() == Some(libc::EINVAL), "got {err:?}");
+        Ok(Completion::Completed)
+    }))?
+}
+
+fn fallocate_reserves_space(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let dir = Scratch::new("falloc", kind)?;
+    rt.block_on(bounded(LIMIT, async {
+        let f = open_rw(&dir.path("f")).await?;
+        const MIB: u64 = 1 << 20;
+        match f.fallocate(0, 0, MIB).await {
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+                return Ok(Completion::ignored_with("this filesystem has no fallocate"));
+            }
+            other => other?,
+        }
+        let m = f.metadata().await?;
+        check!(
+            m.len() == MIB && m.blocks() * 512 >= MIB,
+            "after fallocate: {m:?}"
+        );
+        f.fallocate(libc::FALLOC_FL_KEEP_SIZE, MIB, MIB).await?;
+        let m = f.metadata().await?;
+        check!(m.len() == MIB, "KEEP_SIZE changed len: {m:?}");
+        check!(
+            m.blocks() * 512 >= 2 * MIB,
+            "KEEP_SIZE reserved nothing: {m:?}"
+        );
+        Ok(Completion::Completed)
+    }))?
+}
+
+fn sync_all_and_sync_data(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let dir = Scratch::new("sync", kind)?;
+    rt.block_on(bounded(LIMIT, async {
+        let f = open_rw(&dir.path("f")).await?;
+        let (res, _) = f.write_all_at(pattern(5, 100_000), 0).await;
+        res?;
+        f.sync_data().await?;
+        f.sync_all().await?;
+        Ok(Completion::Completed)
+    }))?
+}
+
+fn statx_matches_std_metadata(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let dir = Scratch::new("statx", kind)?;
+    let path = dir.path("f");
+    std::fs::write(&path, pattern(6, 12_345))?;
+    let link = dir.path("link");
+    std::os::unix::fs::symlink(&path, &link)?;
+    rt.block_on(bounded(LIMIT, async {
+        let std_m = std::fs::metadata(&path)?;
+        let by_fd = File::open(&path).await?.metadata().await?;
+        let by_path = fs::metadata(&path).await?;
+        for m in [&by_fd, &by_path] {
+            let mtime = m.modified()?.duration_since(std::time::UNIX_EPOCH)?;
+            let ours = (
+                m.len(),
+                m.ino(),
+                m.nlink(),
+                m.uid(),
+                m.gid(),
+                m.mode(),
+                m.dev(),
+            );
+            let std = (
+                std_m.len(),
+                std_m.ino(),
+                std_m.nlink(),
+                std_m.uid(),
+                std_m.gid(),
+                std_m.mode(),
+                std_m.dev(),
+            );
+            check!(ours == std, "statx {ours:?} vs std {std:?}");
+            check!(
+                m.blksize() == std_m.blksize() && m.blocks() == std_m.blocks(),
+                "blocks"
+            );
+            check!(
+                mtime.as_secs() as i64 == std_m.mtime()
+                    && i64::from(mtime.subsec_nanos()) == std_m.mtime_nsec(),
+                "mtime differs"
+            );
+            check!(m.is_file() && !m.is_dir(), "file type");
+            check!(
+                m.accessed().is_ok() && m.changed().is_ok(),
+                "atime/ctime missing"
+            );
+            let created = m.created();
+            check!(
+                created.is_ok() || created.unwrap_err().kind() == ErrorKind::Unsupported,
+                "created() failed with something other than Unsupported"
+            );
+        }
+        check!(
+            fs::metadata(&dir.0).await?.is_dir(),
+            "directory is not a dir"
+        );
+        check!(
+            fs::symlink_metadata(&link).await?.is_symlink(),
+            "link is not a symlink"
+        );
+        check!(
+            fs::metadata(&link).await?.is_file(),
+            "metadata does not follow the link"
+        );
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// create_dir, rename, remove_file, remove_dir, with their errors.
+async fn path_ops_body(dir: &Scratch) -> Outcome {
+    let d = dir.path("d");
+    fs::create_dir(&d).await?;
+    check!(
+        std::fs::metadata(&d)?.is_dir(),
+        "create_dir made no directory"
+    );
+    let err = fs::create_dir(&d)
+        .await
+        .err()
+        .ok_or("second create_dir succeeded")?;
+    check!(err.kind() == ErrorKind::AlreadyExists, "got {err:?}");
+    let (a, b) = (d.join("a"), d.join("b"));
+    fs::write(&a, b"moved".to_vec()).await?;
+    let err = fs::remove_dir(&d)
+        .await
+        .err()
+        .ok_or("removed a non-empty dir")?;
+    check!(err.raw_os_error() == Some(libc::ENOTEMPTY), "got {err:?}");
+    fs::rename(&a, &b).await?;
+    check!(
+        !a.exists() && std::fs::read(&b)? == b"moved",
+        "rename did not move"
+    );
+    fs::remove_file(&b).await?;
+    check!(!b.exists(), "remove_file left the file");
+    fs::remove_dir(&d).await?;
+    check!(!d.exists(), "remove_dir left the directory");
+    let f = open_rw(&dir.path("len")).await?;
+    f.set_len(4321).await?;
+    check!(f.metadata().await?.len() == 4321, "set_len");
+    Ok(Completion::Completed)
+}
+
+fn path_ops(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let dir = Scratch::new("paths", kind)?;
+    rt.block_on(bounded(LIMIT, path_ops_body(&dir)))?
+}
+
+/// On a 5.10 profile io_uring lacks UNLINKAT, RENAMEAT, MKDIRAT and FTRUNCATE: the ops must
+/// still work (run as direct syscalls), never fail as unsupported.
+fn path_ops_without_newer_opcodes(kind: BackendKind) -> Outcome {
+    let mask = FeatureMask::parse("5.10").map_err(|e| format!("mask: {e}"))?;
+    let rt = runtime!(kind, Runtime::builder().feature_mask(mask));
+    if let Some(features) = rt.features() {
+        let hidden = [
+            opcode::UnlinkAt::CODE,
+            opcode::RenameAt::CODE,
+            opcode::MkDirAt::CODE,
+            opcode::Ftruncate::CODE,
+        ];
+        check!(
+            hidden.iter().all(|&op| !features.has_opcode(op)),
+            "the 5.10 profile did not hide the newer opcodes"
+        );
+    }
+    let dir = Scratch::new("paths510", kind)?;
+    rt.block_on(bounded(LIMIT, path_ops_body(&dir)))?
+}
+
+fn read_and_write_whole_files(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let dir = Scratch::new("whole", kind)?;
+    rt.block_on(bounded(LIMIT, async {
+        let path = dir.path("f");
+        let data = pattern(7, 300_001);
+        fs::write(&path, data.clone()).await?;
+        check!(fs::read(&path).await? == data, "read differs from write");
+        fs::write(&path, &b""[..]).await?;
+        check!(
+            fs::read(&path).await?.is_empty(),
+            "empty file reads as non-empty"
+        );
+        // A file whose size statx does not know: procfs reports 0 but has content.
+        check!(
+            !fs::read("/proc/self/status").await?.is_empty(),
+            "procfs read empty"
+        );
+        Ok(Completion::Completed)
+    }))?
+}
+
+fn errors_carry_os_codes(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let dir = Scratch::new("errors", kind)?;
+    let existing = dir.path("exists");
+    std::fs::write(&existing, b"x")?;
+    rt.block_on(bounded(LIMIT, async {
+        let missing = dir.path("missing");
+        let err = File::open(&missing)
+            .await
+            .err()
+            .ok_or("opened a missing file")?;
+        check!(err.kind() == ErrorKind::NotFound, "open missing: {err:?}");
+        let err = fs::remove_file(&missing)
+            .await
+            .err()
+            .ok_or("removed a missing file")?;
+        check!(err.kind() == ErrorKind::NotFound, "remove missing: {err:?}");
+        let err = fs::metadata(&missing)
+            .await
+            .err()
+            .ok_or("stat of a missing file")?;
+        check!(
+            err.kind() == ErrorKind::NotFound,
+            "metadata missing: {err:?}"
+        );
+
+        let ro = File::open(&existing).await?;
+        let (res, _) = ro.write_at(b"no".to_vec(), 0).await;
+        let err = res.err().ok_or("wrote to a read-only file")?;
+        check!(
+            err.raw_os_error() == Some(libc::EBADF),
+            "write to read-only: {err:?}"
+        );
+
+        let err = OpenOptions::new().write(true).open(&dir.0).await.err();
+        let err = err.ok_or("opened a directory for writing")?;
+        check!(
+            err.raw_os_error() == Some(libc::EISDIR),
+            "dir for writing: {err:?}"
+        );
+
+        let err = File::create_new(&existing)
+            .await
+            .err()
+            .ok_or("create_new on existing")?;
+        check!(
+            err.kind() == ErrorKind::AlreadyExists,
+            "create_new: {err:?}"
+        );
+
+        let nul = Path::new("bad\0path");
+        let errs = [
+            File::open(nul).await.err(),
+            fs::remove_file(nul).await.err(),
+            fs::rename(nul, &missing).await.err(),
+            fs::metadata(nul).await.err(),
+            fs::create_dir(nul).await.err(),
+        ];
+        for err in errs {
+            let err = err.ok_or("a path with NUL was accepted")?;
+            check!(err.kind() == ErrorKind::InvalidInput, "NUL path: {err:?}");
+        }
+        let err = OpenOptions::new()
+            .open(&existing)
+            .await
+            .err()
+            .ok_or("no access mode")?;
+        check!(
+            err.kind() == ErrorKind::InvalidInput,
+            "no access mode: {err:?}"
+        );
+        let (res, _) = ro.read_at(Vec::with_capacity(4), u64::MAX).await;
+        let err = res.err().ok_or("read at u64::MAX succeeded")?;
+        check!(
+            err.raw_os_error() == Some(libc::EINVAL),
+            "read at u64::MAX: {err:?}"
+        );
+        Ok(Completion::Completed)
+    }))?
+}
+
+fn o_direct_with_aligned_buf(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let parents = [std::env::temp_dir(), std::env::current_dir()?];
+    rt.block_on(bounded(LIMIT, async {
+        let mut refused = Vec::new();
+        for parent in parents {
+            let dir = Scratch::new_in(&parent, "direct", kind)?;
+            let mut options = OpenOptions::new();
+            options.read(true).write(true).create(true).direct(true);
+            match options.open(dir.path("f")).await {
+                Ok(f) => return direct_io(f).await,
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => refused.push(parent),
+                Err(e) => return Err(format!("O_DIRECT open in {parent:?}: {e}").into()),
+            }
+        }
+        Ok(Completion::ignored_with(format!(
+            "O_DIRECT refused (EINVAL) by the filesystems of {refused:?}"
+        )))
+    }))?
+}
+
+async fn direct_io(f: File) -> Outcome {
+    let align = f.metadata().await?.direct_io_align();
+    let block = align.map_or(4096, |(mem, off)| mem.max(off).max(512) as usize);
+    let data = pattern(8, 64 << 10);
+    let mut buf = AlignedBuf::with_alignment(data.len(), block)?;
+    buf.extend_from_slice(&data)?;
+    let (res, _) = f.write_all_at(buf, block as u64).await;
+    res?;
+    let back = AlignedBuf::with_alignment(data.len(), block)?;
+    let (res, back) = f.read_exact_at(back, block as u64).await;
+    res?;
+    check!(back[..] == data[..], "O_DIRECT read back differs");
+    // A length that is not a multiple of the logical block size is the kernel's EINVAL.
+    let mut odd = AlignedBuf::with_alignment(block, block)?;
+    odd.extend_from_slice(&data[..100])?;
+    let (res, _) = f.write_at(odd, 0).await;
+    let err = res.err().ok_or("misaligned O_DIRECT write succeeded")?;
+    check!(
+        err.raw_os_error() == Some(libc::EINVAL),
+        "misaligned: {err:?}"
+    );
+    Ok(Completion::Completed)
+}
+
+/// A buffer longer than u32::MAX is written up to the kernel's limit, not by its length
+/// truncated to 32 bits (which would be 4,096 here). /dev/null never touches the pages, so
+/// the zeroed allocation costs no memory.
+fn huge_write_is_clamped_not_wrapped(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let mut buf = match AlignedBuf::new(u32::MAX as usize + 1 + 4096) {
+        Ok(buf) => buf,
+        Err(e) => {
+            return Ok(Completion::ignored_with(format!(
+                "no 4 GiB of address space: {e}"
+            )))
+        }
+    };
+    buf.set_len_checked(buf.capacity())?;
+    rt.block_on(bounded(LIMIT, async {
+        let null = OpenOptions::new().write(true).open("/dev/null").await?;
+        let (res, buf) = null.write_at(buf, 0).await;
+        let n = res?;
+        check!(
+            n > 1 << 20 && n <= u32::MAX as usize,
+            "wrote {n} of {}",
+            buf.len()
+        );
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// Polls `fut` once with the task's waker.
+async fn poll_once<F: Future + ?Sized>(mut fut: Pin<&mut F>) -> Poll<F::Output> {
+    poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await
+}
+
+fn dropped_open_leaves_no_fd(kind: BackendKind) -> Outcome {
+    let baseline = open_fds();
+    {
+        let rt = runtime!(kind);
+        let dir = Scratch::new("dropopen", kind)?;
+        let path = dir.path("f");
+        std::fs::write(&path, b"x")?;
+        rt.block_on(bounded(LIMIT, async {
+            let inside = open_fds();
+            let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+            let mut dropped_in_flight = 0;
+            for _ in 0..300 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                // Drop after 0-3 polls, with 0-63 µs between them: before submission,
+                // in flight, and after completion.
+                let mut fut = Box::pin(File::open(&path));
+                let mut pending = false;
+                for _ in 0..x % 4 {
+                    pending = poll_once(fut.as_mut()).await.is_pending();
+                    if !pending {
+                        break;
+                    }
+                    sleep(Duration::from_micros((x >> 8) % 64)).await;
+                }
+                dropped_in_flight += usize::from(pending);
+            }
+            check!(dropped_in_flight > 0, "no open was dropped in flight");
+            wait_for_fds(inside).await?;
+            Ok::<_, Failed>(Completion::Completed)
+        }))??;
+    }
+    check!(
+        open_fds() == baseline,
+        "fds {baseline} -> {} after runtime drop",
+        open_fds()
+    );
+    Ok(Completion::Completed)
+}
+
+/// Waits (up to 2 s) for this process's fd count to come back to `want`.
+async fn wait_for_fds(want: usize) -> Result<(), Failed> {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while open_fds() != want {
+        if Instant::now() > deadline {
+            return Err(format!("fds stayed at {} (want {want})", open_fds()).into());
+        }
+        sleep(Duration::from_millis(1)).await;
+    }
+    Ok(())
+}
+
+fn dropped_file_and_close_release_fd(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let dir = Scratch::new("close", kind)?;
+    rt.block_on(bounded(LIMIT, async {
+        let baseline = open_fds();
+        let f = open_rw(&dir.path("f")).await?;
+        check!(open_fds() == baseline + 1, "open added no fd");
+        drop(f);
+        wait_for_fds(baseline).await?;
+        let f = open_rw(&dir.path("f")).await?;
+        f.close().await?;
+        check!(open_fds() == baseline, "close left the fd open");
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// A read on a FIFO with no writer data stays in flight; dropping it (and then the runtime)
+/// must neither hang nor leak the fd. (On epoll the positional read fails fast with ESPIPE.)
+fn dropped_read_in_flight_is_safe(kind: BackendKind) -> Outcome {
+    let baseline = open_fds();
+    {
+        let rt = runtime!(kind);
+        let dir = Scratch::new("fifo", kind)?;
+        let path = dir.path("fifo");
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())?;
+        // SAFETY: c is a valid NUL-terminated path.
+        if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } != 0 {
+            return Err(format!("mkfifo: {}", io::Error::last_os_error()).into());
+        }
+        rt.block_on(bounded(LIMIT, async {
+            let f = Rc::new(
+                OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(&path)
+                    .await?,
+            );
+            let first = timeout(Duration::from_millis(20), f.read_at(vec![0u8; 4096], 0)).await;
+            match (kind, first) {
+                (BackendKind::Uring, Err(_elapsed)) => {}
+                (BackendKind::Epoll, Ok((Err(e), _))) if e.raw_os_error() == Some(libc::ESPIPE) => {
+                }
+                (_, other) => return Err(format!("FIFO read: {:?}", other.map(|r| r.0)).into()),
+            }
+            for _ in 0..4 {
+                let f = f.clone();
+                ring_rt::spawn(async move {
+                    let _ = f.read_at(Vec::with_capacity(4096), 0).await;
+                });
+            }
+            sleep(Duration::from_millis(5)).await;
+            Ok::<_, Failed>(Completion::Completed)
+        }))??;
+    }
+    check!(open_fds() == baseline, "fds {baseline} -> {}", open_fds());
+    Ok(Completion::Completed)
+}
+
+fn std_file_round_trip(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let dir = Scratch::new("std", kind)?;
+    let path = dir.path("f");
+    rt.block_on(bounded(LIMIT, async {
+        let f = open_rw(&path).await?;
+        let (res, _) = f.write_all_at(b"from ring".to_vec(), 0).await;
+        res?;
+        let mut std_file = f.into_std();
+        let mut s = String::new();
+        io::Read::read_to_string(&mut std_file, &mut s)?;
+        check!(s == "from ring", "std read {s:?}");
+        let f = File::from_std(std_file)?;
+        let (res, buf) = f.read_at(Vec::with_capacity(4), 5).await;
+        check!(res? == 4 && buf == b"ring", "from_std read {buf:?}");
+        Ok(Completion::Completed)
+    }))?
+}
+
+fn many_reads_in_flight(kind: BackendKind) -> Outcome {
+    const CHUNK: usize = 64 << 10;
+    let rt = runtime!(kind);
+    let dir = Scratch::new("many", kind)?;
+    let path = dir.path("f");
+    let data = pattern(9, 64 * CHUNK);
+    std::fs::write(&path, &data)?;
+    rt.block_on(bounded(LIMIT, async {
+        let f = Rc::new(File::open(&path).await?);
+        let tasks: Vec<_> = (0..64)
+            .map(|i| {
+                let f = f.clone();
+                ring_rt::spawn(async move {
+                    let pos = (i * CHUNK) as u64;
+                    let (res, buf) = f.read_exact_at(Vec::with_capacity(CHUNK), pos).await;
+                    res.map(|()| buf)
+                })
+            })
+            .collect();
+        for (i, task) in tasks.into_iter().enumerate() {
+            let buf = task.await??;
+            check!(buf[..] == data[i * CHUNK..][..CHUNK], "chunk {i} differs");
+        }
+        Ok(Completion::Completed)
+    }))?
+}

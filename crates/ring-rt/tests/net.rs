@@ -1,0 +1,536 @@
+//! Sockets on both backends: round trips, errors, cancellation, scale.
+
+#[macro_use]
+mod support;
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::Shutdown;
+use std::rc::Rc;
+use std::time::Duration;
+
+use libtest_mimic::Completion;
+use ring_rt::net::{TcpListener, TcpStream, UdpSocket, UnixListener, UnixStream};
+use ring_rt::time::{sleep, timeout};
+use ring_rt::{BackendKind, Runtime};
+use support::{bounded, open_fds, pattern, Outcome};
+
+fn main() {
+    support::run(&[
+        ("tcp_round_trip_owned_buffers", tcp_round_trip_owned_buffers),
+        ("tcp_connect_refused", tcp_connect_refused),
+        (
+            "tcp_read_after_peer_closed_is_eof",
+            tcp_read_after_peer_closed_is_eof,
+        ),
+        (
+            "tcp_write_to_reset_peer_errors",
+            tcp_write_to_reset_peer_errors,
+        ),
+        ("tcp_addrs_and_nodelay", tcp_addrs_and_nodelay),
+        ("tcp_connect_timeout", tcp_connect_timeout),
+        ("incoming_accepts_many", incoming_accepts_many),
+        ("recv_pooled_and_stream", recv_pooled_and_stream),
+        (
+            "idle_connections_hold_no_buffer",
+            idle_connections_hold_no_buffer,
+        ),
+        (
+            "pool_exhaustion_waits_and_loses_nothing",
+            pool_exhaustion_waits_and_loses_nothing,
+        ),
+        ("send_zc_round_trip", send_zc_round_trip),
+        ("udp_send_to_recv_from", udp_send_to_recv_from),
+        ("unix_listener_and_pair", unix_listener_and_pair),
+        ("dropped_accept_leaves_no_fd", dropped_accept_leaves_no_fd),
+        (
+            "dropped_recv_futures_return_buffers",
+            dropped_recv_futures_return_buffers,
+        ),
+        (
+            "runtime_drop_with_ops_in_flight",
+            runtime_drop_with_ops_in_flight,
+        ),
+        (
+            "echo_5000_concurrent_connections",
+            echo_5000_concurrent_connections,
+        ),
+    ])
+}
+
+fn listener() -> std::io::Result<(TcpListener, std::net::SocketAddr)> {
+    let l = TcpListener::bind("127.0.0.1:0")?;
+    let addr = l.local_addr()?;
+    Ok((l, addr))
+}
+
+fn tcp_round_trip_owned_buffers(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(bounded(Duration::from_secs(10), async {
+        let (l, addr) = listener()?;
+        let server = ring_rt::spawn(async move {
+            let (s, _) = l.accept().await?;
+            let (res, buf) = s.read(Vec::with_capacity(1 << 16)).await;
+            res?;
+            let (res, _) = s.write_all(buf).await;
+            res
+        });
+        let c = TcpStream::connect(addr).await?;
+        let data = pattern(1, 40_000);
+        let (res, data) = c.write_all(data).await;
+        res?;
+        let mut got = Vec::new();
+        while got.len() < data.len() {
+            let (res, buf) = c.read(Vec::with_capacity(8192)).await;
+            let n = res?;
+            check!(n > 0, "early EOF after {}", got.len());
+            got.extend_from_slice(&buf[..n]);
+        }
+        server.await??;
+        check!(got == data, "echo differs");
+        Ok(Completion::Completed)
+    }))?
+}
+
+fn tcp_connect_refused(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+        l.local_addr()?
+    };
+    let err = rt.block_on(TcpStream::connect(addr)).unwrap_err();
+    check!(err.kind() == ErrorKind::ConnectionRefused, "got {err:?}");
+    check!(
+        err.raw_os_error() == Some(libc::ECONNREFUSED),
+        "no OS code: {err:?}"
+    );
+    Ok(Completion::Completed)
+}
+
+fn tcp_read_after_peer_closed_is_eof(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(async {
+        let (l, addr) = listener()?;
+        let mut peer = std::net::TcpStream::connect(addr)?;
+        let (s, _) = l.accept().await?;
+        peer.write_all(b"last")?;
+        peer.shutdown(Shutdown::Write)?;
+        let (res, buf) = s.read(vec![0u8; 16]).await;
+        check!(res? == 4 && &buf[..4] == b"last", "first read");
+        let (res, _) = s.read(vec![0u8; 16]).await;
+        check!(res? == 0, "no EOF after half-close");
+        // Half-closed: we can still write back.
+        let (res, _) = s.write_all(b"reply".to_vec()).await;
+        res?;
+        let mut back = [0u8; 5];
+        peer.read_exact(&mut back)?;
+        check!(&back == b"reply", "reply lost");
+        Ok(Completion::Completed)
+    })
+}
+
+fn tcp_write_to_reset_peer_errors(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(async {
+        let (l, addr) = listener()?;
+        let peer = socket2::Socket::from(std::net::TcpStream::connect(addr)?);
+        let (s, _) = l.accept().await?;
+        peer.set_linger(Some(Duration::ZERO))?;
+        drop(peer); // RST
+        sleep(Duration::from_millis(20)).await;
+        let mut last = Ok(());
+        for _ in 0..10 {
+            let (res, _) = s.write_all(vec![1u8; 65536]).await;
+            last = res;
+            if last.is_err() {
+                break;
+            }
+        }
+        let err = last.err().ok_or("writes to a reset peer kept succeeding")?;
+        check!(
+            matches!(err.raw_os_error(), Some(libc::ECONNRESET | libc::EPIPE)),
+            "unexpected error {err:?}"
+        );
+        Ok(Completion::Completed)
+    })
+}
+
+fn tcp_addrs_and_nodelay(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(async {
+        let (l, addr) = listener()?;
+        let c = TcpStream::connect(addr).await?;
+        let (s, peer) = l.accept().await?;
+        check!(c.peer_addr()? == addr, "peer addr");
+        check!(
+            s.peer_addr()? == peer && c.local_addr()? == peer,
+            "addrs disagree"
+        );
+        c.set_nodelay(true)?;
+        check!(c.nodelay()?, "nodelay not set");
+        Ok(Completion::Completed)
+    })
+}
+
+fn tcp_connect_timeout(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    // A listener with a full backlog never completes new handshakes: connect hangs.
+    let l = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+    l.bind(&"127.0.0.1:0".parse::<std::net::SocketAddr>()?.into())?;
+    l.listen(0)?;
+    let addr = l.local_addr()?.as_socket().ok_or("no addr")?;
+    // Non-blocking connects that fill the accept queue and the SYN backlog.
+    let fillers: Vec<socket2::Socket> = (0..16)
+        .map(|_| {
+            let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+            s.set_nonblocking(true)?;
+            let _ = s.connect(&addr.into());
+            Ok::<_, std::io::Error>(s)
+        })
+        .collect::<Result<_, _>>()?;
+    std::thread::sleep(Duration::from_millis(20));
+    let fds = open_fds();
+    let res = rt.block_on(TcpStream::connect_timeout(addr, Duration::from_millis(100)));
+    let Err(e) = res else {
+        return Err("connected through a full backlog".into());
+    };
+    check!(e.kind() == ErrorKind::TimedOut, "got {e:?}");
+    rt.block_on(sleep(Duration::from_millis(20)));
+    check!(open_fds() == fds, "timed-out connect leaked its socket");
+    drop(fillers);
+    Ok(Completion::Completed)
+}
+
+fn incoming_accepts_many(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(bounded(Duration::from_secs(20), async {
+        let (l, addr) = listener()?;
+        let server = ring_rt::spawn(async move {
+            let mut incoming = l.incoming();
+            for _ in 0..200 {
+                let s = incoming.next().await.ok_or("incoming ended")??;
+                ring_rt::spawn(async move {
+                    let (_, _) = s.write_all(b"hi".to_vec()).await;
+                });
+            }
+            Ok::<_, Box<dyn std::error::Error>>(())
+        });
+        for _ in 0..200 {
+            let c = TcpStream::connect(addr).await?;
+            let (res, buf) = c.read(vec![0u8; 2]).await;
+            check!(res? == 2 && buf == b"hi", "bad greeting");
+        }
+        server.await?.map_err(|e| e.to_string())?;
+        Ok(Completion::Completed)
+    }))?
+}
+
+fn recv_pooled_and_stream(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(bounded(Duration::from_secs(10), async {
+        let (a, b) = UnixStream::pair()?;
+        let data = pattern(2, 100_000);
+        let writer = ring_rt::spawn({
+            let data = data.clone();
+            async move {
+                let (res, _) = a.write_all(data).await;
+                res?;
+                a.shutdown(Shutdown::Write)?;
+                Ok::<_, std::io::Error>(a)
+            }
+        });
+        let first = b.recv_pooled().await?.ok_or("EOF too early")?;
+        let mut got = first.to_vec();
+        drop(first);
+        let mut stream = b.recv_stream();
+        while let Some(chunk) = stream.next().await {
+            got.extend_from_slice(&chunk?);
+        }
+        let _a = writer.await??;
+        check!(
+            got == data,
+            "stream lost or reordered bytes ({} of {})",
+            got.len(),
+            data.len()
+        );
+        Ok(Completion::Completed)
+    }))?
+}
+
+fn idle_connections_hold_no_buffer(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let rt = &rt;
+    rt.block_on(bounded(Duration::from_secs(10), async {
+        let mut pairs = Vec::new();
+        let mut tasks = Vec::new();
+        for _ in 0..100 {
+            let (a, b) = UnixStream::pair()?;
+            let b = Rc::new(b);
+            let b2 = b.clone();
+            tasks.push(ring_rt::spawn(async move {
+                b2.recv_pooled().await.map(|o| o.map(|buf| buf.len()))
+            }));
+            pairs.push((a, b));
+        }
+        sleep(Duration::from_millis(20)).await;
+        let in_use = rt.metrics().recv_buffers_in_use;
+        check!(in_use == 0, "{in_use} buffers held by 100 idle receivers");
+        for (a, _) in &pairs {
+            let (res, _) = a.write_all(b"x".to_vec()).await;
+            res?;
+        }
+        for t in tasks {
+            check!(t.await?? == Some(1), "wrong recv");
+        }
+        check!(
+            rt.metrics().recv_buffers_in_use == 0,
+            "buffers not returned"
+        );
+        Ok(Completion::Completed)
+    }))?
+}
+
+fn pool_exhaustion_waits_and_loses_nothing(kind: BackendKind) -> Outcome {
+    // 4 buffers of 64 B for 16 streams sending 4 KiB each.
+    let rt = runtime!(kind, Runtime::builder().recv_buffers(4, 64));
+    rt.block_on(bounded(Duration::from_secs(20), async {
+        let mut tasks = Vec::new();
+        for i in 0..16u64 {
+            let (a, b) = UnixStream::pair()?;
+            let data = pattern(100 + i, 4096);
+            let expect = data.clone();
+            tasks.push(ring_rt::spawn(async move {
+                let (res, _) = a.write_all(data).await;
+                res?;
+                a.shutdown(Shutdown::Write)?;
+                let mut got = Vec::new();
+                let mut s = b.recv_stream();
+                while let Some(chunk) = s.next().await {
+                    let chunk = chunk?;
+                    got.extend_from_slice(&chunk);
+                    // Hold the buffer a moment so others run dry.
+                    ring_rt::yield_now().await;
+                }
+                Ok::<bool, std::io::Error>(got == expect)
+            }));
+        }
+        for t in tasks {
+            check!(t.await??, "a stream lost bytes under buffer exhaustion");
+        }
+        Ok::<_, libtest_mimic::Failed>(Completion::Completed)
+    }))??;
+    check!(
+        rt.metrics().io.enobufs > 0,
+        "the pool never ran dry: test did not test exhaustion"
+    );
+    Ok(Completion::Completed)
+}
+
+fn send_zc_round_trip(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(async {
+        let (l, addr) = listener()?;
+        let c = TcpStream::connect(addr).await?;
+        let (s, _) = l.accept().await?;
+        let data = pattern(3, 32 * 1024);
+        let (res, back) = c.send_zc(data.clone()).await;
+        let n = res?;
+        check!(back == data, "buffer not returned intact");
+        let mut got = Vec::new();
+        while got.len() < n {
+            let (res, buf) = s.read(Vec::with_capacity(65536)).await;
+            got.extend_from_slice(&buf[..res?]);
+        }
+        check!(got == data[..n], "zero-copy send corrupted data");
+        Ok(Completion::Completed)
+    })
+}
+
+fn udp_send_to_recv_from(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(async {
+        let a = UdpSocket::bind("127.0.0.1:0")?;
+        let b = UdpSocket::bind("127.0.0.1:0")?;
+        let (res, _) = a.send_to(b"datagram".to_vec(), b.local_addr()?).await;
+        check!(res? == 8, "short send");
+        let (res, buf) = b.recv_from(vec![0u8; 64]).await;
+        let (n, from) = res?;
+        check!(
+            &buf[..n] == b"datagram" && from == a.local_addr()?,
+            "got {n} from {from}"
+        );
+        a.connect(b.local_addr()?)?;
+        b.connect(a.local_addr()?)?;
+        let (res, _) = b.send(b"back".to_vec()).await;
+        res?;
+        let (res, buf) = a.recv(vec![0u8; 64]).await;
+        check!(&buf[..res?] == b"back", "connected recv");
+        Ok(Completion::Completed)
+    })
+}
+
+fn unix_listener_and_pair(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let dir = std::env::temp_dir().join(format!("ring-rt-unix-{}-{kind}", std::process::id()));
+    let _ = std::fs::remove_file(&dir);
+    let res = rt.block_on(async {
+        let l = UnixListener::bind(&dir)?;
+        let server = ring_rt::spawn(async move {
+            let s = l.accept().await?;
+            let (res, buf) = s.read(vec![0u8; 32]).await;
+            let n = res?;
+            let (res, _) = s.write_all(buf[..n].to_vec()).await;
+            res
+        });
+        let c = UnixStream::connect(&dir).await?;
+        let (res, _) = c.write_all(b"unix".to_vec()).await;
+        res?;
+        let (res, buf) = c.read(vec![0u8; 32]).await;
+        check!(&buf[..res?] == b"unix", "unix echo");
+        server.await??;
+        let Err(err) = UnixStream::connect(dir.with_extension("missing")).await else {
+            return Err("connected to a missing path".into());
+        };
+        check!(
+            err.kind() == ErrorKind::NotFound,
+            "connect to missing path: {err:?}"
+        );
+        Ok(Completion::Completed)
+    });
+    let _ = std::fs::remove_file(&dir);
+    res
+}
+
+fn dropped_accept_leaves_no_fd(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let (l, addr) = rt.block_on(async { listener() })?;
+    let baseline = open_fds();
+    for round in 0..50u64 {
+        let connect_first = round % 2 == 0;
+        let client = connect_first
+            .then(|| std::net::TcpStream::connect(addr))
+            .transpose()?;
+        // Drop the accept at varying points: before, during and after completion.
+        let wait = Duration::from_micros(round * 40);
+        let _ = rt.block_on(timeout(wait, l.accept()));
+        drop(client);
+    }
+    rt.block_on(sleep(Duration::from_millis(50)));
+    // Accepted-and-dropped streams are closed; never-accepted ones sit in the backlog
+    // (the kernel's, not ours).
+    check!(open_fds() == baseline, "fds {} -> {}", baseline, open_fds());
+    Ok(Completion::Completed)
+}
+
+fn dropped_recv_futures_return_buffers(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let rt = &rt;
+    rt.block_on(async {
+        for round in 0..50u64 {
+            let (a, b) = UnixStream::pair()?;
+            if round % 3 == 0 {
+                let (res, _) = a.write_all(b"pending".to_vec()).await;
+                res?;
+            }
+            let _ = timeout(Duration::from_micros(round * 20), b.recv_pooled()).await;
+            let mut s = b.recv_stream();
+            let _ = timeout(Duration::from_micros(round * 10), s.next()).await;
+        }
+        sleep(Duration::from_millis(20)).await;
+        let in_use = rt.metrics().recv_buffers_in_use;
+        check!(in_use == 0, "{in_use} buffers leaked by dropped recvs");
+        Ok(Completion::Completed)
+    })
+}
+
+fn runtime_drop_with_ops_in_flight(kind: BackendKind) -> Outcome {
+    let baseline = open_fds();
+    {
+        let rt = runtime!(kind);
+        rt.block_on(async {
+            let (l, addr) = listener()?;
+            let l = Rc::new(l);
+            for _ in 0..20 {
+                let l = l.clone();
+                ring_rt::spawn(async move {
+                    let _ = l.accept().await;
+                });
+            }
+            let mut keep = Vec::new();
+            for _ in 0..20 {
+                let (a, b) = UnixStream::pair()?;
+                let b = Rc::new(b);
+                let b2 = b.clone();
+                ring_rt::spawn(async move {
+                    let _ = b2.read(vec![0u8; 4096]).await;
+                });
+                ring_rt::spawn(sleep(Duration::from_secs(3600)));
+                keep.push((a, b));
+            }
+            let _c = TcpStream::connect(addr).await?;
+            ring_rt::yield_now().await;
+            Ok::<_, std::io::Error>(())
+        })?;
+        // Dropping the runtime here: tasks dropped, ops cancelled, CQEs awaited.
+    }
+    check!(
+        open_fds() == baseline,
+        "fds {} -> {} after runtime drop",
+        baseline,
+        open_fds()
+    );
+    Ok(Completion::Completed)
+}
+
+fn echo_5000_concurrent_connections(kind: BackendKind) -> Outcome {
+    const CONNS: usize = 5000;
+    let rt = runtime!(kind, Runtime::builder().entries(1024));
+    rt.block_on(bounded(Duration::from_secs(120), async {
+        let (l, addr) = listener()?;
+        ring_rt::spawn(async move {
+            let mut incoming = l.incoming();
+            while let Some(Ok(s)) = incoming.next().await {
+                ring_rt::spawn(async move {
+                    let mut rx = s.recv_stream();
+                    while let Some(Ok(buf)) = rx.next().await {
+                        if s.write_all(buf).await.0.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        let clients: Vec<_> = (0..CONNS)
+            .map(|i| {
+                ring_rt::spawn(async move {
+                    let c = TcpStream::connect(addr).await?;
+                    let data = pattern(i as u64, 64 + i % 2000);
+                    for _ in 0..3 {
+                        let (res, data2) = c.write_all(data.clone()).await;
+                        res?;
+                        let mut got = Vec::with_capacity(data2.len());
+                        while got.len() < data2.len() {
+                            let (res, buf) = c.read(Vec::with_capacity(4096)).await;
+                            let n = res?;
+                            if n == 0 {
+                                return Err(std::io::Error::from(ErrorKind::UnexpectedEof));
+                            }
+                            got.extend_from_slice(&buf[..n]);
+                        }
+                        if got != data2 {
+                            return Err(std::io::Error::other("echo differs"));
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        let mut failed = 0;
+        for c in clients {
+            if c.await?.is_err() {
+                failed += 1;
+            }
+        }
+        check!(failed == 0, "{failed} of {CONNS} connections failed");
+        Ok(Completion::Completed)
+    }))?
+}

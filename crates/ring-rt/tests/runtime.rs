@@ -1,0 +1,287 @@
+//! The executor and timers, on both backends.
+
+#[macro_use]
+mod support;
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use libtest_mimic::Completion;
+use ring_rt::time::{interval, sleep, timeout};
+use ring_rt::{BackendKind, Runtime};
+use support::Outcome;
+
+fn main() {
+    support::run(&[
+        ("block_on_returns_output", block_on_returns_output),
+        ("spawn_join_and_local_tasks", spawn_join_and_local_tasks),
+        ("panic_reaches_join_handle", panic_reaches_join_handle),
+        ("abort_cancels_task", abort_cancels_task),
+        ("yield_now_lets_others_run", yield_now_lets_others_run),
+        ("sleep_waits_at_least", sleep_waits_at_least),
+        (
+            "timeout_elapses_and_drops_future",
+            timeout_elapses_and_drops_future,
+        ),
+        ("interval_ticks", interval_ticks),
+        ("many_timers_fire_in_order", many_timers_fire_in_order),
+        ("wake_from_another_thread", wake_from_another_thread),
+        ("threads_run_on_every_worker", threads_run_on_every_worker),
+        ("backend_reports_choice", backend_reports_choice),
+        ("nested_block_on_is_refused", nested_block_on_is_refused),
+    ])
+}
+
+fn block_on_returns_output(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    check!(rt.block_on(async { 7 }) == 7, "wrong output");
+    Ok(Completion::Completed)
+}
+
+fn spawn_join_and_local_tasks(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let total = rt.block_on(async {
+        // !Send state shared between local tasks.
+        let counter = Rc::new(Cell::new(0));
+        let handles: Vec<_> = (0..100)
+            .map(|i| {
+                let counter = counter.clone();
+                ring_rt::spawn(async move {
+                    counter.set(counter.get() + 1);
+                    i
+                })
+            })
+            .collect();
+        let mut sum = 0;
+        for h in handles {
+            sum += h.await.unwrap();
+        }
+        (sum, counter.get())
+    });
+    check!(total == (4950, 100), "got {total:?}");
+    check!(rt.metrics().tasks_alive == 0, "tasks left alive");
+    Ok(Completion::Completed)
+}
+
+fn panic_reaches_join_handle(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let err = rt.block_on(async {
+        let task = ring_rt::spawn(async { panic!("boom") });
+        let joined: Result<(), _> = task.await;
+        joined.unwrap_err()
+    });
+    check!(err.is_panic(), "not a panic: {err}");
+    check!(err.to_string().contains("boom"), "message lost: {err}");
+    // The runtime survives.
+    check!(
+        rt.block_on(async { ring_rt::spawn(async { 1 }).await.unwrap() }) == 1,
+        "runtime broken"
+    );
+    Ok(Completion::Completed)
+}
+
+fn abort_cancels_task(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let (res, finished) = rt.block_on(async {
+        let h = ring_rt::spawn(async { sleep(Duration::from_secs(3600)).await });
+        ring_rt::yield_now().await;
+        h.abort();
+        ring_rt::yield_now().await;
+        let finished = h.is_finished();
+        (h.await, finished)
+    });
+    check!(
+        res.as_ref().is_err_and(|e| e.is_cancelled()),
+        "not cancelled: {res:?}"
+    );
+    check!(finished, "is_finished false after abort");
+    check!(rt.metrics().timers == 0, "aborted sleep left its timer");
+    Ok(Completion::Completed)
+}
+
+fn yield_now_lets_others_run(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let order = rt.block_on(async {
+        let log = Rc::new(std::cell::RefCell::new(Vec::new()));
+        let l2 = log.clone();
+        let h = ring_rt::spawn(async move { l2.borrow_mut().push("task") });
+        log.borrow_mut().push("main-before");
+        ring_rt::yield_now().await;
+        log.borrow_mut().push("main-after");
+        h.await.unwrap();
+        let v = log.borrow().clone();
+        v
+    });
+    check!(
+        order == ["main-before", "task", "main-after"],
+        "order {order:?}"
+    );
+    Ok(Completion::Completed)
+}
+
+fn sleep_waits_at_least(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let start = Instant::now();
+    rt.block_on(sleep(Duration::from_millis(30)));
+    check!(
+        start.elapsed() >= Duration::from_millis(30),
+        "woke early: {:?}",
+        start.elapsed()
+    );
+    rt.block_on(sleep(Duration::ZERO));
+    Ok(Completion::Completed)
+}
+
+fn timeout_elapses_and_drops_future(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let dropped = Rc::new(Cell::new(false));
+    struct Flag(Rc<Cell<bool>>);
+    impl Drop for Flag {
+        fn drop(&mut self) {
+            self.0.set(true);
+        }
+    }
+    let flag = Flag(dropped.clone());
+    let res = rt.block_on(timeout(Duration::from_millis(10), async move {
+        let _flag = flag;
+        sleep(Duration::from_secs(3600)).await
+    }));
+    check!(res.is_err(), "timeout did not elapse");
+    check!(dropped.get(), "future not dropped on timeout");
+    let ok = rt.block_on(timeout(Duration::from_secs(5), async { 5 }));
+    check!(ok == Ok(5), "fast future timed out");
+    let err: std::io::Error = res.unwrap_err().into();
+    check!(
+        err.kind() == std::io::ErrorKind::TimedOut,
+        "kind {:?}",
+        err.kind()
+    );
+    Ok(Completion::Completed)
+}
+
+fn interval_ticks(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let start = Instant::now();
+    rt.block_on(async {
+        let mut iv = interval(Duration::from_millis(5));
+        for _ in 0..4 {
+            iv.tick().await;
+        }
+    });
+    check!(
+        start.elapsed() >= Duration::from_millis(15),
+        "3 periods took {:?}",
+        start.elapsed()
+    );
+    Ok(Completion::Completed)
+}
+
+fn many_timers_fire_in_order(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let order = rt.block_on(async {
+        let log = Rc::new(std::cell::RefCell::new(Vec::new()));
+        let hs: Vec<_> = (0..50u64)
+            .rev()
+            .map(|i| {
+                let log = log.clone();
+                ring_rt::spawn(async move {
+                    sleep(Duration::from_millis(i * 2)).await;
+                    log.borrow_mut().push(i);
+                })
+            })
+            .collect();
+        for h in hs {
+            h.await.unwrap();
+        }
+        let v = log.borrow().clone();
+        v
+    });
+    let sorted: Vec<u64> = (0..50).collect();
+    check!(order == sorted, "timers out of order: {order:?}");
+    Ok(Completion::Completed)
+}
+
+fn wake_from_another_thread(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let got = rt.block_on(async {
+        let (tx, rx) = std::sync::mpsc::channel::<u32>();
+        let waker_slot = std::sync::Arc::new(std::sync::Mutex::new(None::<std::task::Waker>));
+        let slot = waker_slot.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            tx.send(42).unwrap();
+            if let Some(w) = slot.lock().unwrap().take() {
+                w.wake();
+            }
+        });
+        let v = std::future::poll_fn(|cx| match rx.try_recv() {
+            Ok(v) => std::task::Poll::Ready(v),
+            Err(_) => {
+                *waker_slot.lock().unwrap() = Some(cx.waker().clone());
+                // Re-check after publishing the waker: the sender may have just sent.
+                match rx.try_recv() {
+                    Ok(v) => std::task::Poll::Ready(v),
+                    Err(_) => std::task::Poll::Pending,
+                }
+            }
+        })
+        .await;
+        t.join().unwrap();
+        v
+    });
+    check!(got == 42, "got {got}");
+    Ok(Completion::Completed)
+}
+
+fn threads_run_on_every_worker(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Runtime::builder().threads(3));
+    check!(rt.threads() == 3, "threads() = {}", rt.threads());
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s = seen.clone();
+    rt.spawn_on_all(move |i| {
+        let s = s.clone();
+        async move {
+            s.lock().unwrap().push((i, std::thread::current().id()));
+        }
+    });
+    rt.block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while seen.lock().unwrap().len() < 3 && Instant::now() < deadline {
+            sleep(Duration::from_millis(5)).await;
+        }
+    });
+    let mut seen = seen.lock().unwrap().clone();
+    seen.sort_by_key(|(i, _)| *i);
+    check!(
+        seen.iter().map(|(i, _)| *i).collect::<Vec<_>>() == [0, 1, 2],
+        "workers {seen:?}"
+    );
+    let threads: std::collections::HashSet<_> = seen.iter().map(|(_, t)| *t).collect();
+    check!(threads.len() == 3, "workers share threads: {seen:?}");
+    Ok(Completion::Completed)
+}
+
+fn backend_reports_choice(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    check!(
+        rt.backend().kind == kind,
+        "asked {kind}, got {}",
+        rt.backend()
+    );
+    check!(
+        rt.features().is_some() == (kind == BackendKind::Uring),
+        "features on {kind}"
+    );
+    Ok(Completion::Completed)
+}
+
+fn nested_block_on_is_refused(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let inner = runtime!(kind);
+    let caught = rt.block_on(async {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inner.block_on(async {})))
+    });
+    check!(caught.is_err(), "nested block_on ran");
+    Ok(Completion::Completed)
+}

@@ -1,0 +1,106 @@
+//! Shared harness for ring-rt's tests: every test runs once per backend, named
+//! `<test>::uring` and `<test>::epoll`; a backend this machine cannot run is reported
+//! `ignored` with the reason, never passed silently.
+
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use libtest_mimic::{Arguments, Completion, Failed, Trial};
+use ring_rt::{BackendKind, Runtime};
+
+/// What a test returns: passed, ignored with a reason, or failed.
+pub type Outcome = Result<Completion, Failed>;
+
+/// A test body, given the backend to run on.
+pub type TestFn = fn(BackendKind) -> Outcome;
+
+/// Fails the test with a message unless `cond` holds.
+#[macro_export]
+macro_rules! check {
+    ($cond:expr, $($msg:tt)+) => {
+        if !$cond {
+            return Err(format!($($msg)+).into());
+        }
+    };
+}
+
+/// Builds the runtime for `kind`, or returns the `ignored` outcome saying why it cannot.
+#[macro_export]
+macro_rules! runtime {
+    ($kind:expr) => {
+        match support::runtime($kind) {
+            Ok(rt) => rt,
+            Err(skip) => return Ok(skip),
+        }
+    };
+    ($kind:expr, $builder:expr) => {
+        match support::runtime_with($kind, $builder) {
+            Ok(rt) => rt,
+            Err(skip) => return Ok(skip),
+        }
+    };
+}
+
+/// Runs `tests` on both backends and exits with libtest's status.
+pub fn run(tests: &[(&'static str, TestFn)]) -> ! {
+    let mut args = Arguments::from_args();
+    // Tests count this process's fds and buffers; one at a time keeps those counts exact.
+    args.test_threads.get_or_insert(1);
+    let mut trials = Vec::new();
+    for &(name, f) in tests {
+        for kind in [BackendKind::Uring, BackendKind::Epoll] {
+            trials.push(Trial::ignorable_test(
+                format!("{name}::{kind}"),
+                move || f(kind),
+            ));
+        }
+    }
+    libtest_mimic::run(&args, trials).exit()
+}
+
+/// A runtime forced onto `kind`.
+pub fn runtime(kind: BackendKind) -> Result<Runtime, Completion> {
+    runtime_with(kind, Runtime::builder())
+}
+
+/// A runtime from `builder`, forced onto `kind`.
+pub fn runtime_with(kind: BackendKind, builder: ring_rt::Builder) -> Result<Runtime, Completion> {
+    match builder.backend(kind).build() {
+        Ok(rt) => Ok(rt),
+        Err(e) if e.kind() == std::io::ErrorKind::Unsupported => Err(Completion::ignored_with(
+            format!("{kind} backend unavailable here: {e}"),
+        )),
+        Err(e) => panic!("building a {kind} runtime failed: {e}"),
+    }
+}
+
+/// Open fds of this process.
+pub fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// Bounds a whole test body: a hang becomes a failure, not a stuck CI.
+pub async fn bounded<T>(
+    limit: Duration,
+    fut: impl std::future::Future<Output = T>,
+) -> Result<T, Failed> {
+    ring_rt::time::timeout(limit, fut)
+        .await
+        .map_err(|_| format!("test body did not finish within {limit:?}").into())
+}
+
+/// Deterministic pseudo-random bytes (xorshift), so failures reproduce.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}

@@ -1,0 +1,178 @@
+//! Reading test binaries' results: libtest's summary line into counts, and a binary's exit
+//! into a verdict. Used the same way for host rows and for VM serial logs.
+
+use std::fmt;
+
+/// The four counts of a libtest summary (`ignored` is what the matrix calls skipped).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub passed: u32,
+    pub failed: u32,
+    pub ignored: u32,
+    pub filtered: u32,
+}
+
+impl Counts {
+    /// Adds `other` into `self`.
+    pub fn add(&mut self, other: Counts) {
+        self.passed += other.passed;
+        self.failed += other.failed;
+        self.ignored += other.ignored;
+        self.filtered += other.filtered;
+    }
+}
+
+/// Parses `test result: ok. 3 passed; 0 failed; 1 ignored; 0 measured; 2 filtered out; ...`.
+pub fn parse_summary(line: &str) -> Option<Counts> {
+    let rest = line.split_once("test result: ")?.1;
+    let (_, rest) = rest.split_once(". ")?;
+    let mut counts = Counts::default();
+    let mut seen = 0;
+    for part in rest.split(';') {
+        let mut words = part.split_whitespace();
+        let (Some(n), Some(what)) = (words.next(), words.next()) else {
+            continue;
+        };
+        let Ok(n) = n.parse::<u32>() else { continue };
+        seen += 1;
+        match what {
+            "passed" => counts.passed = n,
+            "failed" => counts.failed = n,
+            "ignored" => counts.ignored = n,
+            "filtered" => counts.filtered = n,
+            _ => {}
+        }
+    }
+    (seen >= 3).then_some(counts)
+}
+
+/// The last summary in `output` (a binary prints one).
+pub fn find_summary(output: &str) -> Option<Counts> {
+    output.lines().rev().find_map(parse_summary)
+}
+
+/// How a test binary ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// Exit status 0.
+    Success,
+    /// A nonzero exit status.
+    Code(i32),
+    /// Killed by a signal (a crash, or our kill after the timeout).
+    Signal(i32),
+    /// Killed after running past its time limit.
+    TimedOut(u64),
+    /// Never ran: the reason.
+    NotRun(String),
+}
+
+impl fmt::Display for Exit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Exit::Success => f.write_str("exit 0"),
+            Exit::Code(code) => write!(f, "exit {code}"),
+            Exit::Signal(sig) => write!(f, "killed by signal {sig}"),
+            Exit::TimedOut(secs) => write!(f, "timed out after {secs} s"),
+            Exit::NotRun(why) => write!(f, "not run: {why}"),
+        }
+    }
+}
+
+/// One test binary's run in one row.
+#[derive(Clone, Debug)]
+pub struct BinaryRun {
+    /// The binary's short name (`ring_core-driver`).
+    pub name: String,
+    /// The libtest filter passed, if any.
+    pub filter: Option<String>,
+    pub exit: Exit,
+    /// Its summary, when it printed one.
+    pub summary: Option<Counts>,
+    pub secs: f64,
+}
+
+impl BinaryRun {
+    /// The counts this run contributes: its summary, plus one failure when the binary
+    /// ended badly without a failed test to show for it (crash, timeout, no summary).
+    pub fn counts(&self) -> Counts {
+        let mut counts = self.summary.unwrap_or_default();
+        if self.is_broken() && counts.failed == 0 {
+            counts.failed += 1;
+        }
+        counts
+    }
+
+    /// True when the binary did not end with a clean summary.
+    pub fn is_broken(&self) -> bool {
+        self.summary.is_none() || self.exit != Exit::Success
+    }
+
+    /// A note for the row when the binary ended badly.
+    pub fn note(&self) -> Option<String> {
+        if !self.is_broken() {
+            return None;
+        }
+        let summary = if self.summary.is_some() {
+            ""
+        } else {
+            ", no libtest summary"
+        };
+        Some(format!("{}: {}{summary}", self.name, self.exit))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_line_gives_all_counts() {
+        let line = "test result: FAILED. 3 passed; 1 failed; 2 ignored; 0 measured; \
+                    5 filtered out; finished in 0.01s";
+        let counts = parse_summary(line).expect("a summary");
+        assert_eq!(
+            counts,
+            Counts {
+                passed: 3,
+                failed: 1,
+                ignored: 2,
+                filtered: 5
+            }
+        );
+    }
+
+    #[test]
+    fn last_summary_wins_and_noise_is_ignored() {
+        let out = "running 1 test\ntest a ... ok\n\
+                   test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out\n\
+                   [   1.2] random: crng init done\n";
+        assert_eq!(find_summary(out).map(|c| c.passed), Some(1));
+        assert_eq!(find_summary("no summary here"), None);
+    }
+
+    #[test]
+    fn a_crash_without_failures_counts_as_one_failure() {
+        let run = BinaryRun {
+            name: "x".into(),
+            filter: None,
+            exit: Exit::Signal(11),
+            summary: None,
+            secs: 0.0,
+        };
+        assert_eq!(run.counts().failed, 1);
+        assert!(run.note().expect("a note").contains("signal 11"));
+    }
+
+    #[test]
+    fn a_clean_run_has_no_note() {
+        let run = BinaryRun {
+            name: "x".into(),
+            filter: None,
+            exit: Exit::Success,
+            summary: parse_summary("test result: ok. 2 passed; 0 failed; 1 ignored;"),
+            secs: 0.0,
+        };
+        assert_eq!(run.counts().passed, 2);
+        assert_eq!(run.note(), None);
+    }
+}

@@ -1,0 +1,329 @@
+//! `cargo xtask kernel-matrix`: ring-core's and ring-rt's tests on the host kernel (both
+//! backends), under older kernels' feature profiles, with io_uring blocked by seccomp, and
+//! on real 6.1 / 6.12 / no-io_uring kernels under qemu; one row each, with pass/skip/fail
+//! counts, the backend the runtime chose and the features it used.
+//!
+//! Output: a table on stdout, `target/kernel-matrix/matrix.{md,json}`, logs under
+//! `target/kernel-matrix/logs/`; the exit status is nonzero when any row fails.
+
+pub mod backend;
+mod binaries;
+mod host;
+mod initramfs;
+mod kernels;
+mod libtest;
+mod report;
+mod rows;
+mod seccomp;
+mod tools;
+mod vm;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use binaries::{Built, TestBinary};
+use report::RowResult;
+use rows::{Group, Place, Row};
+
+const USAGE: &str = "usage: cargo xtask kernel-matrix [--rows host,profiles,seccomp,vm] [--quick]
+                                  [--vm-filter FILTER]
+
+  --rows       row groups to run (default: all)
+  --quick      host, profile and seccomp rows only (no VMs)
+  --vm-filter  libtest filter for ring-rt's tests in VMs (default: all of them)";
+
+/// Per-binary time limit inside a VM (the VM as a whole has `vm::VM_TIMEOUT`).
+const VM_BINARY_TIMEOUT: Duration = Duration::from_secs(150);
+
+/// Parsed command line.
+struct Options {
+    groups: Vec<Group>,
+    vm_filter: String,
+}
+
+impl Options {
+    fn parse(args: &[String]) -> Result<Options, String> {
+        let mut opts = Options {
+            groups: Group::ALL.to_vec(),
+            vm_filter: rows::VM_RT_FILTER.to_string(),
+        };
+        let mut args = args.iter();
+        while let Some(arg) = args.next() {
+            let mut value = || args.next().ok_or(format!("{arg} needs a value"));
+            match arg.as_str() {
+                "--rows" => opts.groups = rows::parse_groups(value()?)?,
+                "--quick" => opts.groups = vec![Group::Host, Group::Profiles, Group::Seccomp],
+                "--vm-filter" => opts.vm_filter = value()?.clone(),
+                _ => return Err(format!("unknown argument {arg:?}")),
+            }
+        }
+        Ok(opts)
+    }
+}
+
+pub fn run(args: &[String]) -> ExitCode {
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    let opts = match Options::parse(args) {
+        Ok(opts) => opts,
+        Err(err) => {
+            eprintln!("{err}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let root = target_dir().join("kernel-matrix");
+    let logs = root.join("logs");
+    if let Err(err) = std::fs::create_dir_all(&logs) {
+        eprintln!("cannot create {}: {err}", logs.display());
+        return ExitCode::FAILURE;
+    }
+    let start = Instant::now();
+    let all = rows::rows(&opts.groups, &opts.vm_filter);
+    let (vm_rows, host_rows): (Vec<Row>, Vec<Row>) =
+        all.into_iter().partition(|r| r.group == Group::Vm);
+    let mut results = run_host_rows(&host_rows, &logs);
+    results.extend(run_vm_rows(&vm_rows, &root, &logs));
+    finish(&results, &root, &about(&opts, start.elapsed()))
+}
+
+/// `$CARGO_TARGET_DIR`, else the workspace's `target/`.
+fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) if Path::new(&dir).is_absolute() => PathBuf::from(dir),
+        Some(dir) => binaries::workspace_root().join(dir),
+        None => binaries::workspace_root().join("target"),
+    }
+}
+
+/// The sentence saying what ran, for the table's heading and the files.
+fn about(opts: &Options, took: Duration) -> String {
+    let filter = if opts.vm_filter.is_empty() {
+        "all ring-rt tests".to_string()
+    } else {
+        format!("ring-rt tests matching {:?}", opts.vm_filter)
+    };
+    format!(
+        "Host rows run every test binary of ring-core and ring-rt (host · uring: ring-rt's \
+         `::uring` tests, host · epoll: its `::epoll` tests); profile and seccomp rows run the \
+         integration-test binaries. VM rows (qemu TCG, {} s limit each) run ring-core's \
+         integration tests and {filter}. Skipped = libtest's ignored (a feature the kernel or \
+         profile lacks). Whole run: {:.0} s.",
+        vm::VM_TIMEOUT.as_secs(),
+        took.as_secs_f64()
+    )
+}
+
+/// The test binaries `row` runs, each with its libtest filter.
+fn select(row: &Row, built: &[Built]) -> Vec<(TestBinary, Option<String>)> {
+    let wanted = |b: &&TestBinary| b.is_integration || !row.suite.integration_only;
+    built
+        .iter()
+        .flat_map(|pkg| pkg.binaries.iter().filter(wanted))
+        .filter_map(|bin| match bin.package.as_str() {
+            "ring-core" if row.suite.core => Some((bin.clone(), None)),
+            "ring-rt" => row.suite.rt_filter.clone().map(|f| (bin.clone(), Some(f))),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Build failures and missing binaries of the packages `row` runs.
+fn build_problems(row: &Row, built: &[Built]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for pkg in built {
+        let runs = match pkg.package {
+            "ring-core" => row.suite.core,
+            _ => row.suite.rt_filter.is_some(),
+        };
+        if !runs {
+            continue;
+        }
+        if let Some(err) = &pkg.error {
+            problems.push(format!("{}: {err}", pkg.package));
+        } else if select(row, std::slice::from_ref(pkg)).is_empty() {
+            problems.push(format!("{}: no test binaries for this row", pkg.package));
+        }
+    }
+    problems
+}
+
+/// Fails the row when the runtime's choice is not the expected one.
+fn check_backend(row: &Row, result: &mut RowResult) {
+    let want = &row.expect;
+    match &result.backend {
+        None => result
+            .problems
+            .push("no backend report (xtask matrix-backend did not run)".into()),
+        Some(got) if got.kind != want.backend => result.problems.push(format!(
+            "expected the {} backend, the runtime chose {} ({})",
+            want.backend, got.kind, got.reason
+        )),
+        Some(got) => {
+            if let Some(errno) = want.errno.filter(|e| *e != got.errno) {
+                result.problems.push(format!(
+                    "expected io_uring setup to fail with {errno}, got {} ({})",
+                    got.errno, got.reason
+                ));
+            }
+        }
+    }
+}
+
+/// The row's name as a file name: `host · uring` → `host-uring`.
+fn row_slug(row: &Row) -> String {
+    let slug: String = row
+        .name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    slug.replace("---", "-")
+}
+
+fn row_log_dir(logs: &Path, row: &Row) -> PathBuf {
+    logs.join(row_slug(row))
+}
+
+fn run_host_rows(rows: &[Row], logs: &Path) -> Vec<RowResult> {
+    if rows.is_empty() {
+        return Vec::new();
+    }
+    let built = binaries::build_all(None, logs);
+    rows.iter()
+        .map(|row| {
+            let start = Instant::now();
+            let dir = row_log_dir(logs, row);
+            let _ = std::fs::create_dir_all(&dir);
+            eprintln!("kernel-matrix: {}", row.name);
+            let out = host::run_row(row, &built, &dir);
+            let mut result = RowResult {
+                row: row.clone(),
+                backend: out.backend,
+                runs: out.runs,
+                problems: build_problems(row, &built),
+                secs: 0.0,
+            };
+            check_backend(row, &mut result);
+            result.secs = start.elapsed().as_secs_f64();
+            result
+        })
+        .collect()
+}
+
+/// Builds the initramfs once, then boots each row's kernel with it.
+fn run_vm_rows(rows: &[Row], root: &Path, logs: &Path) -> Vec<RowResult> {
+    let Some(first) = rows.first() else {
+        return Vec::new();
+    };
+    let assets = prepare_vm(first, root, logs);
+    rows.iter()
+        .map(|row| {
+            let start = Instant::now();
+            eprintln!("kernel-matrix: {}", row.name);
+            let mut result = match &assets {
+                Ok(assets) => boot_row(row, assets, root, logs),
+                Err(err) => failed_row(row, err.clone()),
+            };
+            check_backend(row, &mut result);
+            result.secs = start.elapsed().as_secs_f64();
+            result
+        })
+        .collect()
+}
+
+fn failed_row(row: &Row, problem: String) -> RowResult {
+    RowResult {
+        row: row.clone(),
+        backend: None,
+        runs: Vec::new(),
+        problems: vec![problem],
+        secs: 0.0,
+    }
+}
+
+/// What every VM boots with.
+struct VmAssets {
+    initrd: PathBuf,
+    /// Binary names in plan order.
+    planned: Vec<String>,
+    /// Build problems, reported on each VM row.
+    problems: Vec<String>,
+}
+
+fn prepare_vm(row: &Row, root: &Path, logs: &Path) -> Result<VmAssets, String> {
+    tools::ensure(tools::QEMU).map_err(|e| e.to_string())?;
+    binaries::ensure_musl_target().map_err(|e| e.to_string())?;
+    let built = binaries::build_all(Some(binaries::MUSL), logs);
+    let (xtask, init) = binaries::build_vm_tools(logs).map_err(|e| e.to_string())?;
+    let steps: Vec<initramfs::PlanStep> = select(row, &built)
+        .into_iter()
+        .map(|(bin, filter)| initramfs::PlanStep {
+            name: bin.name(),
+            file: bin.file_name(),
+            source: bin.path,
+            filter,
+            timeout: VM_BINARY_TIMEOUT,
+        })
+        .collect();
+    let initrd = root.join("initramfs.cpio");
+    initramfs::write(&initrd, &root.join("stage"), &init, &xtask, &steps)
+        .map_err(|e| format!("writing the initramfs: {e}"))?;
+    Ok(VmAssets {
+        initrd,
+        planned: steps.into_iter().map(|s| s.name).collect(),
+        problems: build_problems(row, &built),
+    })
+}
+
+fn boot_row(row: &Row, assets: &VmAssets, root: &Path, logs: &Path) -> RowResult {
+    let Place::Vm { kernel, cmdline } = &row.place else {
+        unreachable!("only VM rows are booted; run_vm_rows gets the Vm partition");
+    };
+    let image = match kernels::image(*kernel, root, logs) {
+        Ok(image) => image,
+        Err(err) => return failed_row(row, format!("kernel {}: {err}", kernel.label())),
+    };
+    let log = logs.join(format!("{}.serial.log", row_slug(row)));
+    let out = vm::boot(&image, &assets.initrd, cmdline, &log, &assets.planned);
+    let mut problems = assets.problems.clone();
+    problems.extend(out.notes);
+    RowResult {
+        row: row.clone(),
+        backend: out.backend,
+        runs: out.runs,
+        problems,
+        secs: 0.0,
+    }
+}
+
+/// Prints the table and writes the files; the exit status says whether every row passed.
+fn finish(results: &[RowResult], root: &Path, about: &str) -> ExitCode {
+    println!(
+        "{about}\n\n{}\n{}",
+        report::table(results),
+        report::details(results)
+    );
+    let md = root.join("matrix.md");
+    let js = root.join("matrix.json");
+    let json = serde_json::to_string_pretty(&report::json(results, about)).unwrap_or_default();
+    for (path, text) in [(&md, report::markdown(results, about)), (&js, json)] {
+        if let Err(err) = std::fs::write(path, text) {
+            eprintln!("cannot write {}: {err}", path.display());
+            return ExitCode::FAILURE;
+        }
+    }
+    println!("wrote {} and {}", md.display(), js.display());
+    if results.iter().any(RowResult::is_failed) {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
