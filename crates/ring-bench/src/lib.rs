@@ -1,1 +1,4 @@
-//! ring-bench
+//! ring-bench: the echo load generator and benchmark drivers comparing ring-rt with tokio.
+
+pub mod load;
+pub mod stats;

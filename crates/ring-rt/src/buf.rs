@@ -225,9 +225,9 @@ unsafe impl<T: IoBufMut> IoBufMut for Slice<T> {
         self.buf.stable_mut_ptr().wrapping_add(self.begin)
     }
     unsafe fn set_init(&mut self, pos: usize) {
-        // SAFETY: bytes begin..begin+pos were initialised per the caller; bytes before
-        // `begin` are only claimed initialised if the inner buffer already had them.
         if self.buf.bytes_init() >= self.begin {
+            // SAFETY: bytes begin..begin+pos were initialised per the caller; bytes before
+            // `begin` are only claimed initialised because the inner buffer already had them.
             unsafe { self.buf.set_init(self.begin + pos) };
         }
     }

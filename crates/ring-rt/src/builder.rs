@@ -110,7 +110,7 @@ impl Builder {
             1 => None,
             n => Some(Workers::start(n - 1, config.clone())?),
         };
-        match config.build_core(0, workers.clone()) {
+        match config.build_core(0) {
             Ok(core) => Ok(Runtime { core, workers }),
             Err(err) => {
                 if let Some(workers) = workers {
@@ -158,11 +158,7 @@ pub(crate) struct WorkerConfig {
 
 impl WorkerConfig {
     /// Builds worker `index`'s core on the calling thread.
-    pub(crate) fn build_core(
-        &self,
-        index: usize,
-        workers: Option<Arc<Workers>>,
-    ) -> io::Result<Rc<Core>> {
+    pub(crate) fn build_core(&self, index: usize) -> io::Result<Rc<Core>> {
         if self.pin_workers {
             pin_to_cpu(index)?;
         }
@@ -174,8 +170,6 @@ impl WorkerConfig {
             timers: std::cell::RefCell::new(Timers::default()),
             buf_waiters: std::cell::RefCell::new(Vec::new()),
             choice,
-            worker_index: index,
-            workers,
         }))
     }
 

@@ -36,8 +36,6 @@ pub(crate) struct Core {
     /// Tasks waiting for a pooled receive buffer to come back (after ENOBUFS).
     pub(crate) buf_waiters: RefCell<Vec<Waker>>,
     pub(crate) choice: Choice,
-    pub(crate) worker_index: usize,
-    pub(crate) workers: Option<Arc<Workers>>,
 }
 
 thread_local! {

@@ -17,9 +17,8 @@ impl Unparker {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: `fd` is a fresh eventfd that nothing else owns.
-        Ok(Unparker {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Unparker { fd })
     }
 
     /// Makes the eventfd readable, waking the loop if it is waiting on it.

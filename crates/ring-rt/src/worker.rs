@@ -95,7 +95,7 @@ fn start_one(index: usize, config: Arc<WorkerConfig>) -> io::Result<Worker> {
     let thread = thread::Builder::new()
         .name(format!("ring-rt-worker-{index}"))
         .spawn(move || {
-            let core = match config.build_core(index, None) {
+            let core = match config.build_core(index) {
                 Ok(core) => core,
                 Err(err) => {
                     let _ = ready_tx.send(Err(err));

@@ -2,7 +2,7 @@
 
 use std::io;
 use std::os::fd::RawFd;
-use std::task::{Poll, Waker};
+use std::task::Waker;
 
 use io_uring::{opcode, types};
 use ring_core::buf_pool::BufGroup;
@@ -54,7 +54,7 @@ impl UringBackend {
         }
         self.driver.turn(wait)?;
         if let Some(id) = self.wake_op {
-            if let Poll::Ready(_) = self.driver.poll_op(id, Waker::noop()) {
+            if self.driver.poll_op(id, Waker::noop()).is_ready() {
                 self.wake_op = None;
                 (self.on_wake)();
             }
@@ -71,7 +71,13 @@ impl UringBackend {
             return Ok(group.clone());
         }
         let RecvBuffers { count, len } = self.recv_buffers;
-        let group = self.driver.register_buf_group(count, len)?;
+        let group = match self.driver.register_buf_group(count, len) {
+            Ok(group) => group,
+            // Before 5.7 the kernel cannot select buffers: select them in user space after
+            // a readiness poll, as the epoll backend does (still no buffer per idle socket).
+            Err(e) if e.kind() == io::ErrorKind::Unsupported => BufGroup::new_user(0, count, len)?,
+            Err(e) => return Err(e),
+        };
         self.recv_group = Some(group.clone());
         Ok(group)
     }

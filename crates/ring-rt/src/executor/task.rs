@@ -55,9 +55,8 @@ impl Wake for Header {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        if self.key == super::MAIN_KEY {
-            self.shared.schedule(self.key);
-        } else if !self.scheduled.swap(true, Ordering::AcqRel) {
+        // The main future has no run-queue entry to dedupe: its flag is the schedule.
+        if self.key == super::MAIN_KEY || !self.scheduled.swap(true, Ordering::AcqRel) {
             self.shared.schedule(self.key);
         }
     }

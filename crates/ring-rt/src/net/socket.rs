@@ -8,7 +8,7 @@ use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
 use std::task::Context;
 
-use ring_core::buf_pool::BufGroup;
+use ring_core::buf_pool::{BufGroup, BufMode};
 use ring_core::probe::Feature;
 use ring_core::release::RecycleBid;
 use ring_core::user_data::OpId;
@@ -16,7 +16,9 @@ use socket2::{Domain, SockAddr, Type};
 
 use crate::backend::BackendKind;
 use crate::buf::{IoBuf, IoBufMut};
-use crate::op::net::{recv_multi_sqe, Connect, Recv, RecvSelect, Send, SendZc};
+use crate::op::net::{
+    recv_into_group, recv_multi_sqe, Connect, PollIn, Recv, RecvSelect, Send, SendZc,
+};
 use crate::op::Op;
 use crate::pool::{self, PooledBuf};
 use crate::runtime::Core;
@@ -133,17 +135,34 @@ impl Socket {
     pub(crate) async fn recv_pooled(&self) -> io::Result<Option<PooledBuf>> {
         let group = self.core.backend.borrow_mut().recv_group()?;
         loop {
-            let op = RecvSelect {
-                fd: self.fd,
-                group: group.clone(),
-            };
-            let cqe = Op::new(self.core.clone(), op).await;
+            let cqe = self.recv_select(&group).await;
             match pool::from_cqe(&self.core, &group, cqe) {
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
                     pool::wait_for_buffer(&self.core, &group).await
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 other => return other,
+            }
+        }
+    }
+
+    /// One buffer-select recv: the kernel picks the buffer, or, for a user-space group
+    /// (epoll, or io_uring before 5.7), a buffer is taken once the socket is readable.
+    async fn recv_select(&self, group: &BufGroup) -> ring_core::cqe::Cqe {
+        if group.mode() != BufMode::User || self.is_epoll() {
+            let op = RecvSelect {
+                fd: self.fd,
+                group: group.clone(),
+            };
+            return Op::new(self.core.clone(), op).await;
+        }
+        loop {
+            if let Err(e) = Op::new(self.core.clone(), PollIn { fd: self.fd }).await {
+                return crate::op::error_cqe(&e);
+            }
+            let cqe = recv_into_group(self.fd, group);
+            if cqe.res != -libc::EAGAIN {
+                return cqe;
             }
         }
     }

@@ -5,7 +5,7 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
 
 use io_uring::{opcode, squeue, types};
@@ -70,6 +70,22 @@ fn iovecs(ptrs: impl Iterator<Item = (*mut u8, usize)>) -> Box<[libc::iovec]> {
             iov_len: len,
         })
         .collect()
+}
+
+/// A blocking job on its own duplicate of `fd`, closed when the job is done (or dropped
+/// unrun). A file's drop closes its fd without waiting for orphaned ops, so a job using the
+/// raw number could meet it reused by another open; the duplicate holds the file as firmly
+/// as io_uring's own file reference taken at submission. A failed dup is the job's result.
+fn on_dup(fd: RawFd, job: impl FnOnce(RawFd) -> i32 + Send + 'static) -> Emulation {
+    // SAFETY: F_DUPFD_CLOEXEC takes and returns only integers.
+    let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if dup < 0 {
+        let res = res_int(dup);
+        return Emulation::Blocking(Box::new(move || res));
+    }
+    // SAFETY: the fcntl above returned a new fd that nothing else owns.
+    let own = unsafe { OwnedFd::from_raw_fd(dup) };
+    Emulation::Blocking(Box::new(move || job(own.as_raw_fd())))
 }
 
 /// `openat(AT_FDCWD, path, flags, mode)`: a new fd.
@@ -138,13 +154,13 @@ impl<B: IoBufMut> OpDef for ReadAt<B> {
     }
 
     fn emulate(&mut self) -> Emulation {
-        let (fd, pos) = (self.fd, self.pos as libc::off_t);
+        let pos = self.pos as libc::off_t;
         let len = len_u32(self.buf.bytes_total()) as usize;
         let ptr = self.buf.stable_mut_ptr() as usize;
-        Emulation::Blocking(Box::new(move || {
+        on_dup(self.fd, move |fd| {
             // SAFETY: the op owns the buffer, writable for `len` bytes until completion.
             sys::res(unsafe { libc::pread(fd, ptr as *mut _, len, pos) })
-        }))
+        })
     }
 }
 
@@ -170,13 +186,13 @@ impl<B: IoBuf> OpDef for WriteAt<B> {
     }
 
     fn emulate(&mut self) -> Emulation {
-        let (fd, pos) = (self.fd, self.pos as libc::off_t);
+        let pos = self.pos as libc::off_t;
         let len = len_u32(self.buf.bytes_init()) as usize;
         let ptr = self.buf.stable_ptr() as usize;
-        Emulation::Blocking(Box::new(move || {
+        on_dup(self.fd, move |fd| {
             // SAFETY: the op owns the buffer, readable for `len` bytes until completion.
             sys::res(unsafe { libc::pwrite(fd, ptr as *const _, len, pos) })
-        }))
+        })
     }
 }
 
@@ -228,13 +244,13 @@ impl<B: IoBufMut> OpDef for ReadvAt<B> {
     }
 
     fn emulate(&mut self) -> Emulation {
-        let (fd, pos) = (self.fd, self.pos as libc::off_t);
+        let pos = self.pos as libc::off_t;
         let (iov, cnt) = (self.iovecs.as_ptr() as usize, self.iovecs.len() as i32);
-        Emulation::Blocking(Box::new(move || {
+        on_dup(self.fd, move |fd| {
             // SAFETY: the iovecs and the buffers they point at are owned by the op until
             // completion; cnt is their number (at most UIO_MAXIOV).
             sys::res(unsafe { libc::preadv(fd, iov as *const libc::iovec, cnt, pos) })
-        }))
+        })
     }
 }
 
@@ -278,13 +294,13 @@ impl<B: IoBuf> OpDef for WritevAt<B> {
     }
 
     fn emulate(&mut self) -> Emulation {
-        let (fd, pos) = (self.fd, self.pos as libc::off_t);
+        let pos = self.pos as libc::off_t;
         let (iov, cnt) = (self.iovecs.as_ptr() as usize, self.iovecs.len() as i32);
-        Emulation::Blocking(Box::new(move || {
+        on_dup(self.fd, move |fd| {
             // SAFETY: the iovecs and the buffers they point at are owned by the op until
             // completion; cnt is their number (at most UIO_MAXIOV).
             sys::res(unsafe { libc::pwritev(fd, iov as *const libc::iovec, cnt, pos) })
-        }))
+        })
     }
 }
 
@@ -311,8 +327,8 @@ impl OpDef for Fsync {
     }
 
     fn emulate(&mut self) -> Emulation {
-        let (fd, datasync) = (self.fd, self.datasync);
-        Emulation::Blocking(Box::new(move || {
+        let datasync = self.datasync;
+        on_dup(self.fd, move |fd| {
             // SAFETY: fsync/fdatasync take only an fd.
             res_int(unsafe {
                 if datasync {
@@ -321,7 +337,7 @@ impl OpDef for Fsync {
                     libc::fsync(fd)
                 }
             })
-        }))
+        })
     }
 }
 
@@ -348,14 +364,14 @@ impl OpDef for Fallocate {
     }
 
     fn emulate(&mut self) -> Emulation {
-        let (fd, mode) = (self.fd, self.mode);
+        let mode = self.mode;
         // Values above i64::MAX turn negative, which the kernel rejects with EINVAL, as it
         // does for the SQE's u64 fields.
         let (offset, len) = (self.offset as libc::off_t, self.len as libc::off_t);
-        Emulation::Blocking(Box::new(move || {
+        on_dup(self.fd, move |fd| {
             // SAFETY: fallocate takes only integers.
             res_int(unsafe { libc::fallocate(fd, mode, offset, len) })
-        }))
+        })
     }
 }
 
@@ -377,11 +393,11 @@ impl OpDef for Ftruncate {
     }
 
     fn emulate(&mut self) -> Emulation {
-        let (fd, len) = (self.fd, self.len as libc::off_t);
-        Emulation::Blocking(Box::new(move || {
+        let len = self.len as libc::off_t;
+        on_dup(self.fd, move |fd| {
             // SAFETY: ftruncate takes only integers.
             res_int(unsafe { libc::ftruncate(fd, len) })
-        }))
+        })
     }
 }
 
@@ -426,17 +442,21 @@ impl OpDef for Statx {
     }
 
     fn emulate(&mut self) -> Emulation {
-        let (dirfd, flags, mask) = (self.dirfd, self.flags, self.mask);
+        let (flags, mask) = (self.flags, self.mask);
         let path = self.path.as_ptr() as usize;
         let out: *mut libc::statx = &mut *self.out;
         let out = out as usize;
-        Emulation::Blocking(Box::new(move || {
+        let job = move |dirfd: RawFd| {
             // The raw syscall, not libc's wrapper: older glibc and musl builds lack statx().
             // SAFETY: path is the op's CString and out its boxed statx, both alive until
             // completion.
             let ret = unsafe { libc::syscall(libc::SYS_statx, dirfd, path, flags, mask, out) };
             sys::res(ret as isize)
-        }))
+        };
+        if self.dirfd == libc::AT_FDCWD {
+            return Emulation::Blocking(Box::new(move || job(libc::AT_FDCWD)));
+        }
+        on_dup(self.dirfd, job)
     }
 }
 

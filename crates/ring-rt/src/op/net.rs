@@ -326,32 +326,46 @@ pub(crate) fn recv_multi_sqe(fd: RawFd, group: &BufGroup) -> squeue::Entry {
     opcode::RecvMulti::new(types::Fd(fd), group.bgid()).build()
 }
 
-/// One-shot readiness poll (`POLLIN`/`POLLOUT`).
-pub(crate) struct PollReady {
+/// Waits until `fd` is readable (a one-shot `POLL_ADD`; on epoll, a readiness wait).
+pub(crate) struct PollIn {
     pub(crate) fd: RawFd,
-    pub(crate) events: u32,
 }
 
-impl OpDef for PollReady {
-    type Output = io::Result<u32>;
+impl OpDef for PollIn {
+    type Output = io::Result<()>;
 
     fn emulate(&mut self) -> Emulation {
         Emulation::Readiness {
             fd: self.fd,
-            events: self.events,
+            events: libc::POLLIN as u32,
         }
     }
 
     fn try_syscall(&mut self) -> Cqe {
-        Cqe::new(0, self.events as i32, 0)
+        let mut pfd = libc::pollfd {
+            fd: self.fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, zero timeout.
+        let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+        Cqe::new(
+            0,
+            if n == 0 {
+                -libc::EAGAIN
+            } else {
+                sys::res(n as isize)
+            },
+            0,
+        )
     }
 
     fn sqe(&mut self) -> squeue::Entry {
-        opcode::PollAdd::new(types::Fd(self.fd), self.events).build()
+        opcode::PollAdd::new(types::Fd(self.fd), libc::POLLIN as u32).build()
     }
 
-    fn complete(self, cqe: Cqe) -> io::Result<u32> {
-        cqe.result()
+    fn complete(self, cqe: Cqe) -> io::Result<()> {
+        cqe.result().map(drop)
     }
 }
 
@@ -525,8 +539,10 @@ pub(crate) fn recv_into_group(fd: RawFd, group: &BufGroup) -> Cqe {
     let Some((ptr, len)) = group.buf_ptr(bid) else {
         return Cqe::new(0, -libc::EINVAL, 0);
     };
+    // MSG_DONTWAIT: on io_uring the socket is in blocking mode, and a readiness report
+    // another reader raced us to must give EAGAIN, not block the loop.
     // SAFETY: `take` handed us bid exclusively; its memory is `len` writable bytes.
-    let n = unsafe { libc::recv(fd, ptr.cast(), len, 0) };
+    let n = unsafe { libc::recv(fd, ptr.cast(), len, libc::MSG_DONTWAIT) };
     let res = sys::res(n);
     if res < 0 {
         // SAFETY: the bid came from `take` above and was not leased.

@@ -1,0 +1,82 @@
+//! Latency percentiles and process CPU time.
+
+use std::time::Duration;
+
+/// Percentile `p` (0..=100) of sorted samples, in microseconds.
+pub fn percentile_us(sorted: &[u32], p: f64) -> u32 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+/// User + system CPU time of this process so far.
+pub fn self_cpu() -> Duration {
+    // SAFETY: rusage is plain data; getrusage fills it.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer to a live rusage.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+fn tv(t: libc::timeval) -> Duration {
+    Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+}
+
+/// CPU time (utime + stime) of process `pid` from `/proc/<pid>/stat`.
+pub fn proc_cpu(pid: u32) -> std::io::Result<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command name (which may contain spaces) start after the last ')'.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // utime and stime are fields 14 and 15 of the stat line: 11 and 12 after the ')'.
+    // SAFETY: sysconf takes an integer and returns one.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    let total = ticks(11) + ticks(12);
+    Ok(Duration::from_micros(total * 1_000_000 / hz))
+}
+
+/// Resident set size of process `pid`, in KiB.
+pub fn proc_rss_kib(pid: u32) -> std::io::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .unwrap_or("VmRSS: 0 kB");
+    Ok(line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_of_known_samples() {
+        let v: Vec<u32> = (1..=100).collect();
+        assert_eq!(percentile_us(&v, 50.0), 51);
+        assert_eq!(percentile_us(&v, 99.0), 99);
+        assert_eq!(percentile_us(&v, 100.0), 100);
+        assert_eq!(percentile_us(&[], 50.0), 0);
+    }
+
+    #[test]
+    fn own_cpu_and_rss_are_readable() {
+        let pid = std::process::id();
+        assert!(proc_rss_kib(pid).unwrap() > 0);
+        let spin = std::time::Instant::now();
+        while spin.elapsed() < Duration::from_millis(30) {}
+        assert!(proc_cpu(pid).unwrap() > Duration::ZERO);
+        assert!(self_cpu() > Duration::ZERO);
+    }
+}
