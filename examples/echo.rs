@@ -1,5 +1,7 @@
 //! A TCP echo server: multishot accept, multishot recv into the shared buffer pool (no
 //! buffer per idle connection), one task per connection, clean shutdown on SIGINT/SIGTERM.
+//! SIGUSR1 (and shutdown) prints the runtime's counters to stderr as one line
+//! `metrics {"enters":..,...}`, which the echo benchmark reads.
 //!
 //! cargo run --release --example echo -- --addr 127.0.0.1:7000 [--threads N] [--backend uring|epoll]
 
@@ -83,8 +85,44 @@ async fn serve(addr: SocketAddr, reuse_port: bool) {
     }
 }
 
+/// Raises the soft open-file limit to the hard one, so one worker can hold 10,000 idle
+/// connections (the benchmark's memory test).
+fn raise_nofile_limit() -> io::Result<()> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid rlimit for getrlimit to fill.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    lim.rlim_cur = lim.rlim_max;
+    // SAFETY: `lim` is a valid rlimit; raising soft to hard needs no privilege.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// One line of counters (worker 0's: the benchmark runs one worker), as flat JSON.
+fn print_metrics(rt: &Runtime) {
+    let m = rt.metrics();
+    let mut line = format!(
+        "metrics {{\"backend\":\"{}\",\"tasks_spawned\":{},\"tasks_alive\":{},\"recv_buffers_in_use\":{}",
+        m.backend, m.tasks_spawned, m.tasks_alive, m.recv_buffers_in_use
+    );
+    for (name, value) in m.io.fields() {
+        line.push_str(&format!(",\"{name}\":{value}"));
+    }
+    eprintln!("{line}}}");
+}
+
 fn run(args: Args) -> io::Result<()> {
-    ring_rt::signal::block(&[libc::SIGINT, libc::SIGTERM])?;
+    if let Err(e) = raise_nofile_limit() {
+        eprintln!("echo: RLIMIT_NOFILE: {e}");
+    }
+    let signals = [libc::SIGINT, libc::SIGTERM, libc::SIGUSR1];
+    ring_rt::signal::block(&signals)?;
     let mut builder = Runtime::builder().threads(args.threads);
     if let Some(kind) = args.backend {
         builder = builder.backend(kind);
@@ -103,9 +141,14 @@ fn run(args: Args) -> io::Result<()> {
     );
     let (addr, reuse_port) = (args.addr, args.threads > 1);
     rt.spawn_on_all(move |_| serve(addr, reuse_port));
-    let signo = rt.block_on(ring_rt::signal::wait(&[libc::SIGINT, libc::SIGTERM]))?;
-    eprintln!("echo: signal {signo}, shutting down");
-    Ok(())
+    loop {
+        let signo = rt.block_on(ring_rt::signal::wait(&signals))?;
+        print_metrics(&rt);
+        if signo != libc::SIGUSR1 {
+            eprintln!("echo: signal {signo}, shutting down");
+            return Ok(());
+        }
+    }
 }
 
 fn main() -> ExitCode {

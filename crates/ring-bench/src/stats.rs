@@ -43,6 +43,29 @@ pub fn proc_cpu(pid: u32) -> std::io::Result<Duration> {
     Ok(Duration::from_micros(total * 1_000_000 / hz))
 }
 
+/// CPU time the whole machine spent busy so far (all CPUs: user, nice, system, irq,
+/// softirq, steal; not idle or iowait), from the `cpu` line of `/proc/stat`.
+pub fn system_busy() -> std::io::Result<Duration> {
+    let stat = std::fs::read_to_string("/proc/stat")?;
+    let line = stat.lines().find(|l| l.starts_with("cpu ")).unwrap_or("cpu");
+    let ticks: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal: skip idle (3) and iowait (4).
+    let busy: u64 = ticks
+        .iter()
+        .take(8)
+        .enumerate()
+        .filter(|(i, _)| *i != 3 && *i != 4)
+        .map(|(_, t)| t)
+        .sum();
+    // SAFETY: sysconf takes an integer and returns one.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Ok(Duration::from_micros(busy * 1_000_000 / hz))
+}
+
 /// Resident set size of process `pid`, in KiB.
 pub fn proc_rss_kib(pid: u32) -> std::io::Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
@@ -78,5 +101,6 @@ mod tests {
         while spin.elapsed() < Duration::from_millis(30) {}
         assert!(proc_cpu(pid).unwrap() > Duration::ZERO);
         assert!(self_cpu() > Duration::ZERO);
+        assert!(system_busy().unwrap() > Duration::ZERO);
     }
 }

@@ -9,10 +9,12 @@
 pub mod backend;
 pub mod buf;
 mod builder;
+#[cfg(any(feature = "tokio-io", feature = "futures-io"))]
+pub mod compat;
 mod executor;
 pub mod fs;
 pub mod net;
-mod op;
+pub mod op;
 pub mod pool;
 mod runtime;
 mod select;

@@ -29,7 +29,8 @@ pub use crate::builder::Builder;
 const TASKS_PER_TURN: usize = 256;
 
 /// One worker's state: its tasks, its backend, its timers. Lives on the worker's thread.
-pub(crate) struct Core {
+#[doc(hidden)]
+pub struct Core {
     pub(crate) executor: Executor,
     pub(crate) backend: RefCell<Backend>,
     pub(crate) timers: RefCell<Timers>,

@@ -102,6 +102,14 @@ impl Backend {
         }
     }
 
+    /// Submits ops as one linked chain (io_uring only; epoll runs chains op by op).
+    pub(crate) fn submit_chain(&mut self, sqes: Vec<squeue::Entry>) -> io::Result<Vec<OpId>> {
+        match self {
+            Backend::Uring(b) => b.driver.submit_chain(sqes),
+            Backend::Epoll(_) => Err(no_sqes()),
+        }
+    }
+
     pub(crate) fn poll(&mut self, id: OpId, waker: &Waker) -> Poll<io::Result<Cqe>> {
         match self {
             Backend::Uring(b) => b.driver.poll_op(id, waker),

@@ -15,6 +15,8 @@ use crate::buf::{IoBuf, IoBufMut};
 use crate::op::fs::{
     run, Close, Fallocate, Fsync, Ftruncate, ReadAt, ReadvAt, Statx, WriteAt, WritevAt,
 };
+use crate::op::link::Pending;
+use crate::op::OpDef;
 use crate::runtime::Core;
 
 /// An open file. Every op names its offset (`pread`/`pwrite` style); there is no cursor.
@@ -39,6 +41,17 @@ pub struct File {
 /// The largest offset the kernel accepts: `loff_t` is signed, and io_uring reads
 /// `u64::MAX` as "the current position", which a positional API must never mean.
 const POS_MAX: u64 = i64::MAX as u64;
+
+/// The offset to give the kernel: past `i64::MAX` an offset is negative to the kernel,
+/// which fails it with `EINVAL` (both for io_uring and `pread`), except `u64::MAX`, which
+/// io_uring reads as "the current position": so every out-of-range offset becomes 2^63.
+fn kernel_pos(pos: u64) -> u64 {
+    if pos > POS_MAX {
+        1 << 63
+    } else {
+        pos
+    }
+}
 
 fn check_pos(pos: u64) -> io::Result<()> {
     if pos > POS_MAX {
@@ -94,30 +107,34 @@ impl File {
 
     /// Reads into `buf`'s capacity at `pos`; `Ok(0)` at end of file. The buffer comes back
     /// with the bytes read marked initialised, on success and on error. Lengths above
-    /// `u32::MAX` give a short read.
-    pub async fn read_at<B: IoBufMut>(&self, buf: B, pos: u64) -> (io::Result<usize>, B) {
-        if let Err(err) = check_pos(pos) {
-            return (Err(err), buf);
-        }
+    /// `u32::MAX` give a short read; a `pos` above `i64::MAX` is `EINVAL`. The op can be
+    /// linked or bounded before it is awaited (see [`Pending`]).
+    pub fn read_at<B: IoBufMut>(
+        &self,
+        buf: B,
+        pos: u64,
+    ) -> Pending<'_, impl OpDef<Output = (io::Result<usize>, B)>> {
         let op = ReadAt {
             fd: self.fd,
             buf,
-            pos,
+            pos: kernel_pos(pos),
         };
-        run(self.core.clone(), op, opcode::Read::CODE).await
+        Pending::new(self.core.clone(), op)
     }
 
-    /// Writes `buf`'s data at `pos` (ignored under `append`); may write less.
-    pub async fn write_at<B: IoBuf>(&self, buf: B, pos: u64) -> (io::Result<usize>, B) {
-        if let Err(err) = check_pos(pos) {
-            return (Err(err), buf);
-        }
+    /// Writes `buf`'s data at `pos` (ignored under `append`); may write less. Linkable
+    /// like [`read_at`](Self::read_at).
+    pub fn write_at<B: IoBuf>(
+        &self,
+        buf: B,
+        pos: u64,
+    ) -> Pending<'_, impl OpDef<Output = (io::Result<usize>, B)>> {
         let op = WriteAt {
             fd: self.fd,
             buf,
-            pos,
+            pos: kernel_pos(pos),
         };
-        run(self.core.clone(), op, opcode::Write::CODE).await
+        Pending::new(self.core.clone(), op)
     }
 
     /// Reads at `pos` into `bufs` in order (`preadv`), each up to its capacity. At most
@@ -185,21 +202,25 @@ impl File {
     }
 
     /// Flushes data and metadata to the device (`fsync`).
-    pub async fn sync_all(&self) -> io::Result<()> {
-        self.fsync(false).await
+    pub fn sync_all(&self) -> Pending<'_, impl OpDef<Output = io::Result<()>>> {
+        Pending::new(
+            self.core.clone(),
+            Fsync {
+                fd: self.fd,
+                datasync: false,
+            },
+        )
     }
 
     /// Flushes data, and only the metadata needed to read it back (`fdatasync`).
-    pub async fn sync_data(&self) -> io::Result<()> {
-        self.fsync(true).await
-    }
-
-    async fn fsync(&self, datasync: bool) -> io::Result<()> {
-        let op = Fsync {
-            fd: self.fd,
-            datasync,
-        };
-        run(self.core.clone(), op, opcode::Fsync::CODE).await
+    pub fn sync_data(&self) -> Pending<'_, impl OpDef<Output = io::Result<()>>> {
+        Pending::new(
+            self.core.clone(),
+            Fsync {
+                fd: self.fd,
+                datasync: true,
+            },
+        )
     }
 
     /// Truncates or extends (with zeros) the file to `len` bytes (`ftruncate`). Before

@@ -16,6 +16,7 @@ use socket2::{Domain, SockAddr, Type};
 
 use crate::backend::BackendKind;
 use crate::buf::{IoBuf, IoBufMut};
+use crate::op::link::Pending;
 use crate::op::net::{
     recv_into_group, recv_multi_sqe, Connect, PollIn, Recv, RecvSelect, Send, SendZc,
 };
@@ -70,8 +71,8 @@ impl Socket {
         Op::new(self.core.clone(), op).await
     }
 
-    pub(crate) async fn read<B: IoBufMut>(&self, buf: B) -> (io::Result<usize>, B) {
-        Op::new(
+    pub(crate) fn read<B: IoBufMut>(&self, buf: B) -> Pending<'_, Recv<B>> {
+        Pending::new(
             self.core.clone(),
             Recv {
                 fd: self.fd,
@@ -79,11 +80,10 @@ impl Socket {
                 flags: 0,
             },
         )
-        .await
     }
 
-    pub(crate) async fn write<B: IoBuf>(&self, buf: B) -> (io::Result<usize>, B) {
-        Op::new(
+    pub(crate) fn write<B: IoBuf>(&self, buf: B) -> Pending<'_, Send<B>> {
+        Pending::new(
             self.core.clone(),
             Send {
                 fd: self.fd,
@@ -91,7 +91,6 @@ impl Socket {
                 flags: 0,
             },
         )
-        .await
     }
 
     pub(crate) async fn write_all<B: IoBuf>(&self, buf: B) -> (io::Result<()>, B) {

@@ -15,8 +15,10 @@ use socket2::{Domain, SockAddr, Type};
 
 use super::socket::{RecvStream, Socket};
 use crate::buf::{IoBuf, IoBufMut};
+use crate::op::link::Pending;
 use crate::op::net::{Accept, AcceptMulti, AddrOut};
 use crate::op::Op;
+use crate::op::OpDef;
 use crate::pool::PooledBuf;
 use crate::runtime::Core;
 use crate::time::Sleep;
@@ -232,13 +234,21 @@ impl TcpStream {
     }
 
     /// Reads into `buf` (from its start, up to its capacity); returns the count and the buffer.
-    pub async fn read<B: IoBufMut>(&self, buf: B) -> (io::Result<usize>, B) {
-        self.socket.read(buf).await
+    ///
+    /// The op can be bounded first: `stream.read(buf).timeout(d).await`.
+    pub fn read<B: IoBufMut>(
+        &self,
+        buf: B,
+    ) -> Pending<'_, impl OpDef<Output = (io::Result<usize>, B)>> {
+        self.socket.read(buf)
     }
 
     /// Writes `buf`'s initialised bytes once (possibly partially).
-    pub async fn write<B: IoBuf>(&self, buf: B) -> (io::Result<usize>, B) {
-        self.socket.write(buf).await
+    pub fn write<B: IoBuf>(
+        &self,
+        buf: B,
+    ) -> Pending<'_, impl OpDef<Output = (io::Result<usize>, B)>> {
+        self.socket.write(buf)
     }
 
     /// Writes all of `buf`'s initialised bytes.

@@ -10,6 +10,8 @@ use socket2::{Domain, SockAddr, Type};
 use super::socket::{RecvStream, Socket};
 use super::tcp::accept_one;
 use crate::buf::{IoBuf, IoBufMut};
+use crate::op::link::Pending;
+use crate::op::OpDef;
 use crate::pool::PooledBuf;
 use crate::runtime::Core;
 
@@ -68,13 +70,21 @@ impl UnixStream {
     }
 
     /// Reads into `buf`; returns the count and the buffer.
-    pub async fn read<B: IoBufMut>(&self, buf: B) -> (io::Result<usize>, B) {
-        self.socket.read(buf).await
+    ///
+    /// The op can be bounded first: `stream.read(buf).timeout(d).await`.
+    pub fn read<B: IoBufMut>(
+        &self,
+        buf: B,
+    ) -> Pending<'_, impl OpDef<Output = (io::Result<usize>, B)>> {
+        self.socket.read(buf)
     }
 
     /// Writes `buf` once (possibly partially).
-    pub async fn write<B: IoBuf>(&self, buf: B) -> (io::Result<usize>, B) {
-        self.socket.write(buf).await
+    pub fn write<B: IoBuf>(
+        &self,
+        buf: B,
+    ) -> Pending<'_, impl OpDef<Output = (io::Result<usize>, B)>> {
+        self.socket.write(buf)
     }
 
     /// Writes all of `buf`.

@@ -3,6 +3,7 @@
 //! drop hands the op's memory to the op table as an orphan.
 
 pub(crate) mod fs;
+pub mod link;
 pub(crate) mod net;
 
 use std::future::Future;
@@ -22,7 +23,8 @@ use crate::backend::BackendKind;
 use crate::runtime::Core;
 
 /// How the epoll backend performs an op without io_uring.
-pub(crate) enum Emulation {
+#[doc(hidden)]
+pub enum Emulation {
     /// A socket op: [`OpDef::try_syscall`] runs the non-blocking syscall on the loop thread;
     /// on `-EAGAIN` the future waits until `fd` is ready for `events` (`POLLIN`/`POLLOUT`)
     /// and tries again. Nothing is in flight between tries, so dropping costs nothing.
@@ -34,10 +36,11 @@ pub(crate) enum Emulation {
 }
 
 /// A syscall to run on the blocking pool.
-pub(crate) type BlockingJob = Box<dyn FnOnce() -> i32 + Send + 'static>;
+pub type BlockingJob = Box<dyn FnOnce() -> i32 + Send + 'static>;
 
-/// One kind of operation.
-pub(crate) trait OpDef: Unpin + 'static {
+/// One kind of operation (implemented by ring-rt's own op types only).
+#[doc(hidden)]
+pub trait OpDef: Unpin + 'static {
     /// What awaiting the op gives.
     type Output;
 
@@ -80,7 +83,9 @@ enum State<T> {
     Done,
 }
 
-/// The future of one op on the current worker.
+/// One I/O operation on the current worker, submitted on its first poll. It owns its buffers
+/// until it completes; dropping it in flight cancels it, and the runtime keeps its memory
+/// until the kernel is done.
 pub(crate) struct Op<T: OpDef> {
     core: Rc<Core>,
     state: State<T>,
@@ -91,6 +96,29 @@ impl<T: OpDef> Op<T> {
         Op {
             core,
             state: State::Unsubmitted(op),
+        }
+    }
+
+    /// The op's definition, before it was ever polled.
+    ///
+    /// # Panics
+    /// If the op was already polled (then it is in flight and can no longer join a chain).
+    pub(crate) fn into_def(mut self) -> T {
+        match std::mem::replace(&mut self.state, State::Done) {
+            State::Unsubmitted(op) => op,
+            _ => panic!("an op can be linked or given a timeout only before it is first polled"),
+        }
+    }
+
+    /// The op's definition if nothing of it is in flight (not yet started, or waiting for
+    /// readiness on epoll).
+    pub(crate) fn take_waiting(&mut self) -> Option<T> {
+        match std::mem::replace(&mut self.state, State::Done) {
+            State::Unsubmitted(op) | State::Readiness(op, ..) => Some(op),
+            other => {
+                self.state = other;
+                None
+            }
         }
     }
 }

@@ -1,7 +1,10 @@
-//! File and path ops: openat, read/write at an offset (plain and vectored), fsync, fallocate,
-//! ftruncate, statx, unlinkat, renameat, mkdirat, close. io_uring 5.6+ (5.11 for unlinkat
-//! and renameat, 5.15 for mkdirat, 6.9 for ftruncate); every op's epoll emulation is a
-//! blocking job running the equivalent syscall.
+//! File ops: openat, read/write at an offset (plain and vectored), fsync, fallocate,
+//! ftruncate, close; path ops are in `path`. io_uring 5.6+ (6.9 for ftruncate); every op's
+//! epoll emulation is a blocking job running the equivalent syscall.
+
+mod path;
+
+pub(crate) use path::{MkDirAt, RenameAt, Statx, UnlinkAt};
 
 use std::ffi::CString;
 use std::io;
@@ -398,149 +401,6 @@ impl OpDef for Ftruncate {
             // SAFETY: ftruncate takes only integers.
             res_int(unsafe { libc::ftruncate(fd, len) })
         })
-    }
-}
-
-/// `statx(dirfd, path, flags, mask)` into a boxed buffer the op owns.
-pub(crate) struct Statx {
-    pub(crate) dirfd: RawFd,
-    /// The path (empty with `AT_EMPTY_PATH` to stat `dirfd` itself).
-    pub(crate) path: CString,
-    pub(crate) flags: i32,
-    pub(crate) mask: u32,
-    /// Where the kernel writes; boxed because the SQE points at it.
-    pub(crate) out: Box<libc::statx>,
-}
-
-impl Statx {
-    pub(crate) fn new(dirfd: RawFd, path: CString, flags: i32, mask: u32) -> Statx {
-        // SAFETY: statx is plain integers; all-zero is a valid value.
-        let out = Box::new(unsafe { std::mem::zeroed::<libc::statx>() });
-        Statx {
-            dirfd,
-            path,
-            flags,
-            mask,
-            out,
-        }
-    }
-}
-
-impl OpDef for Statx {
-    type Output = io::Result<libc::statx>;
-
-    fn sqe(&mut self) -> squeue::Entry {
-        let out: *mut libc::statx = &mut *self.out;
-        opcode::Statx::new(types::Fd(self.dirfd), self.path.as_ptr(), out.cast())
-            .flags(self.flags)
-            .mask(self.mask)
-            .build()
-    }
-
-    fn complete(self, cqe: Cqe) -> Self::Output {
-        cqe.result().map(|_| *self.out)
-    }
-
-    fn emulate(&mut self) -> Emulation {
-        let (flags, mask) = (self.flags, self.mask);
-        let path = self.path.as_ptr() as usize;
-        let out: *mut libc::statx = &mut *self.out;
-        let out = out as usize;
-        let job = move |dirfd: RawFd| {
-            // The raw syscall, not libc's wrapper: older glibc and musl builds lack statx().
-            // SAFETY: path is the op's CString and out its boxed statx, both alive until
-            // completion.
-            let ret = unsafe { libc::syscall(libc::SYS_statx, dirfd, path, flags, mask, out) };
-            sys::res(ret as isize)
-        };
-        if self.dirfd == libc::AT_FDCWD {
-            return Emulation::Blocking(Box::new(move || job(libc::AT_FDCWD)));
-        }
-        on_dup(self.dirfd, job)
-    }
-}
-
-/// `unlinkat(AT_FDCWD, path, flags)`: a file, or a directory with `AT_REMOVEDIR` (5.11).
-pub(crate) struct UnlinkAt {
-    pub(crate) path: CString,
-    pub(crate) flags: i32,
-}
-
-impl OpDef for UnlinkAt {
-    type Output = io::Result<()>;
-
-    fn sqe(&mut self) -> squeue::Entry {
-        opcode::UnlinkAt::new(types::Fd(libc::AT_FDCWD), self.path.as_ptr())
-            .flags(self.flags)
-            .build()
-    }
-
-    fn complete(self, cqe: Cqe) -> io::Result<()> {
-        cqe.result().map(drop)
-    }
-
-    fn emulate(&mut self) -> Emulation {
-        let (path, flags) = (self.path.as_ptr() as usize, self.flags);
-        Emulation::Blocking(Box::new(move || {
-            // SAFETY: path is the op's CString, alive until completion.
-            res_int(unsafe { libc::unlinkat(libc::AT_FDCWD, path as *const _, flags) })
-        }))
-    }
-}
-
-/// `renameat(AT_FDCWD, from, AT_FDCWD, to)` (5.11).
-pub(crate) struct RenameAt {
-    pub(crate) from: CString,
-    pub(crate) to: CString,
-}
-
-impl OpDef for RenameAt {
-    type Output = io::Result<()>;
-
-    fn sqe(&mut self) -> squeue::Entry {
-        let cwd = types::Fd(libc::AT_FDCWD);
-        opcode::RenameAt::new(cwd, self.from.as_ptr(), cwd, self.to.as_ptr()).build()
-    }
-
-    fn complete(self, cqe: Cqe) -> io::Result<()> {
-        cqe.result().map(drop)
-    }
-
-    fn emulate(&mut self) -> Emulation {
-        let (from, to) = (self.from.as_ptr() as usize, self.to.as_ptr() as usize);
-        Emulation::Blocking(Box::new(move || {
-            let cwd = libc::AT_FDCWD;
-            // SAFETY: both paths are the op's CStrings, alive until completion.
-            res_int(unsafe { libc::renameat(cwd, from as *const _, cwd, to as *const _) })
-        }))
-    }
-}
-
-/// `mkdirat(AT_FDCWD, path, mode)` (5.15).
-pub(crate) struct MkDirAt {
-    pub(crate) path: CString,
-    pub(crate) mode: u32,
-}
-
-impl OpDef for MkDirAt {
-    type Output = io::Result<()>;
-
-    fn sqe(&mut self) -> squeue::Entry {
-        opcode::MkDirAt::new(types::Fd(libc::AT_FDCWD), self.path.as_ptr())
-            .mode(self.mode)
-            .build()
-    }
-
-    fn complete(self, cqe: Cqe) -> io::Result<()> {
-        cqe.result().map(drop)
-    }
-
-    fn emulate(&mut self) -> Emulation {
-        let (path, mode) = (self.path.as_ptr() as usize, self.mode);
-        Emulation::Blocking(Box::new(move || {
-            // SAFETY: path is the op's CString, alive until completion.
-            res_int(unsafe { libc::mkdirat(libc::AT_FDCWD, path as *const _, mode) })
-        }))
     }
 }
 

@@ -1,0 +1,317 @@
+//! `Compat`: tokio's and futures-io's poll-based `AsyncRead`/`AsyncBufRead`/`AsyncWrite`
+//! over ring-rt's completion-based streams and files (features `tokio-io`, `futures-io`).
+//!
+//! A poll-based read lends the callee a buffer for one call, but a completion-based read
+//! needs a buffer the kernel may keep writing after that call returns. So the adapter owns
+//! one buffer per direction and copies through it:
+//!
+//! - **read**: one read op into the adapter's buffer (up to `read_cap` bytes, 64 KiB by
+//!   default) is in flight at a time; its bytes are handed out on later polls.
+//! - **write**: `poll_write` copies up to `write_cap` bytes (64 KiB by default) into the
+//!   adapter's buffer, starts a write-all of it and returns at once; the next
+//!   `poll_write` (or `poll_flush`) waits for that write to finish. A failed write's error
+//!   is returned by the next `poll_write`/`poll_flush`/`poll_shutdown`.
+//!
+//! **What it costs**: one `memcpy` through the internal buffer each way, one boxed future
+//! per op, and at most one op in flight per direction. Measured with
+//! `examples/compat-bench.rs` against ring-rt's own owned-buffer `read`/`write_all`: see
+//! that file's header for the numbers. Code that can hand ring-rt its buffers should do so.
+//!
+//! **Dropping** the adapter with an op in flight is safe: the op is orphaned and the
+//! runtime keeps its buffer until the kernel is done. Bytes accepted by `poll_write` but not
+//! yet written are then lost, as with a `BufWriter`: flush (or shut down) first.
+//!
+//! Files: the adapter keeps a cursor ([`Compat::position`]), reads and writes at it, and
+//! orders a read after the write before it. Under `O_APPEND` the kernel writes at the end
+//! whatever the cursor says.
+
+#[cfg(feature = "futures-io")]
+mod futures_io;
+mod source;
+#[cfg(feature = "tokio-io")]
+mod tokio_io;
+
+use std::fmt;
+use std::io::{Error, ErrorKind, IoSlice, Result};
+use std::mem;
+use std::rc::Rc;
+use std::task::{ready, Context, Poll};
+
+pub use self::source::CompatIo;
+use self::source::{ReadOp, WriteOp};
+
+/// Default size of each direction's internal buffer.
+pub const DEFAULT_BUF_LEN: usize = 64 * 1024;
+
+/// The read direction.
+enum ReadState {
+    /// No read in flight. `buf[at..]` was read but not yet handed out; for a file it starts
+    /// at the cursor.
+    Idle { buf: Vec<u8>, at: usize },
+    /// A read into the adapter's buffer; the op owns the buffer (and an `Rc` of the object).
+    InFlight(ReadOp),
+}
+
+/// The write direction.
+enum WriteState {
+    /// No write in flight; the buffer is kept for reuse.
+    Idle(Vec<u8>),
+    /// A write-all of bytes `poll_write` already reported as written.
+    InFlight(WriteOp),
+}
+
+/// A ring-rt [`TcpStream`](crate::net::TcpStream), [`UnixStream`](crate::net::UnixStream)
+/// or [`File`](crate::fs::File) as tokio's / futures-io's `AsyncRead`, `AsyncBufRead` and
+/// `AsyncWrite`. See the [module docs](self) for what it costs.
+///
+/// The object is held in an `Rc` so each op in flight holds its own reference: the adapter
+/// is not self-referential, and it is `Unpin`. Like the object, it stays on its worker.
+///
+/// ```no_run
+/// # #[cfg(feature = "tokio-io")]
+/// # ring_rt::Runtime::new().unwrap().block_on(async {
+/// use ring_rt::compat::Compat;
+/// use tokio::io::{AsyncReadExt, AsyncWriteExt};
+///
+/// let stream = ring_rt::net::TcpStream::connect("127.0.0.1:7000").await?;
+/// let mut io = Compat::new(stream);
+/// io.write_all(b"ping").await?;
+/// io.flush().await?;
+/// let mut reply = [0u8; 4];
+/// io.read_exact(&mut reply).await?;
+/// # std::io::Result::Ok(()) }).unwrap();
+/// ```
+pub struct Compat<S: CompatIo> {
+    read: ReadState,
+    write: WriteState,
+    io: Rc<S>,
+    /// Files: the cursor, where the caller has read or written up to. Streams: unused.
+    pos: u64,
+    read_cap: usize,
+    write_cap: usize,
+    /// The write direction was shut down; later writes fail with `BrokenPipe`.
+    is_shut: bool,
+}
+
+impl<S: CompatIo> Compat<S> {
+    /// Adapts `io`, with 64 KiB buffers allocated on first use.
+    pub fn new(io: S) -> Compat<S> {
+        Compat::from_rc(Rc::new(io))
+    }
+
+    /// Adapts an object shared with other owners (e.g. one adapter per direction).
+    pub fn from_rc(io: Rc<S>) -> Compat<S> {
+        Compat {
+            read: ReadState::Idle {
+                buf: Vec::new(),
+                at: 0,
+            },
+            write: WriteState::Idle(Vec::new()),
+            io,
+            pos: 0,
+            read_cap: DEFAULT_BUF_LEN,
+            write_cap: DEFAULT_BUF_LEN,
+            is_shut: false,
+        }
+    }
+
+    /// Sets the largest read and write the adapter issues (at least 1 byte each): the sizes
+    /// of its two internal buffers.
+    pub fn with_capacity(mut self, read_cap: usize, write_cap: usize) -> Compat<S> {
+        self.read_cap = read_cap.max(1);
+        self.write_cap = write_cap.max(1);
+        self
+    }
+
+    /// Files: starts the cursor at `pos` instead of 0. Streams: no effect.
+    pub fn with_position(mut self, pos: u64) -> Compat<S> {
+        self.pos = pos;
+        self
+    }
+
+    /// Files: the cursor (bytes read out or accepted for writing move it). Streams: 0.
+    pub fn position(&self) -> u64 {
+        self.pos
+    }
+
+    /// The adapted object.
+    pub fn get_ref(&self) -> &S {
+        &self.io
+    }
+
+    /// The shared handle to the adapted object.
+    pub fn get_rc(&self) -> &Rc<S> {
+        &self.io
+    }
+
+    /// Bytes read from the kernel but not yet handed out, starting a read if there are
+    /// none; empty at end of stream.
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<Result<&[u8]>> {
+        if S::IS_POSITIONED {
+            // A file read must see the bytes this adapter wrote before it.
+            ready!(self.poll_write_idle(cx))?;
+        }
+        loop {
+            match &mut self.read {
+                ReadState::Idle { buf, at } if *at < buf.len() => break,
+                ReadState::Idle { .. } => self.start_read(),
+                ReadState::InFlight(op) => {
+                    let (res, buf) = ready!(op.as_mut().poll(cx));
+                    self.read = ReadState::Idle { buf, at: 0 };
+                    match res {
+                        Ok(0) => return Poll::Ready(Ok(&[])),
+                        Ok(_) => {}
+                        Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                        Err(e) => return Poll::Ready(Err(e)),
+                    }
+                }
+            }
+        }
+        match &self.read {
+            ReadState::Idle { buf, at } => Poll::Ready(Ok(&buf[*at..])),
+            ReadState::InFlight(_) => unreachable!("the loop only breaks on an idle read"),
+        }
+    }
+
+    fn start_read(&mut self) {
+        let idle = ReadState::Idle {
+            buf: Vec::new(),
+            at: 0,
+        };
+        let ReadState::Idle { mut buf, .. } = mem::replace(&mut self.read, idle) else {
+            unreachable!("a read starts only when none is in flight")
+        };
+        // The op fills the buffer from its start, up to its capacity.
+        buf.clear();
+        buf.reserve_exact(self.read_cap);
+        self.read = ReadState::InFlight(self.io.clone().read_owned(buf, self.pos));
+    }
+
+    /// Marks `n` buffered bytes as handed out (more than are buffered is clamped).
+    fn consume(&mut self, n: usize) {
+        if let ReadState::Idle { buf, at } = &mut self.read {
+            let n = n.min(buf.len() - *at);
+            *at += n;
+            if S::IS_POSITIONED {
+                self.pos += n as u64;
+            }
+        }
+    }
+
+    /// Copies buffered bytes into `dst`, reading first if none are buffered.
+    fn poll_read_slice(&mut self, cx: &mut Context<'_>, dst: &mut [u8]) -> Poll<Result<usize>> {
+        if dst.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        let data = ready!(self.poll_fill(cx))?;
+        let n = data.len().min(dst.len());
+        dst[..n].copy_from_slice(&data[..n]);
+        self.consume(n);
+        Poll::Ready(Ok(n))
+    }
+
+    /// Waits for the write in flight, if any, and returns its result.
+    fn poll_write_idle(&mut self, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        if let WriteState::InFlight(op) = &mut self.write {
+            let (res, buf) = ready!(op.as_mut().poll(cx));
+            self.write = WriteState::Idle(buf);
+            return Poll::Ready(res);
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// Files: waits out a read the caller abandoned and drops the read-ahead, which a write
+    /// at the cursor may overwrite (the cursor itself is where the caller stopped reading).
+    fn poll_read_settled(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if let ReadState::InFlight(op) = &mut self.read {
+            // Nobody waits for this read any more: its bytes and its error are dropped.
+            let (_, buf) = ready!(op.as_mut().poll(cx));
+            self.read = ReadState::Idle { buf, at: 0 };
+        }
+        if let ReadState::Idle { buf, at } = &mut self.read {
+            buf.clear();
+            *at = 0;
+        }
+        Poll::Ready(())
+    }
+
+    /// Copies up to `write_cap` bytes of `bufs` and starts writing them; waits first for
+    /// the previous write, whose error (if any) is returned instead.
+    fn poll_write_bufs(&mut self, cx: &mut Context<'_>, bufs: &[IoSlice<'_>]) -> Poll<Result<usize>> {
+        ready!(self.poll_write_idle(cx))?;
+        if self.is_shut {
+            return Poll::Ready(Err(Error::new(
+                ErrorKind::BrokenPipe,
+                "write after poll_shutdown",
+            )));
+        }
+        if bufs.iter().all(|b| b.is_empty()) {
+            return Poll::Ready(Ok(0));
+        }
+        if S::IS_POSITIONED {
+            ready!(self.poll_read_settled(cx));
+        }
+        let WriteState::Idle(mut buf) = mem::replace(&mut self.write, WriteState::Idle(Vec::new()))
+        else {
+            unreachable!("poll_write_idle left no write in flight")
+        };
+        buf.clear();
+        for b in bufs {
+            let room = self.write_cap - buf.len();
+            buf.extend_from_slice(&b[..room.min(b.len())]);
+        }
+        let n = buf.len();
+        ready!(self.start_write(cx, buf))?;
+        Poll::Ready(Ok(n))
+    }
+
+    /// Starts the write-all of `buf` and polls it once, so it is submitted now and this
+    /// task is woken when it completes.
+    fn start_write(&mut self, cx: &mut Context<'_>, buf: Vec<u8>) -> Poll<Result<()>> {
+        let n = buf.len() as u64;
+        let mut op = self.io.clone().write_all_owned(buf, self.pos);
+        let res = match op.as_mut().poll(cx) {
+            Poll::Ready((res, buf)) => {
+                self.write = WriteState::Idle(buf);
+                res
+            }
+            Poll::Pending => {
+                self.write = WriteState::InFlight(op);
+                Ok(())
+            }
+        };
+        if S::IS_POSITIONED && res.is_ok() {
+            self.pos += n;
+        }
+        Poll::Ready(res)
+    }
+
+    fn poll_flush_write(&mut self, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        self.poll_write_idle(cx)
+    }
+
+    /// Flushes, then ends the write direction once (a socket's `shutdown(SHUT_WR)`).
+    fn poll_shutdown_write(&mut self, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        ready!(self.poll_write_idle(cx))?;
+        if !self.is_shut {
+            self.io.shutdown_write()?;
+            self.is_shut = true;
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<S: CompatIo + fmt::Debug> fmt::Debug for Compat<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let buffered = match &self.read {
+            ReadState::Idle { buf, at } => Some(buf.len() - at),
+            ReadState::InFlight(_) => None,
+        };
+        f.debug_struct("Compat")
+            .field("io", &self.io)
+            .field("read_buffered", &buffered)
+            .field("write_in_flight", &matches!(self.write, WriteState::InFlight(_)))
+            .field("pos", &self.pos)
+            .finish()
+    }
+}

@@ -1,0 +1,97 @@
+//! What the adapter needs from an I/O object: an owned-buffer read and write-all that keep
+//! the object alive themselves (through an `Rc`), so the adapter can hold them in flight.
+
+use std::future::Future;
+use std::io;
+use std::net::Shutdown;
+use std::pin::Pin;
+use std::rc::Rc;
+
+use crate::fs::File;
+use crate::net::{TcpStream, UnixStream};
+
+/// A read in flight: the count (0 at end of stream) and the buffer, filled from its start.
+pub(super) type ReadOp = Pin<Box<dyn Future<Output = (io::Result<usize>, Vec<u8>)>>>;
+
+/// A write-all in flight: the result and the buffer.
+pub(super) type WriteOp = Pin<Box<dyn Future<Output = (io::Result<()>, Vec<u8>)>>>;
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A ring-rt I/O object that [`Compat`](super::Compat) can adapt: [`TcpStream`],
+/// [`UnixStream`] and [`File`]. Sealed: the adapter relies on how each of them behaves.
+pub trait CompatIo: sealed::Sealed + 'static {
+    /// Files have positions: the adapter keeps a cursor and orders its reads after its
+    /// writes. Streams ignore positions, and their reads and writes run independently.
+    #[doc(hidden)]
+    const IS_POSITIONED: bool;
+
+    /// Reads into `buf`'s capacity (from its start) at `pos` (ignored by streams).
+    #[doc(hidden)]
+    fn read_owned(self: Rc<Self>, buf: Vec<u8>, pos: u64) -> ReadOp;
+
+    /// Writes all of `buf` at `pos` (ignored by streams).
+    #[doc(hidden)]
+    fn write_all_owned(self: Rc<Self>, buf: Vec<u8>, pos: u64) -> WriteOp;
+
+    /// Ends the write direction (a socket's `shutdown(SHUT_WR)`; nothing for a file).
+    #[doc(hidden)]
+    fn shutdown_write(&self) -> io::Result<()>;
+}
+
+impl sealed::Sealed for TcpStream {}
+
+impl CompatIo for TcpStream {
+    const IS_POSITIONED: bool = false;
+
+    fn read_owned(self: Rc<Self>, buf: Vec<u8>, _pos: u64) -> ReadOp {
+        Box::pin(async move { self.read(buf).await })
+    }
+
+    fn write_all_owned(self: Rc<Self>, buf: Vec<u8>, _pos: u64) -> WriteOp {
+        Box::pin(async move { self.write_all(buf).await })
+    }
+
+    fn shutdown_write(&self) -> io::Result<()> {
+        self.shutdown(Shutdown::Write)
+    }
+}
+
+impl sealed::Sealed for UnixStream {}
+
+impl CompatIo for UnixStream {
+    const IS_POSITIONED: bool = false;
+
+    fn read_owned(self: Rc<Self>, buf: Vec<u8>, _pos: u64) -> ReadOp {
+        Box::pin(async move { self.read(buf).await })
+    }
+
+    fn write_all_owned(self: Rc<Self>, buf: Vec<u8>, _pos: u64) -> WriteOp {
+        Box::pin(async move { self.write_all(buf).await })
+    }
+
+    fn shutdown_write(&self) -> io::Result<()> {
+        self.shutdown(Shutdown::Write)
+    }
+}
+
+impl sealed::Sealed for File {}
+
+impl CompatIo for File {
+    const IS_POSITIONED: bool = true;
+
+    fn read_owned(self: Rc<Self>, buf: Vec<u8>, pos: u64) -> ReadOp {
+        Box::pin(async move { self.read_at(buf, pos).await })
+    }
+
+    fn write_all_owned(self: Rc<Self>, buf: Vec<u8>, pos: u64) -> WriteOp {
+        Box::pin(async move { self.write_all_at(buf, pos).await })
+    }
+
+    /// A file has no write direction to end; durability is `sync_all`'s business.
+    fn shutdown_write(&self) -> io::Result<()> {
+        Ok(())
+    }
+}

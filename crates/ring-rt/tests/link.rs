@@ -1,0 +1,187 @@
+//! Linked chains and link timeouts, on both backends.
+
+#[macro_use]
+mod support;
+
+use std::io::ErrorKind;
+use std::time::{Duration, Instant};
+
+use libtest_mimic::Completion;
+use ring_rt::net::UnixStream;
+use ring_rt::BackendKind;
+use support::{pattern, Outcome};
+
+fn main() {
+    support::run(&[
+        ("write_fsync_read_chain", write_fsync_read_chain),
+        ("failed_op_cancels_the_rest", failed_op_cancels_the_rest),
+        ("many_chains_in_flight", many_chains_in_flight),
+        (
+            "timeout_fires_and_returns_buffer",
+            timeout_fires_and_returns_buffer,
+        ),
+        (
+            "timeout_not_reached_keeps_result",
+            timeout_not_reached_keeps_result,
+        ),
+        ("dropped_chain_is_safe", dropped_chain_is_safe),
+    ])
+}
+
+fn temp_file(tag: &str, kind: BackendKind) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("ring-rt-link-{tag}-{}-{kind}", std::process::id()))
+}
+
+fn write_fsync_read_chain(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let path = temp_file("chain", kind);
+    let res = rt.block_on(async {
+        let file = ring_rt::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .await?;
+        let data = pattern(9, 4096);
+        let ((written, synced), read) = file
+            .write_at(data.clone(), 8192)
+            .link(file.sync_data())
+            .link(file.read_at(Vec::with_capacity(4096), 8192))
+            .await;
+        check!(written.0? == 4096, "write");
+        synced?;
+        let (n, back) = read;
+        check!(n? == 4096 && back == data, "read back differs");
+        Ok(Completion::Completed)
+    });
+    let _ = std::fs::remove_file(&path);
+    res
+}
+
+fn failed_op_cancels_the_rest(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let path = temp_file("fail", kind);
+    let res = rt.block_on(async {
+        let file = ring_rt::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .open(&path)
+            .await?;
+        // An offset past i64::MAX fails with EINVAL; the fsync and write after it must not run.
+        let ((bad, synced), write) = file
+            .read_at(vec![0u8; 16], u64::MAX)
+            .link(file.sync_all())
+            .link(file.write_at(b"never".to_vec(), 0))
+            .await;
+        check!(
+            bad.0.as_ref().err().and_then(|e| e.raw_os_error()) == Some(libc::EINVAL),
+            "first: {:?}",
+            bad.0
+        );
+        check!(
+            synced.as_ref().err().and_then(|e| e.raw_os_error()) == Some(libc::ECANCELED),
+            "second: {synced:?}"
+        );
+        check!(
+            write.0.as_ref().err().and_then(|e| e.raw_os_error()) == Some(libc::ECANCELED),
+            "third: {:?}",
+            write.0
+        );
+        check!(write.1 == b"never", "buffer not handed back");
+        check!(
+            std::fs::metadata(&path)?.len() == 0,
+            "the cancelled write ran"
+        );
+        Ok(Completion::Completed)
+    });
+    let _ = std::fs::remove_file(&path);
+    res
+}
+
+fn many_chains_in_flight(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let path = temp_file("many", kind);
+    let res = rt.block_on(async {
+        let file = std::rc::Rc::new(
+            ring_rt::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .open(&path)
+                .await?,
+        );
+        let tasks: Vec<_> = (0..64u64)
+            .map(|page| {
+                let file = file.clone();
+                ring_rt::spawn(async move {
+                    let data = pattern(page, 4096);
+                    let pos = page * 4096;
+                    let ((w, s), r) = file
+                        .write_at(data.clone(), pos)
+                        .link(file.sync_data())
+                        .link(file.read_at(Vec::with_capacity(4096), pos))
+                        .await;
+                    w.0?;
+                    s?;
+                    let n = r.0?;
+                    Ok::<bool, std::io::Error>(n == 4096 && r.1 == data)
+                })
+            })
+            .collect();
+        for t in tasks {
+            check!(t.await??, "a chain read back the wrong page");
+        }
+        Ok(Completion::Completed)
+    });
+    let _ = std::fs::remove_file(&path);
+    res
+}
+
+fn timeout_fires_and_returns_buffer(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(async {
+        let (_a, b) = UnixStream::pair()?;
+        let start = Instant::now();
+        let (res, buf) = b
+            .read(vec![0u8; 64])
+            .timeout(Duration::from_millis(30))
+            .await;
+        let err = res.err().ok_or("read of a silent socket succeeded")?;
+        check!(err.kind() == ErrorKind::TimedOut, "got {err:?}");
+        check!(buf.len() == 64, "buffer not returned");
+        check!(
+            start.elapsed() >= Duration::from_millis(25),
+            "fired early: {:?}",
+            start.elapsed()
+        );
+        Ok(Completion::Completed)
+    })
+}
+
+fn timeout_not_reached_keeps_result(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(async {
+        let (a, b) = UnixStream::pair()?;
+        let (res, _) = a.write_all(b"ready".to_vec()).await;
+        res?;
+        let (res, buf) = b.read(vec![0u8; 64]).timeout(Duration::from_secs(10)).await;
+        check!(&buf[..res?] == b"ready", "wrong data");
+        Ok(Completion::Completed)
+    })
+}
+
+fn dropped_chain_is_safe(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(async {
+        for _ in 0..20 {
+            let (_a, b) = UnixStream::pair()?;
+            // A read that never completes, linked to a write: drop the chain mid-flight.
+            let chain = b.read(vec![0u8; 64]).link(b.write(b"x".to_vec()));
+            let _ = ring_rt::time::timeout(Duration::from_millis(2), chain).await;
+        }
+        ring_rt::time::sleep(Duration::from_millis(20)).await;
+        Ok(Completion::Completed)
+    })
+}
