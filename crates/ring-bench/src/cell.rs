@@ -48,7 +48,10 @@ impl LoadRun {
     fn parse(obj: &str) -> io::Result<LoadRun> {
         let get = |key: &str| {
             json::number(obj, key).ok_or_else(|| {
-                io::Error::new(io::ErrorKind::InvalidData, format!("echo-load: no {key} in {obj}"))
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("echo-load: no {key} in {obj}"),
+                )
             })
         };
         Ok(LoadRun {
@@ -81,16 +84,27 @@ pub fn run_load(
 ) -> io::Result<LoadRun> {
     let mut cmd = Command::new(echo_load);
     cmd.arg("--addr").arg(addr.to_string());
-    cmd.args(["--conns", &shape.conns.to_string(), "--len", &shape.len.to_string()]);
+    cmd.args([
+        "--conns",
+        &shape.conns.to_string(),
+        "--len",
+        &shape.len.to_string(),
+    ]);
     cmd.args(["--duration", &duration.as_secs_f64().to_string(), "--json"]);
     let out = sys::pin_to_cpu(&mut cmd, cpu).output()?;
     let stderr = String::from_utf8_lossy(&out.stderr);
-    for line in stderr.lines().filter(|l| !l.contains("may be the bottleneck")) {
+    for line in stderr
+        .lines()
+        .filter(|l| !l.contains("may be the bottleneck"))
+    {
         eprintln!("[echo-load] {line}");
     }
     let stdout = String::from_utf8_lossy(&out.stdout);
     let line = stdout.lines().find(|l| l.starts_with('{')).ok_or_else(|| {
-        io::Error::other(format!("echo-load printed no result ({}): {stderr}", out.status))
+        io::Error::other(format!(
+            "echo-load printed no result ({}): {stderr}",
+            out.status
+        ))
     })?;
     LoadRun::parse(line)
 }

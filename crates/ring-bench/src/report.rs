@@ -76,6 +76,7 @@ impl Machine {
 pub fn markdown_cells(cells: &[Cell]) -> String {
     let mut out = String::new();
     let mut lens: Vec<usize> = cells.iter().map(|c| c.shape.len).collect();
+    lens.sort_unstable();
     lens.dedup();
     for len in lens {
         let _ = writeln!(out, "\n#### {len}-byte messages\n");
@@ -92,16 +93,20 @@ pub fn markdown_cells(cells: &[Cell]) -> String {
 
 fn markdown_row(c: &Cell, all: &[Cell]) -> String {
     let l = &c.load;
-    let baseline = all
-        .iter()
-        .find(|b| b.server == BASELINE && b.shape.conns == c.shape.conns && b.shape.len == c.shape.len);
+    let baseline = all.iter().find(|b| {
+        b.server == BASELINE && b.shape.conns == c.shape.conns && b.shape.len == c.shape.len
+    });
     let ratio = baseline.map_or("-".into(), |b| {
         format!("{:.2}x", c.cpu_us_per_req() / b.cpu_us_per_req().max(1e-9))
     });
     let enters = c.enters_per_req().map_or("-".into(), |e| format!("{e:.3}"));
     let mut flags = String::new();
     if l.errors > 0.0 || l.mismatches > 0.0 {
-        let _ = write!(flags, " **{} errors, {} mismatches**", l.errors, l.mismatches);
+        let _ = write!(
+            flags,
+            " **{} errors, {} mismatches**",
+            l.errors, l.mismatches
+        );
     }
     if l.is_client_saturated() {
         flags.push_str(" (sat)");
@@ -143,7 +148,9 @@ pub fn csv(cells: &[Cell]) -> String {
     let mut out = String::from("server,conns,len,requests,elapsed_s,req_per_s,p50_us,p99_us,p999_us,errors,mismatches,client_cpu_s,server_cpu_s,server_cpu_us_per_req,enters_per_req,server_rss_kib,other_busy_pct\n");
     for c in cells {
         let l = &c.load;
-        let enters = c.enters_per_req().map_or(String::new(), |e| format!("{e:.4}"));
+        let enters = c
+            .enters_per_req()
+            .map_or(String::new(), |e| format!("{e:.4}"));
         let _ = writeln!(
             out,
             "{},{},{},{},{:.3},{:.1},{},{},{},{},{},{:.3},{:.3},{:.3},{enters},{},{:.1}",

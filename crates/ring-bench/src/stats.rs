@@ -47,7 +47,10 @@ pub fn proc_cpu(pid: u32) -> std::io::Result<Duration> {
 /// softirq, steal; not idle or iowait), from the `cpu` line of `/proc/stat`.
 pub fn system_busy() -> std::io::Result<Duration> {
     let stat = std::fs::read_to_string("/proc/stat")?;
-    let line = stat.lines().find(|l| l.starts_with("cpu ")).unwrap_or("cpu");
+    let line = stat
+        .lines()
+        .find(|l| l.starts_with("cpu "))
+        .unwrap_or("cpu");
     let ticks: Vec<u64> = line
         .split_whitespace()
         .skip(1)

@@ -28,7 +28,10 @@ pub fn raise_nofile_limit() -> io::Result<u64> {
 pub fn pin_to_cpu(cmd: &mut Command, cpu: usize) -> &mut Command {
     let closure = move || {
         if cpu >= libc::CPU_SETSIZE as usize {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "cpu out of range"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "cpu out of range",
+            ));
         }
         // SAFETY: cpu_set_t is plain data; all zeroes is the empty set.
         let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };

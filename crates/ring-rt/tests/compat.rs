@@ -1,1 +1,373 @@
-fn main() {}
+//! The tokio-io / futures-io adapter (`ring_rt::compat::Compat`) on both backends: round
+//! trips through the traits, codecs, file cursors, errors, and drops with ops in flight.
+
+#[macro_use]
+mod support;
+
+use std::io::{ErrorKind, IoSlice};
+use std::rc::Rc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use libtest_mimic::Completion;
+use ring_rt::compat::Compat;
+use ring_rt::fs::{File, OpenOptions};
+use ring_rt::net::{TcpListener, TcpStream, UnixStream};
+use ring_rt::time::{sleep, timeout};
+use ring_rt::BackendKind;
+use support::{bounded, open_fds, pattern, Outcome};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::codec::{FramedRead, LinesCodec};
+
+fn main() {
+    support::run(&[
+        ("tokio_round_trip_over_tcp", tokio_round_trip_over_tcp),
+        (
+            "tokio_lines_codec_framed_read",
+            tokio_lines_codec_framed_read,
+        ),
+        (
+            "tiny_buffers_split_reads_and_writes",
+            tiny_buffers_split_reads_and_writes,
+        ),
+        (
+            "futures_io_round_trip_over_unix",
+            futures_side::futures_io_round_trip_over_unix,
+        ),
+        ("file_cursor_reads_and_writes", file_cursor_reads_and_writes),
+        ("write_after_shutdown_fails", write_after_shutdown_fails),
+        (
+            "write_to_reset_peer_reports_error",
+            write_to_reset_peer_reports_error,
+        ),
+        (
+            "dropped_adapter_with_ops_in_flight",
+            dropped_adapter_with_ops_in_flight,
+        ),
+    ])
+}
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+/// A connected TCP pair on the current worker (the kernel completes the handshake before
+/// the accept).
+async fn tcp_pair() -> std::io::Result<(TcpStream, TcpStream)> {
+    let l = TcpListener::bind("127.0.0.1:0")?;
+    let client = TcpStream::connect(l.local_addr()?).await?;
+    let (server, _) = l.accept().await?;
+    Ok((client, server))
+}
+
+fn tokio_round_trip_over_tcp(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(bounded(LIMIT, async {
+        let (client, server) = tcp_pair().await?;
+        // The server echoes everything, then closes its write side.
+        let echo = ring_rt::spawn(async move {
+            let mut io = Compat::new(server);
+            let mut all = Vec::new();
+            io.read_to_end(&mut all).await?;
+            io.write_all(&all).await?;
+            io.shutdown().await?;
+            std::io::Result::Ok(all.len())
+        });
+        let data = pattern(7, 1 << 20);
+        let mut io = Compat::new(client);
+        io.write_all(&data).await?;
+        io.shutdown().await?;
+        let mut back = Vec::new();
+        io.read_to_end(&mut back).await?;
+        check!(echo.await?? == data.len(), "server saw a different length");
+        check!(
+            back == data,
+            "echoed bytes differ ({} of {})",
+            back.len(),
+            data.len()
+        );
+        Ok(Completion::Completed)
+    }))?
+}
+
+fn tokio_lines_codec_framed_read(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(bounded(LIMIT, async {
+        let (client, server) = tcp_pair().await?;
+        let lines: Vec<String> = (0..2000)
+            .map(|i| "x".repeat(i % 300) + &i.to_string())
+            .collect();
+        let sent = lines.clone();
+        let writer = ring_rt::spawn(async move {
+            let mut io = Compat::new(server);
+            for line in &sent {
+                io.write_all(line.as_bytes()).await?;
+                io.write_all(b"\n").await?;
+            }
+            io.shutdown().await
+        });
+        let mut framed = FramedRead::new(Compat::new(client), LinesCodec::new());
+        let mut got = Vec::new();
+        while let Some(line) = framed.next().await {
+            got.push(line?);
+        }
+        writer.await??;
+        check!(
+            got == lines,
+            "got {} lines, expected {}",
+            got.len(),
+            lines.len()
+        );
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// Buffers of 7 and 5 bytes: every read and write is split across many ops, and vectored
+/// writes are gathered up to the cap.
+fn tiny_buffers_split_reads_and_writes(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(bounded(LIMIT, async {
+        let (a, b) = UnixStream::pair()?;
+        let data = pattern(3, 20_000);
+        let sent = data.clone();
+        let writer = ring_rt::spawn(async move {
+            let mut io = Compat::new(a).with_capacity(7, 5);
+            let n = io
+                .write_vectored(&[IoSlice::new(b"ab"), IoSlice::new(b"cdefgh")])
+                .await?;
+            if n != 5 {
+                return Err(std::io::Error::other(format!("vectored write took {n}")));
+            }
+            io.write_all(b"fgh").await?;
+            io.write_all(&sent).await?;
+            io.shutdown().await
+        });
+        let mut io = Compat::new(b).with_capacity(7, 5);
+        let mut back = Vec::new();
+        io.read_to_end(&mut back).await?;
+        writer.await??;
+        check!(
+            &back[..8] == b"abcdefgh",
+            "vectored prefix {:?}",
+            &back[..8]
+        );
+        check!(back[8..] == data[..], "data differs after tiny-buffer copy");
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// futures-io's traits, kept apart from tokio's extension traits whose methods share names.
+mod futures_side {
+    use futures_util::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+    use libtest_mimic::Completion;
+    use ring_rt::compat::Compat;
+    use ring_rt::net::UnixStream;
+    use ring_rt::BackendKind;
+
+    use super::{support, LIMIT};
+    use support::{bounded, pattern, Outcome};
+
+    pub fn futures_io_round_trip_over_unix(kind: BackendKind) -> Outcome {
+        let rt = runtime!(kind);
+        rt.block_on(bounded(LIMIT, async {
+            let (a, b) = UnixStream::pair()?;
+            let data = pattern(11, 300_000);
+            let sent = data.clone();
+            let writer = ring_rt::spawn(async move {
+                let mut io = Compat::new(a);
+                io.write_all(b"header line\n").await?;
+                io.write_all(&sent).await?;
+                io.close().await
+            });
+            let mut io = Compat::new(b);
+            let mut header = Vec::new();
+            io.read_until(b'\n', &mut header).await?;
+            let mut rest = Vec::new();
+            io.read_to_end(&mut rest).await?;
+            writer.await??;
+            check!(header == b"header line\n", "header {:?}", header);
+            check!(
+                rest == data,
+                "body differs ({} of {})",
+                rest.len(),
+                data.len()
+            );
+            Ok(Completion::Completed)
+        }))?
+    }
+}
+
+fn temp_path(name: &str, kind: BackendKind) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!(
+        "ring-rt-compat-{}-{name}-{kind}",
+        std::process::id()
+    ))
+}
+
+/// Writes, reads at the cursor, overwrites in the middle of a read-ahead: the file ends up
+/// as a std cursor would leave it.
+fn file_cursor_reads_and_writes(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let path = temp_path("cursor", kind);
+    let outcome = rt.block_on(bounded(LIMIT, async {
+        let data = pattern(5, 300_000);
+        let mut opts = OpenOptions::new();
+        opts.read(true).write(true).create(true).truncate(true);
+        let file = Rc::new(opts.open(&path).await?);
+        let mut w = Compat::from_rc(file.clone());
+        w.write_all(&data).await?;
+        w.flush().await?;
+        check!(
+            w.position() == data.len() as u64,
+            "cursor {} after write",
+            w.position()
+        );
+        let mut tail = [0u8; 1];
+        check!(w.read(&mut tail).await? == 0, "read at the end was not EOF");
+
+        // A second cursor from 0: read 10 (the adapter reads ahead), write 3, read on.
+        let mut rw = Compat::from_rc(file.clone()).with_position(0);
+        let mut head = [0u8; 10];
+        rw.read_exact(&mut head).await?;
+        rw.write_all(b"XYZ").await?;
+        let mut next = [0u8; 5];
+        rw.read_exact(&mut next).await?;
+        check!(head[..] == data[..10], "head differs");
+        check!(
+            next[..] == data[13..18],
+            "read after the overwrite did not resume at 13"
+        );
+        check!(rw.position() == 18, "cursor {} != 18", rw.position());
+
+        let mut expect = data.clone();
+        expect[10..13].copy_from_slice(b"XYZ");
+        let on_disk = ring_rt::fs::read(&path).await?;
+        check!(
+            on_disk == expect,
+            "file content differs from a std cursor's result"
+        );
+        let mut all = Vec::new();
+        Compat::new(File::open(&path).await?)
+            .read_to_end(&mut all)
+            .await?;
+        check!(all == expect, "read_to_end through a fresh adapter differs");
+        Ok(Completion::Completed)
+    }));
+    let _ = std::fs::remove_file(&path);
+    outcome?
+}
+
+fn write_after_shutdown_fails(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(bounded(LIMIT, async {
+        let (client, server) = tcp_pair().await?;
+        let mut io = Compat::new(client);
+        io.write_all(b"bye").await?;
+        io.shutdown().await?;
+        let err = io.write_all(b"more").await.err();
+        check!(
+            err.as_ref().map(|e| e.kind()) == Some(ErrorKind::BrokenPipe),
+            "write after shutdown gave {err:?}"
+        );
+        let mut peer = Compat::new(server);
+        let mut got = Vec::new();
+        peer.read_to_end(&mut got).await?;
+        check!(got == b"bye", "peer read {got:?} before EOF");
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// A write that fails after `poll_write` accepted its bytes is reported by a later
+/// write or flush, never swallowed.
+fn write_to_reset_peer_reports_error(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(bounded(LIMIT, async {
+        let l = TcpListener::bind("127.0.0.1:0")?;
+        let peer = socket2::Socket::from(std::net::TcpStream::connect(l.local_addr()?)?);
+        let (s, _) = l.accept().await?;
+        peer.set_linger(Some(Duration::ZERO))?;
+        drop(peer); // RST
+        sleep(Duration::from_millis(20)).await;
+        let mut io = Compat::new(s);
+        let chunk = vec![1u8; 65536];
+        let mut result = Ok(());
+        for _ in 0..20 {
+            result = io.write_all(&chunk).await;
+            if result.is_ok() {
+                result = io.flush().await;
+            }
+            if result.is_err() {
+                break;
+            }
+        }
+        let err = result
+            .err()
+            .ok_or("writes to a reset peer kept succeeding")?;
+        check!(
+            matches!(
+                err.kind(),
+                ErrorKind::BrokenPipe | ErrorKind::ConnectionReset
+            ),
+            "unexpected error {err}"
+        );
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// Dropping an adapter with a read and a write in flight: no op left in flight, no fd left
+/// open, the runtime keeps working.
+fn dropped_adapter_with_ops_in_flight(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let baseline = open_fds();
+    rt.block_on(bounded(LIMIT, async {
+        // After one loop turn the backend has its own ops in flight (io_uring: the
+        // wake-up eventfd's poll); only ops beyond those count.
+        sleep(Duration::from_millis(1)).await;
+        let ops_baseline = rt.metrics().io.ops_in_flight;
+        let (client, server) = tcp_pair().await?;
+        let mut io = Compat::new(client);
+        let mut buf = [0u8; 16];
+        // The peer never writes: the read op stays in flight inside the adapter.
+        check!(
+            timeout(Duration::from_millis(20), io.read(&mut buf))
+                .await
+                .is_err(),
+            "read"
+        );
+        // The peer never reads: writes fill the socket buffers and one stays in flight.
+        let big = vec![0u8; 64 << 20];
+        let wrote = timeout(Duration::from_millis(200), io.write_all(&big)).await;
+        check!(wrote.is_err(), "64 MiB fit in the socket buffers");
+        let cancels = rt.metrics().io.cancels_sent;
+        drop(io);
+        let cancelled = rt.metrics().io.cancels_sent - cancels;
+        // On io_uring both ops were in the kernel and are cancelled; epoll has nothing in
+        // flight between readiness tries.
+        check!(
+            kind == BackendKind::Epoll || cancelled == 2,
+            "dropping the adapter sent {cancelled} cancels, expected 2 (read and write)"
+        );
+        drop(server);
+        let (mut in_flight, mut fds) = (u64::MAX, usize::MAX);
+        for _ in 0..200 {
+            sleep(Duration::from_millis(10)).await;
+            in_flight = rt.metrics().io.ops_in_flight;
+            fds = open_fds();
+            if in_flight == ops_baseline && fds == baseline {
+                break;
+            }
+        }
+        check!(
+            in_flight == ops_baseline,
+            "{in_flight} ops in flight after the drop, {ops_baseline} before"
+        );
+        check!(fds == baseline, "fds {baseline} -> {fds} after the drop");
+        // The runtime still works.
+        let (a, b) = tcp_pair().await?;
+        let (mut a, mut b) = (Compat::new(a), Compat::new(b));
+        a.write_all(b"ok").await?;
+        a.flush().await?;
+        let mut two = [0u8; 2];
+        b.read_exact(&mut two).await?;
+        check!(&two == b"ok", "after-drop round trip");
+        Ok(Completion::Completed)
+    }))?
+}

@@ -10,12 +10,13 @@ use std::time::{Duration, Instant};
 
 use super::backend::BackendLine;
 use super::binaries::{Built, TestBinary};
-use super::libtest::{find_summary, BinaryRun, Exit};
+use super::libtest::{BinaryRun, Exit};
 use super::rows::{Place, Row};
 use super::seccomp;
 
-/// Per-binary time limit on the host: generous, a hang is still a failure.
-pub const BINARY_TIMEOUT: Duration = Duration::from_secs(300);
+/// Per-binary time limit on the host: each takes seconds; a hang is a failure, and must
+/// not cost more than a minute per row.
+pub const BINARY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What a host row produced.
 pub struct HostOutcome {
@@ -66,13 +67,9 @@ fn run_binary(row: &Row, bin: &TestBinary, filter: Option<&str>, log_dir: &Path)
         Err(err) => Exit::NotRun(format!("cannot start {}: {err}", bin.path.display())),
     };
     let output = std::fs::read_to_string(&log).unwrap_or_default();
-    BinaryRun {
-        name: bin.name(),
-        filter: filter.map(String::from),
-        exit,
-        summary: find_summary(&output),
-        secs: start.elapsed().as_secs_f64(),
-    }
+    let mut run = BinaryRun::from_output(bin.name(), filter.map(String::from), exit, &output);
+    run.secs = start.elapsed().as_secs_f64();
+    run
 }
 
 fn spawn(row: &Row, bin: &TestBinary, filter: Option<&str>, log: &PathBuf) -> io::Result<Child> {

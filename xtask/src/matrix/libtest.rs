@@ -88,10 +88,24 @@ pub struct BinaryRun {
     pub exit: Exit,
     /// Its summary, when it printed one.
     pub summary: Option<Counts>,
+    /// The test that started but never reported (what a hang or crash was running).
+    pub unfinished: Option<String>,
     pub secs: f64,
 }
 
 impl BinaryRun {
+    /// A run read from the binary's output.
+    pub fn from_output(name: String, filter: Option<String>, exit: Exit, output: &str) -> Self {
+        BinaryRun {
+            name,
+            filter,
+            exit,
+            summary: find_summary(output),
+            unfinished: unfinished_test(output),
+            secs: 0.0,
+        }
+    }
+
     /// The counts this run contributes: its summary, plus one failure when the binary
     /// ended badly without a failed test to show for it (crash, timeout, no summary).
     pub fn counts(&self) -> Counts {
@@ -117,8 +131,20 @@ impl BinaryRun {
         } else {
             ", no libtest summary"
         };
-        Some(format!("{}: {}{summary}", self.name, self.exit))
+        let during = self
+            .unfinished
+            .as_ref()
+            .map_or(String::new(), |t| format!(", during {t}"));
+        Some(format!("{}: {}{summary}{during}", self.name, self.exit))
     }
+}
+
+/// The last `test NAME ... ` line with no result after it: the test running when the
+/// binary hung or died.
+pub fn unfinished_test(output: &str) -> Option<String> {
+    let last = output.lines().rev().find(|l| l.starts_with("test "))?;
+    let (name, result) = last.strip_prefix("test ")?.split_once(" ...")?;
+    result.trim().is_empty().then(|| name.trim().to_string())
 }
 
 #[cfg(test)]
@@ -157,9 +183,11 @@ mod tests {
             filter: None,
             exit: Exit::Signal(11),
             summary: None,
+            unfinished: unfinished_test("test a ... ok\ntest b::uring   ... \nboom\n"),
             secs: 0.0,
         };
         assert_eq!(run.counts().failed, 1);
+        assert!(run.note().expect("a note").contains("during b::uring"));
         assert!(run.note().expect("a note").contains("signal 11"));
     }
 
@@ -170,6 +198,7 @@ mod tests {
             filter: None,
             exit: Exit::Success,
             summary: parse_summary("test result: ok. 2 passed; 0 failed; 1 ignored;"),
+            unfinished: None,
             secs: 0.0,
         };
         assert_eq!(run.counts().passed, 2);

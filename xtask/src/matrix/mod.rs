@@ -17,6 +17,7 @@ mod rows;
 mod seccomp;
 mod tools;
 mod vm;
+mod vm_rows;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -32,9 +33,6 @@ const USAGE: &str = "usage: cargo xtask kernel-matrix [--rows host,profiles,secc
   --rows       row groups to run (default: all)
   --quick      host, profile and seccomp rows only (no VMs)
   --vm-filter  libtest filter for ring-rt's tests in VMs (default: all of them)";
-
-/// Per-binary time limit inside a VM (the VM as a whole has `vm::VM_TIMEOUT`).
-const VM_BINARY_TIMEOUT: Duration = Duration::from_secs(150);
 
 /// Parsed command line.
 struct Options {
@@ -85,7 +83,7 @@ pub fn run(args: &[String]) -> ExitCode {
     let (vm_rows, host_rows): (Vec<Row>, Vec<Row>) =
         all.into_iter().partition(|r| r.group == Group::Vm);
     let mut results = run_host_rows(&host_rows, &logs);
-    results.extend(run_vm_rows(&vm_rows, &root, &logs));
+    results.extend(vm_rows::run(&vm_rows, &root, &logs));
     finish(&results, &root, &about(&opts, start.elapsed()))
 }
 
@@ -216,92 +214,6 @@ fn run_host_rows(rows: &[Row], logs: &Path) -> Vec<RowResult> {
             result
         })
         .collect()
-}
-
-/// Builds the initramfs once, then boots each row's kernel with it.
-fn run_vm_rows(rows: &[Row], root: &Path, logs: &Path) -> Vec<RowResult> {
-    let Some(first) = rows.first() else {
-        return Vec::new();
-    };
-    let assets = prepare_vm(first, root, logs);
-    rows.iter()
-        .map(|row| {
-            let start = Instant::now();
-            eprintln!("kernel-matrix: {}", row.name);
-            let mut result = match &assets {
-                Ok(assets) => boot_row(row, assets, root, logs),
-                Err(err) => failed_row(row, err.clone()),
-            };
-            check_backend(row, &mut result);
-            result.secs = start.elapsed().as_secs_f64();
-            result
-        })
-        .collect()
-}
-
-fn failed_row(row: &Row, problem: String) -> RowResult {
-    RowResult {
-        row: row.clone(),
-        backend: None,
-        runs: Vec::new(),
-        problems: vec![problem],
-        secs: 0.0,
-    }
-}
-
-/// What every VM boots with.
-struct VmAssets {
-    initrd: PathBuf,
-    /// Binary names in plan order.
-    planned: Vec<String>,
-    /// Build problems, reported on each VM row.
-    problems: Vec<String>,
-}
-
-fn prepare_vm(row: &Row, root: &Path, logs: &Path) -> Result<VmAssets, String> {
-    tools::ensure(tools::QEMU).map_err(|e| e.to_string())?;
-    binaries::ensure_musl_target().map_err(|e| e.to_string())?;
-    let built = binaries::build_all(Some(binaries::MUSL), logs);
-    let (xtask, init) = binaries::build_vm_tools(logs).map_err(|e| e.to_string())?;
-    let steps: Vec<initramfs::PlanStep> = select(row, &built)
-        .into_iter()
-        .map(|(bin, filter)| initramfs::PlanStep {
-            name: bin.name(),
-            file: bin.file_name(),
-            source: bin.path,
-            filter,
-            timeout: VM_BINARY_TIMEOUT,
-        })
-        .collect();
-    let initrd = root.join("initramfs.cpio");
-    initramfs::write(&initrd, &root.join("stage"), &init, &xtask, &steps)
-        .map_err(|e| format!("writing the initramfs: {e}"))?;
-    Ok(VmAssets {
-        initrd,
-        planned: steps.into_iter().map(|s| s.name).collect(),
-        problems: build_problems(row, &built),
-    })
-}
-
-fn boot_row(row: &Row, assets: &VmAssets, root: &Path, logs: &Path) -> RowResult {
-    let Place::Vm { kernel, cmdline } = &row.place else {
-        unreachable!("only VM rows are booted; run_vm_rows gets the Vm partition");
-    };
-    let image = match kernels::image(*kernel, root, logs) {
-        Ok(image) => image,
-        Err(err) => return failed_row(row, format!("kernel {}: {err}", kernel.label())),
-    };
-    let log = logs.join(format!("{}.serial.log", row_slug(row)));
-    let out = vm::boot(&image, &assets.initrd, cmdline, &log, &assets.planned);
-    let mut problems = assets.problems.clone();
-    problems.extend(out.notes);
-    RowResult {
-        row: row.clone(),
-        backend: out.backend,
-        runs: out.runs,
-        problems,
-        secs: 0.0,
-    }
 }
 
 /// Prints the table and writes the files; the exit status says whether every row passed.

@@ -230,6 +230,7 @@ mod tests {
                 filter: None,
                 exit: Exit::Success,
                 summary: parse_summary("test result: ok. 0 passed; 0 failed; 9 ignored;"),
+                unfinished: None,
                 secs: 1.0,
             }],
             problems,

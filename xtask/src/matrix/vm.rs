@@ -8,10 +8,13 @@ use std::time::{Duration, Instant};
 
 use super::backend::BackendLine;
 use super::host::wait_with_timeout;
-use super::libtest::{find_summary, BinaryRun, Exit};
+use super::libtest::{BinaryRun, Exit};
 
 /// Wall-clock limit per VM, boot to power-off.
-pub const VM_TIMEOUT: Duration = Duration::from_secs(240);
+pub const VM_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// A binary in the VM's plan: its name and libtest filter.
+pub type Planned = (String, Option<String>);
 
 /// What one VM run produced.
 pub struct VmOutcome {
@@ -27,7 +30,7 @@ pub fn boot(
     initrd: &Path,
     cmdline: &str,
     log: &Path,
-    planned: &[String],
+    planned: &[Planned],
 ) -> VmOutcome {
     let start = Instant::now();
     let exit = match spawn(kernel, initrd, cmdline, log) {
@@ -85,7 +88,7 @@ fn spawn(
 /// Reads matrix-init's `@@matrix` lines: the backend line, then per binary a `begin`, the
 /// libtest output, and an `end` with its exit. Planned binaries that never began are
 /// reported as not run.
-pub fn parse_serial(serial: &str, planned: &[String]) -> VmOutcome {
+pub fn parse_serial(serial: &str, planned: &[Planned]) -> VmOutcome {
     let lines: Vec<&str> = serial.lines().collect();
     let runs = planned
         .iter()
@@ -105,31 +108,25 @@ pub fn parse_serial(serial: &str, planned: &[String]) -> VmOutcome {
     }
 }
 
-fn binary_run(lines: &[&str], name: &str) -> BinaryRun {
+fn binary_run(lines: &[&str], (name, filter): &Planned) -> BinaryRun {
     let begin = format!("@@matrix begin {name}");
     let end = format!("@@matrix end {name} ");
-    let mut run = BinaryRun {
-        name: name.to_string(),
-        filter: None,
-        exit: Exit::NotRun("the VM stopped before it started".into()),
-        summary: None,
-        secs: 0.0,
-    };
     let Some(first) = lines.iter().position(|l| l.trim_end() == begin) else {
-        return run;
+        let exit = Exit::NotRun("the VM stopped before it started".into());
+        return BinaryRun::from_output(name.clone(), filter.clone(), exit, "");
     };
     let rest = &lines[first + 1..];
     let last = rest.iter().position(|l| l.contains(&end));
     let segment = rest[..last.unwrap_or(rest.len())].join("\n");
-    run.summary = find_summary(&segment);
-    run.exit = match last {
-        Some(i) => {
-            let (exit, secs) = parse_end(rest[i].split_once(&end).map_or("", |(_, t)| t));
-            run.secs = secs;
-            exit
-        }
-        None => Exit::NotRun("the VM stopped while it ran (timeout or crash)".into()),
+    let (exit, secs) = match last {
+        Some(i) => parse_end(rest[i].split_once(&end).map_or("", |(_, t)| t)),
+        None => (
+            Exit::NotRun("the VM stopped while it ran (timeout or crash)".into()),
+            0.0,
+        ),
     };
+    let mut run = BinaryRun::from_output(name.clone(), filter.clone(), exit, &segment);
+    run.secs = secs;
     run
 }
 
@@ -173,7 +170,7 @@ test a ... ok\r
 
     #[test]
     fn finished_binaries_get_their_counts_and_exit() {
-        let planned = ["ring-core/driver".to_string()];
+        let planned = [("ring-core/driver".to_string(), None)];
         let out = parse_serial(SERIAL, &planned);
         let run = &out.runs[0];
         assert_eq!(run.exit, Exit::Success);
@@ -184,7 +181,7 @@ test a ... ok\r
 
     #[test]
     fn a_binary_cut_off_or_never_started_is_not_run() {
-        let planned = ["ring-rt/net".to_string(), "ring-rt/fs".to_string()];
+        let planned = [("ring-rt/net".to_string(), None), ("ring-rt/fs".to_string(), None)];
         let out = parse_serial(SERIAL, &planned);
         assert!(matches!(&out.runs[0].exit, Exit::NotRun(w) if w.contains("while it ran")));
         assert!(matches!(&out.runs[1].exit, Exit::NotRun(w) if w.contains("before")));

@@ -3,7 +3,7 @@
 
 use std::io::{IoSlice, Result};
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 
 use ::futures_io::{AsyncBufRead, AsyncRead, AsyncWrite};
 
@@ -15,7 +15,15 @@ impl<S: CompatIo> AsyncRead for Compat<S> {
         cx: &mut Context<'_>,
         dst: &mut [u8],
     ) -> Poll<Result<usize>> {
-        self.get_mut().poll_read_slice(cx, dst)
+        let this = self.get_mut();
+        if dst.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        let data = ready!(this.poll_fill(cx))?;
+        let n = data.len().min(dst.len());
+        dst[..n].copy_from_slice(&data[..n]);
+        this.consume(n);
+        Poll::Ready(Ok(n))
     }
 }
 

@@ -198,18 +198,6 @@ impl<S: CompatIo> Compat<S> {
         }
     }
 
-    /// Copies buffered bytes into `dst`, reading first if none are buffered.
-    fn poll_read_slice(&mut self, cx: &mut Context<'_>, dst: &mut [u8]) -> Poll<Result<usize>> {
-        if dst.is_empty() {
-            return Poll::Ready(Ok(0));
-        }
-        let data = ready!(self.poll_fill(cx))?;
-        let n = data.len().min(dst.len());
-        dst[..n].copy_from_slice(&data[..n]);
-        self.consume(n);
-        Poll::Ready(Ok(n))
-    }
-
     /// Waits for the write in flight, if any, and returns its result.
     fn poll_write_idle(&mut self, cx: &mut Context<'_>) -> Poll<Result<()>> {
         if let WriteState::InFlight(op) = &mut self.write {
@@ -237,7 +225,11 @@ impl<S: CompatIo> Compat<S> {
 
     /// Copies up to `write_cap` bytes of `bufs` and starts writing them; waits first for
     /// the previous write, whose error (if any) is returned instead.
-    fn poll_write_bufs(&mut self, cx: &mut Context<'_>, bufs: &[IoSlice<'_>]) -> Poll<Result<usize>> {
+    fn poll_write_bufs(
+        &mut self,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<Result<usize>> {
         ready!(self.poll_write_idle(cx))?;
         if self.is_shut {
             return Poll::Ready(Err(Error::new(
@@ -310,7 +302,10 @@ impl<S: CompatIo + fmt::Debug> fmt::Debug for Compat<S> {
         f.debug_struct("Compat")
             .field("io", &self.io)
             .field("read_buffered", &buffered)
-            .field("write_in_flight", &matches!(self.write, WriteState::InFlight(_)))
+            .field(
+                "write_in_flight",
+                &matches!(self.write, WriteState::InFlight(_)),
+            )
             .field("pos", &self.pos)
             .finish()
     }

@@ -1,0 +1,59 @@
+//! `cargo bench -p ring-bench --bench echo [-- --quick]`: ring-rt's echo example (uring and
+//! epoll backends) against tokio echo servers. See `ring_bench::echo_bench`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use ring_bench::echo_bench::{self, Bins, Options};
+
+/// Builds ring-rt's echo example with the same profile this bench was built with (cargo
+/// builds only this package's binaries for a bench target) and returns its path.
+fn build_ring_echo(profile_dir: &Path) -> Result<PathBuf, String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "--release", "-p", "ring-rt", "--example", "echo"])
+        .status()
+        .map_err(|e| format!("cargo build --example echo: {e}"))?;
+    if !status.success() {
+        return Err(format!("cargo build --example echo: {status}"));
+    }
+    Ok(profile_dir.join("examples").join("echo"))
+}
+
+fn main() -> ExitCode {
+    let echo_load = PathBuf::from(env!("CARGO_BIN_EXE_echo-load"));
+    let profile_dir = echo_load
+        .parent()
+        .expect("binary in a profile dir")
+        .to_path_buf();
+    let out_dir = profile_dir
+        .parent()
+        .unwrap_or(&profile_dir)
+        .join("echo-bench");
+    let opts = match Options::from_args(std::env::args().skip(1), out_dir) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("echo-bench: {e}\n{}", echo_bench::USAGE);
+            return ExitCode::from(2);
+        }
+    };
+    let ring_echo = match build_ring_echo(&profile_dir) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("echo-bench: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let bins = Bins {
+        echo_load,
+        tokio_echo: PathBuf::from(env!("CARGO_BIN_EXE_tokio-echo")),
+        ring_echo,
+    };
+    match echo_bench::run(&opts, &bins) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("echo-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
