@@ -9,6 +9,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
+use ring_core::metrics::Snapshot;
 use ring_rt::net::tcp::ListenOptions;
 use ring_rt::net::{TcpListener, TcpStream};
 use ring_rt::{BackendKind, Runtime};
@@ -104,25 +105,48 @@ fn raise_nofile_limit() -> io::Result<()> {
     Ok(())
 }
 
-/// One line of counters (worker 0's: the benchmark runs one worker), as flat JSON.
-fn print_metrics(rt: &Runtime) {
-    let m = rt.metrics();
-    let mut line = format!(
-        "metrics {{\"backend\":\"{}\",\"tasks_spawned\":{},\"tasks_alive\":{},\"recv_buffers_in_use\":{}",
-        m.backend, m.tasks_spawned, m.tasks_alive, m.recv_buffers_in_use
-    );
-    for (name, value) in m.io.fields() {
+/// Counters as one flat JSON line on stderr: `metrics {"backend":"uring","enters":..}`.
+fn print_metrics(backend: BackendKind, io: &Snapshot, extra: &[(&str, u64)]) {
+    let mut line = format!("metrics {{\"backend\":\"{backend}\"");
+    for (name, value) in io.fields().into_iter().chain(extra.iter().copied()) {
         line.push_str(&format!(",\"{name}\":{value}"));
     }
     eprintln!("{line}}}");
+}
+
+/// Answers each SIGUSR1 with a metrics line, from a thread of its own: the counters are
+/// atomics readable anywhere, so serving is not interrupted. SIGUSR1 must already be
+/// blocked in every thread.
+fn answer_sigusr1(rt: &Runtime) -> io::Result<()> {
+    let (metrics, backend) = (rt.metrics_handle(), rt.backend().kind);
+    // SAFETY: sigset_t is plain data; sigemptyset initialises it.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid sigset_t and SIGUSR1 a valid signal number.
+    unsafe {
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGUSR1);
+    }
+    let waiter = move || loop {
+        let mut signo = 0;
+        // SAFETY: valid set and out-pointer; SIGUSR1 is blocked (see `run`), as sigwait
+        // requires. It fails only for an invalid set: then give up quietly.
+        if unsafe { libc::sigwait(&set, &mut signo) } != 0 {
+            return;
+        }
+        print_metrics(backend, &metrics.snapshot(), &[]);
+    };
+    std::thread::Builder::new()
+        .name("echo-sigusr1".into())
+        .spawn(waiter)?;
+    Ok(())
 }
 
 fn run(args: Args) -> io::Result<()> {
     if let Err(e) = raise_nofile_limit() {
         eprintln!("echo: RLIMIT_NOFILE: {e}");
     }
-    let signals = [libc::SIGINT, libc::SIGTERM, libc::SIGUSR1];
-    ring_rt::signal::block(&signals)?;
+    // Blocked before any thread starts, so every thread inherits the mask.
+    ring_rt::signal::block(&[libc::SIGINT, libc::SIGTERM, libc::SIGUSR1])?;
     let mut builder = Runtime::builder().threads(args.threads);
     if let Some(kind) = args.backend {
         builder = builder.backend(kind);
@@ -139,16 +163,18 @@ fn run(args: Args) -> io::Result<()> {
         features,
         rt.backend().reason
     );
+    answer_sigusr1(&rt)?;
     let (addr, reuse_port) = (args.addr, args.threads > 1);
     rt.spawn_on_all(move |_| serve(addr, reuse_port));
-    loop {
-        let signo = rt.block_on(ring_rt::signal::wait(&signals))?;
-        print_metrics(&rt);
-        if signo != libc::SIGUSR1 {
-            eprintln!("echo: signal {signo}, shutting down");
-            return Ok(());
-        }
-    }
+    let signo = rt.block_on(ring_rt::signal::wait(&[libc::SIGINT, libc::SIGTERM]))?;
+    let m = rt.metrics();
+    let tasks = [
+        ("tasks_spawned", m.tasks_spawned),
+        ("tasks_alive", m.tasks_alive),
+    ];
+    print_metrics(m.backend, &m.io, &tasks);
+    eprintln!("echo: signal {signo}, shutting down");
+    Ok(())
 }
 
 fn main() -> ExitCode {

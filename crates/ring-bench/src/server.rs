@@ -142,7 +142,22 @@ impl Server {
     /// Stops the server (SIGTERM, then SIGKILL after 10 s), waits for it and for `addr` to
     /// be free. Returns the last metrics line it printed (ring-rt prints one at shutdown)
     /// and the strace summary, when tracing.
-    pub fn stop(mut self, addr: SocketAddr) -> io::Result<Stopped> {
+    pub fn stop(self, addr: SocketAddr) -> io::Result<Stopped> {
+        let mut this = self;
+        this.terminate()?;
+        let last_metrics = this.metrics.recv_timeout(Duration::from_secs(1)).ok();
+        let strace = match &this.strace_out {
+            Some(path) => Some(std::fs::read_to_string(path)?),
+            None => None,
+        };
+        wait_port_free(addr)?;
+        Ok(Stopped {
+            last_metrics,
+            strace,
+        })
+    }
+
+    fn terminate(&mut self) -> io::Result<()> {
         sys::kill(self.pid, libc::SIGTERM)?;
         let deadline = Instant::now() + READY_TIMEOUT;
         while self.child.try_wait()?.is_none() {
@@ -154,16 +169,19 @@ impl Server {
             }
             thread::sleep(Duration::from_millis(20));
         }
-        let last_metrics = self.metrics.recv_timeout(Duration::from_secs(1)).ok();
-        let strace = match &self.strace_out {
-            Some(path) => Some(std::fs::read_to_string(path)?),
-            None => None,
-        };
-        wait_port_free(addr)?;
-        Ok(Stopped {
-            last_metrics,
-            strace,
-        })
+        Ok(())
+    }
+}
+
+impl Drop for Server {
+    /// A server not stopped (the driver failed midway) is killed, so it cannot hold the
+    /// port or the CPU after the driver exits.
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = sys::kill(self.pid, libc::SIGKILL);
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }
 

@@ -62,7 +62,9 @@ enum BidState {
 /// Contiguous bids that one `PROVIDE_BUFFERS` SQE hands to the kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProvideRun {
+    /// First buffer id of the run.
     pub bid: u16,
+    /// Number of consecutive buffer ids.
     pub nbufs: u16,
 }
 
@@ -208,18 +210,22 @@ impl BufGroup {
         Ok(BufGroup(Rc::new(group)))
     }
 
+    /// The buffer group id SQEs name to select from this group.
     pub fn bgid(&self) -> u16 {
         self.0.bgid
     }
 
+    /// How buffers reach the kernel (ring, legacy provide, or user-space selection).
     pub fn mode(&self) -> BufMode {
         self.0.mode
     }
 
+    /// Size of each buffer, in bytes.
     pub fn buf_len(&self) -> usize {
         self.0.buf_len as usize
     }
 
+    /// Number of buffers in the group.
     pub fn count(&self) -> u16 {
         self.0.count
     }
@@ -496,22 +502,27 @@ pub struct BufLease {
 }
 
 impl BufLease {
+    /// The buffer id.
     pub fn bid(&self) -> u16 {
         self.bid
     }
 
+    /// The group the buffer belongs to.
     pub fn bgid(&self) -> u16 {
         self.group.bgid()
     }
 
+    /// Bytes received into the buffer.
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// True when nothing was received.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
+    /// The received bytes.
     pub fn as_slice(&self) -> &[u8] {
         // SAFETY: the bid is Leased, so nobody else writes it (it is in no ring, not provided,
         // not on the free list); the lease holds the group, so the memory is alive; `len <=
@@ -519,6 +530,7 @@ impl BufLease {
         unsafe { slice::from_raw_parts(self.group.0.buf(self.bid), self.len) }
     }
 
+    /// The received bytes, mutably.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: as in `as_slice`; `&mut self` makes this the only view of the bytes.
         unsafe { slice::from_raw_parts_mut(self.group.0.buf(self.bid), self.len) }

@@ -39,8 +39,11 @@ const _: () = assert!(mem::offset_of!(RawBuf, resv) == 14);
 /// One ring entry as read back by [`BufRing::entry`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BufEntry {
+    /// Buffer address.
     pub addr: u64,
+    /// Buffer length.
     pub len: u32,
+    /// Buffer id.
     pub bid: u16,
 }
 
@@ -120,10 +123,12 @@ impl BufRing {
         self.base.as_ptr() as u64
     }
 
+    /// Ring entries (a power of two).
     pub fn entries(&self) -> u16 {
         self.entries
     }
 
+    /// `entries - 1`: the index mask.
     pub fn mask(&self) -> u16 {
         self.entries - 1
     }

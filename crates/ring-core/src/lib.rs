@@ -6,6 +6,8 @@
 //! ([`buf_ring`], [`buf_pool`]), registered files and buffers ([`register`]) and counters
 //! ([`metrics`]). Policy (executor, futures, sockets, backend choice) lives in ring-rt.
 
+#![deny(missing_docs)]
+
 pub mod buf_pool;
 pub mod buf_ring;
 pub mod cqe;

@@ -3,7 +3,7 @@
 //! Minimum kernel: 5.1 (io_uring itself). The opcode probe (`IORING_REGISTER_PROBE`) needs
 //! 5.6; before that the opcode set is inferred from the kernel version. Flag-level features
 //! (multishot, buffer rings, setup flags) do not show in the opcode probe, and version checks
-//! break on vendor backports, so each is tried once on a scratch ring ([`trial`]).
+//! break on vendor backports, so each is tried once on a scratch ring (see `probe/trial.rs`).
 //! A [`FeatureMask`] (env `RING_FEATURES`) hides features, to run on this kernel as if it
 //! were an older one.
 

@@ -125,6 +125,7 @@ impl FixedBuf {
         self.index
     }
 
+    /// Start of the chunk.
     pub fn as_ptr(&self) -> *const u8 {
         self.pool.chunk_ptr(self.index)
     }
@@ -134,14 +135,17 @@ impl FixedBuf {
         self.pool.chunk_ptr(self.index)
     }
 
+    /// Size of the chunk.
     pub fn capacity(&self) -> usize {
         self.pool.chunk_len
     }
 
+    /// Bytes that hold data.
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// True when no bytes hold data.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

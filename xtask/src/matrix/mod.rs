@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use binaries::{Built, TestBinary};
 use report::RowResult;
-use rows::{Group, Place, Row};
+use rows::{Group, Row};
 
 const USAGE: &str = "usage: cargo xtask kernel-matrix [--rows host,profiles,seccomp,vm] [--quick]
                                   [--vm-filter FILTER]

@@ -181,7 +181,10 @@ test a ... ok\r
 
     #[test]
     fn a_binary_cut_off_or_never_started_is_not_run() {
-        let planned = [("ring-rt/net".to_string(), None), ("ring-rt/fs".to_string(), None)];
+        let planned = [
+            ("ring-rt/net".to_string(), None),
+            ("ring-rt/fs".to_string(), None),
+        ];
         let out = parse_serial(SERIAL, &planned);
         assert!(matches!(&out.runs[0].exit, Exit::NotRun(w) if w.contains("while it ran")));
         assert!(matches!(&out.runs[1].exit, Exit::NotRun(w) if w.contains("before")));

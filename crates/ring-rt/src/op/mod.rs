@@ -1,5 +1,5 @@
 //! The one op interface every backend runs: an op is a plain struct that builds its SQE and
-//! turns its CQE into an output; [`Op`] is the future that submits it on first poll, and on
+//! turns its CQE into an output; `Op` is the future that submits it on first poll, and on
 //! drop hands the op's memory to the op table as an orphan.
 
 pub(crate) mod fs;

@@ -1,0 +1,148 @@
+//! Running the VM rows: build the static test binaries and the initramfs once, fetch or
+//! build each kernel (one at a time: apt and the kernel build share state), then boot the
+//! VMs, as many at once as there are cores (each VM is one emulated CPU).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use super::report::RowResult;
+use super::rows::{Place, Row, VmKernel};
+use super::vm::Planned;
+use super::{binaries, build_problems, check_backend, initramfs, kernels, row_slug, select};
+use super::{tools, vm};
+
+/// Per-binary time limit inside a VM (the VM as a whole has `vm::VM_TIMEOUT`): a hung
+/// binary costs this much and the rest still run.
+const VM_BINARY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What every VM boots with.
+struct VmAssets {
+    initrd: PathBuf,
+    /// The binaries in plan order, with their filters.
+    planned: Vec<Planned>,
+    /// Build problems, reported on each VM row.
+    problems: Vec<String>,
+}
+
+/// Runs `rows` (all VM rows share one suite, so one initramfs).
+pub fn run(rows: &[Row], root: &Path, logs: &Path) -> Vec<RowResult> {
+    let Some(first) = rows.first() else {
+        return Vec::new();
+    };
+    let start = Instant::now();
+    let assets = match prepare(first, root, logs) {
+        Ok(assets) => assets,
+        Err(err) => return rows.iter().map(|r| failed_row(r, err.clone())).collect(),
+    };
+    eprintln!(
+        "kernel-matrix: VM binaries and initramfs ready in {:.0} s",
+        start.elapsed().as_secs_f64()
+    );
+    let images: Vec<Result<PathBuf, String>> = rows
+        .iter()
+        .map(|row| kernel_image(row, root, logs))
+        .collect();
+    boot_all(rows, &images, &assets, logs)
+}
+
+/// A row that could not run at all.
+fn failed_row(row: &Row, problem: String) -> RowResult {
+    RowResult {
+        row: row.clone(),
+        backend: None,
+        runs: Vec::new(),
+        problems: vec![problem],
+        secs: 0.0,
+    }
+}
+
+fn prepare(row: &Row, root: &Path, logs: &Path) -> Result<VmAssets, String> {
+    tools::ensure(tools::QEMU).map_err(|e| e.to_string())?;
+    binaries::ensure_musl_target().map_err(|e| e.to_string())?;
+    let built = binaries::build_all(Some(binaries::MUSL), logs);
+    let (xtask, init) = binaries::build_vm_tools(logs).map_err(|e| e.to_string())?;
+    let steps: Vec<initramfs::PlanStep> = select(row, &built)
+        .into_iter()
+        .map(|(bin, filter)| initramfs::PlanStep {
+            name: bin.name(),
+            file: bin.file_name(),
+            source: bin.path,
+            filter,
+            timeout: VM_BINARY_TIMEOUT,
+        })
+        .collect();
+    let initrd = root.join("initramfs.cpio");
+    initramfs::write(&initrd, &root.join("stage"), &init, &xtask, &steps)
+        .map_err(|e| format!("writing the initramfs: {e}"))?;
+    Ok(VmAssets {
+        initrd,
+        planned: steps.into_iter().map(|s| (s.name, s.filter)).collect(),
+        problems: build_problems(row, &built),
+    })
+}
+
+fn vm_kernel(row: &Row) -> (VmKernel, &'static str) {
+    match &row.place {
+        Place::Vm { kernel, cmdline } => (*kernel, cmdline),
+        Place::Host { .. } => unreachable!("mod.rs passes only the VM partition here"),
+    }
+}
+
+fn kernel_image(row: &Row, root: &Path, logs: &Path) -> Result<PathBuf, String> {
+    let (kernel, _) = vm_kernel(row);
+    kernels::image(kernel, root, logs).map_err(|e| format!("kernel {}: {e}", kernel.label()))
+}
+
+/// Boots the rows on a few threads; results come back in row order.
+fn boot_all(
+    rows: &[Row],
+    images: &[Result<PathBuf, String>],
+    assets: &VmAssets,
+    logs: &Path,
+) -> Vec<RowResult> {
+    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<RowResult>>> = Mutex::new(vec![None; rows.len()]);
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.min(rows.len()) {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(row) = rows.get(i) else { break };
+                let result = match &images[i] {
+                    Ok(image) => boot_row(row, image, assets, logs),
+                    Err(err) => failed_row(row, err.clone()),
+                };
+                if let Ok(mut slots) = results.lock() {
+                    slots[i] = Some(result);
+                }
+            });
+        }
+    });
+    results
+        .into_inner()
+        .unwrap_or_default()
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+fn boot_row(row: &Row, image: &Path, assets: &VmAssets, logs: &Path) -> RowResult {
+    let start = Instant::now();
+    eprintln!("kernel-matrix: {} (booting)", row.name);
+    let (_, cmdline) = vm_kernel(row);
+    let log = logs.join(format!("{}.serial.log", row_slug(row)));
+    let out = vm::boot(image, &assets.initrd, cmdline, &log, &assets.planned);
+    let mut problems = assets.problems.clone();
+    problems.extend(out.notes);
+    let mut result = RowResult {
+        row: row.clone(),
+        backend: out.backend,
+        runs: out.runs,
+        problems,
+        secs: start.elapsed().as_secs_f64(),
+    };
+    check_backend(row, &mut result);
+    result
+}
