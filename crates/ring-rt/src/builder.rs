@@ -164,6 +164,7 @@ impl WorkerConfig {
         }
         let shared = Arc::new(Shared::new(Unparker::new()?));
         let (backend, choice) = self.build_backend(&shared)?;
+        trace_start(index, &backend, &choice);
         Ok(Rc::new(Core {
             executor: Executor::new(shared),
             backend: std::cell::RefCell::new(backend),
@@ -201,6 +202,21 @@ impl WorkerConfig {
         let backend = EpollBackend::new(shared.unparker.fd(), on_wake, self.recv_buffers)?;
         Ok((Backend::Epoll(backend), choice))
     }
+}
+
+/// The runtime-start event (and a warning when io_uring was not usable).
+fn trace_start(worker: usize, backend: &Backend, choice: &Choice) {
+    let kind = backend.kind();
+    let report = &choice.report;
+    if report.is_fallback() {
+        tracing::warn!(target: "ring_rt", worker, backend = %kind, reason = %report.reason, "io_uring not used; falling back to epoll");
+    }
+    let features = backend
+        .features()
+        .map(|f| f.used_by_runtime().join(","))
+        .unwrap_or_default();
+    let (sq_entries, cq_entries) = backend.ring_sizes();
+    tracing::info!(target: "ring_rt", worker, backend = %kind, reason = %report.reason, features, sq_entries, cq_entries, "ring-rt worker started");
 }
 
 fn pin_to_cpu(index: usize) -> io::Result<()> {

@@ -112,6 +112,7 @@ pub(crate) fn from_cqe(
 pub(crate) async fn wait_for_buffer(core: &Rc<Core>, group: &BufGroup) {
     group.record_enobufs();
     Metrics::bump(&core.backend.borrow().metrics().enobufs);
+    tracing::debug!(target: "ring_rt", bgid = group.bgid(), buffers = group.count(), "receive pool exhausted (ENOBUFS); waiting for a buffer");
     poll_fn(|cx| {
         if group.available() > 0 {
             return Poll::Ready(());

@@ -92,10 +92,8 @@ impl Core {
         if let Err(err) = self.backend.borrow_mut().turn(wait) {
             // The backend failing to enter the kernel is not something a task can handle;
             // report it and keep the loop alive so ops still in flight can complete.
-            eprintln!(
-                "ring-rt: {} backend turn failed: {err}",
-                self.backend.borrow().kind()
-            );
+            let backend = self.backend.borrow().kind();
+            tracing::error!(target: "ring_rt", %backend, error = %err, "backend turn failed");
         }
         let due = self.timers.borrow_mut().take_expired(Instant::now());
         for waker in due {
@@ -187,7 +185,7 @@ impl Runtime {
                     drop(spawn(make(index)));
                 });
                 if let Err(err) = workers.run_on(index, job) {
-                    eprintln!("ring-rt: spawn_on_all: {err}");
+                    tracing::error!(target: "ring_rt", error = %err, "spawn_on_all: worker unreachable");
                 }
             }
         }

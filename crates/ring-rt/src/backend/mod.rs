@@ -132,6 +132,14 @@ impl Backend {
         }
     }
 
+    /// SQ and CQ sizes (io_uring), or (0, 0) on epoll.
+    pub(crate) fn ring_sizes(&self) -> (u32, u32) {
+        match self {
+            Backend::Uring(b) => b.driver.ring_sizes(),
+            Backend::Epoll(_) => (0, 0),
+        }
+    }
+
     /// The worker's shared receive buffer group, created on first use.
     pub(crate) fn recv_group(&mut self) -> io::Result<BufGroup> {
         match self {
