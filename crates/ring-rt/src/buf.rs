@@ -233,6 +233,39 @@ unsafe impl<T: IoBufMut> IoBufMut for Slice<T> {
     }
 }
 
+/// Runs `step` on `buf[done..total]` until `total` bytes moved, looping over short
+/// transfers and `EINTR`. A step that moves nothing ends it with `on_zero(done, total)`
+/// (`WriteZero` for writes, `UnexpectedEof` for reads). The buffer always comes back.
+pub(crate) async fn transfer_all<B, F, Fut>(
+    mut buf: B,
+    total: usize,
+    on_zero: fn(usize, usize) -> std::io::Error,
+    mut step: F,
+) -> (std::io::Result<()>, B)
+where
+    B: IoBuf,
+    F: FnMut(Slice<B>, usize) -> Fut,
+    Fut: std::future::Future<Output = (std::io::Result<usize>, Slice<B>)>,
+{
+    let mut done = 0;
+    while done < total {
+        let (res, slice) = step(buf.slice(done..total), done).await;
+        buf = slice.into_inner();
+        match res {
+            Ok(0) => return (Err(on_zero(done, total)), buf),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return (Err(e), buf),
+        }
+    }
+    (Ok(()), buf)
+}
+
+/// The `on_zero` of writes: the kernel accepted nothing.
+pub(crate) fn write_zero(_done: usize, _total: usize) -> std::io::Error {
+    std::io::ErrorKind::WriteZero.into()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

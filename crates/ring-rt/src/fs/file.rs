@@ -11,7 +11,7 @@ use io_uring::opcode;
 
 use super::metadata::{Metadata, STATX_MASK};
 use super::OpenOptions;
-use crate::buf::{IoBuf, IoBufMut};
+use crate::buf::{transfer_all, write_zero, IoBuf, IoBufMut};
 use crate::op::fs::{
     run, Close, Fallocate, Fsync, Ftruncate, ReadAt, ReadvAt, Statx, WriteAt, WritevAt,
 };
@@ -165,40 +165,20 @@ impl File {
     /// ends first (the bytes that were read are kept in the buffer).
     pub async fn read_exact_at<B: IoBufMut>(&self, buf: B, pos: u64) -> (io::Result<()>, B) {
         let total = buf.bytes_total();
-        let mut buf = buf;
-        let mut done = 0;
-        while done < total {
-            let at = pos.saturating_add(done as u64);
-            let (res, slice) = self.read_at(buf.slice(done..total), at).await;
-            buf = slice.into_inner();
-            match res {
-                Ok(0) => return (Err(eof(done, total)), buf),
-                Ok(n) => done += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return (Err(e), buf),
-            }
-        }
-        (Ok(()), buf)
+        transfer_all(buf, total, eof, |slice, done| {
+            self.read_at(slice, pos.saturating_add(done as u64))
+        })
+        .await
     }
 
     /// Writes all of `buf`'s data from `pos`, looping over short writes; `WriteZero` if
     /// the kernel accepts nothing.
     pub async fn write_all_at<B: IoBuf>(&self, buf: B, pos: u64) -> (io::Result<()>, B) {
         let total = buf.bytes_init();
-        let mut buf = buf;
-        let mut done = 0;
-        while done < total {
-            let at = pos.saturating_add(done as u64);
-            let (res, slice) = self.write_at(buf.slice(done..total), at).await;
-            buf = slice.into_inner();
-            match res {
-                Ok(0) => return (Err(io::ErrorKind::WriteZero.into()), buf),
-                Ok(n) => done += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return (Err(e), buf),
-            }
-        }
-        (Ok(()), buf)
+        transfer_all(buf, total, write_zero, |slice, done| {
+            self.write_at(slice, pos.saturating_add(done as u64))
+        })
+        .await
     }
 
     /// Flushes data and metadata to the device (`fsync`).

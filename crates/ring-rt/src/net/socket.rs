@@ -15,7 +15,7 @@ use ring_core::user_data::OpId;
 use socket2::{Domain, SockAddr, Type};
 
 use crate::backend::BackendKind;
-use crate::buf::{IoBuf, IoBufMut};
+use crate::buf::{transfer_all, write_zero, IoBuf, IoBufMut};
 use crate::op::link::Pending;
 use crate::op::net::{
     recv_into_group, recv_multi_sqe, Connect, PollIn, Recv, RecvSelect, Send, SendZc,
@@ -94,20 +94,8 @@ impl Socket {
     }
 
     pub(crate) async fn write_all<B: IoBuf>(&self, buf: B) -> (io::Result<()>, B) {
-        let mut buf = buf;
-        let mut done = 0;
         let total = buf.bytes_init();
-        while done < total {
-            let (res, slice) = self.write(buf.slice(done..total)).await;
-            buf = slice.into_inner();
-            match res {
-                Ok(0) => return (Err(io::ErrorKind::WriteZero.into()), buf),
-                Ok(n) => done += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return (Err(e), buf),
-            }
-        }
-        (Ok(()), buf)
+        transfer_all(buf, total, write_zero, |slice, _| self.write(slice)).await
     }
 
     pub(crate) async fn send_zc<B: IoBuf>(&self, buf: B) -> (io::Result<usize>, B) {
