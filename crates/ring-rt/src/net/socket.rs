@@ -278,3 +278,65 @@ impl Drop for RecvStream<'_> {
         }
     }
 }
+
+/// The I/O methods every stream type shares, forwarding to its `socket` field.
+macro_rules! stream_methods {
+    () => {
+        /// Reads into `buf` (from its start, up to its capacity); returns the count and the
+        /// buffer. The op can be bounded first: `stream.read(buf).timeout(d).await`.
+        pub fn read<B: IoBufMut>(
+            &self,
+            buf: B,
+        ) -> Pending<'_, impl OpDef<Output = (io::Result<usize>, B)>> {
+            self.socket.read(buf)
+        }
+
+        /// Writes `buf`'s initialised bytes once (possibly partially).
+        pub fn write<B: IoBuf>(
+            &self,
+            buf: B,
+        ) -> Pending<'_, impl OpDef<Output = (io::Result<usize>, B)>> {
+            self.socket.write(buf)
+        }
+
+        /// Writes all of `buf`'s initialised bytes.
+        pub async fn write_all<B: IoBuf>(&self, buf: B) -> (io::Result<()>, B) {
+            self.socket.write_all(buf).await
+        }
+
+        /// Receives into a buffer from the worker's shared pool; `Ok(None)` at end of
+        /// stream. While the connection is idle it holds no buffer.
+        pub async fn recv_pooled(&self) -> io::Result<Option<PooledBuf>> {
+            self.socket.recv_pooled().await
+        }
+
+        /// Received data as a stream of pooled buffers (multishot recv where available).
+        pub fn recv_stream(&self) -> RecvStream<'_> {
+            RecvStream::new(&self.socket)
+        }
+
+        /// Shuts down the read, write or both halves.
+        pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+            self.socket.shutdown(how)
+        }
+    };
+}
+
+/// `AsRawFd` and `Debug` for a type whose `socket` field owns the fd.
+macro_rules! socket_traits {
+    ($($ty:ident),+) => {$(
+        impl std::os::fd::AsRawFd for $ty {
+            fn as_raw_fd(&self) -> std::os::fd::RawFd {
+                self.socket.fd()
+            }
+        }
+
+        impl std::fmt::Debug for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($ty)).field("fd", &self.socket.fd()).finish()
+            }
+        }
+    )+};
+}
+
+pub(crate) use {socket_traits, stream_methods};

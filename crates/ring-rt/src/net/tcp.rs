@@ -3,7 +3,7 @@
 use std::future::poll_fn;
 use std::io;
 use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{OwnedFd, RawFd};
 use std::rc::Rc;
 use std::task::Context;
 use std::time::Duration;
@@ -13,7 +13,7 @@ use ring_core::release::CloseFd;
 use ring_core::user_data::OpId;
 use socket2::{Domain, SockAddr, Type};
 
-use super::socket::{RecvStream, Socket};
+use super::socket::{socket_traits, stream_methods, RecvStream, Socket};
 use crate::buf::{IoBuf, IoBufMut};
 use crate::op::link::Pending;
 use crate::op::net::{Accept, AcceptMulti, AddrOut};
@@ -103,12 +103,6 @@ impl TcpListener {
             backoff: None,
             backoff_ms: 0,
         }
-    }
-}
-
-impl AsRawFd for TcpListener {
-    fn as_raw_fd(&self) -> RawFd {
-        self.socket.fd()
     }
 }
 
@@ -210,6 +204,8 @@ pub struct TcpStream {
 }
 
 impl TcpStream {
+    stream_methods!();
+
     fn from_accepted(core: &Rc<Core>, fd: OwnedFd) -> io::Result<TcpStream> {
         Ok(TcpStream {
             socket: Socket::from_owned(core.clone(), fd)?,
@@ -233,49 +229,10 @@ impl TcpStream {
         crate::time::timeout(timeout, TcpStream::connect(addr)).await?
     }
 
-    /// Reads into `buf` (from its start, up to its capacity); returns the count and the buffer.
-    ///
-    /// The op can be bounded first: `stream.read(buf).timeout(d).await`.
-    pub fn read<B: IoBufMut>(
-        &self,
-        buf: B,
-    ) -> Pending<'_, impl OpDef<Output = (io::Result<usize>, B)>> {
-        self.socket.read(buf)
-    }
-
-    /// Writes `buf`'s initialised bytes once (possibly partially).
-    pub fn write<B: IoBuf>(
-        &self,
-        buf: B,
-    ) -> Pending<'_, impl OpDef<Output = (io::Result<usize>, B)>> {
-        self.socket.write(buf)
-    }
-
-    /// Writes all of `buf`'s initialised bytes.
-    pub async fn write_all<B: IoBuf>(&self, buf: B) -> (io::Result<()>, B) {
-        self.socket.write_all(buf).await
-    }
-
     /// Zero-copy send (6.0+; a plain send elsewhere): the buffer comes back once the
     /// kernel no longer needs it.
     pub async fn send_zc<B: IoBuf>(&self, buf: B) -> (io::Result<usize>, B) {
         self.socket.send_zc(buf).await
-    }
-
-    /// Receives into a buffer from the worker's shared pool; `Ok(None)` at end of stream.
-    /// While the connection is idle it holds no buffer.
-    pub async fn recv_pooled(&self) -> io::Result<Option<PooledBuf>> {
-        self.socket.recv_pooled().await
-    }
-
-    /// Received data as a stream of pooled buffers (multishot recv where available).
-    pub fn recv_stream(&self) -> RecvStream<'_> {
-        RecvStream::new(&self.socket)
-    }
-
-    /// Shuts down the read, write or both halves.
-    pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
-        self.socket.shutdown(how)
     }
 
     /// The local address.
@@ -311,24 +268,4 @@ impl TcpStream {
     }
 }
 
-impl AsRawFd for TcpStream {
-    fn as_raw_fd(&self) -> RawFd {
-        self.socket.fd()
-    }
-}
-
-impl std::fmt::Debug for TcpStream {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TcpStream")
-            .field("fd", &self.socket.fd())
-            .finish()
-    }
-}
-
-impl std::fmt::Debug for TcpListener {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TcpListener")
-            .field("fd", &self.socket.fd())
-            .finish()
-    }
-}
+socket_traits!(TcpStream, TcpListener);

@@ -2,7 +2,6 @@
 
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::os::fd::{AsRawFd, RawFd};
 
 use socket2::{Domain, SockAddr, Type};
 
@@ -106,16 +105,4 @@ fn inet(addr: SockAddr) -> io::Result<SocketAddr> {
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "not an inet address"))
 }
 
-impl AsRawFd for UdpSocket {
-    fn as_raw_fd(&self) -> RawFd {
-        self.socket.fd()
-    }
-}
-
-impl std::fmt::Debug for UdpSocket {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("UdpSocket")
-            .field("fd", &self.socket.fd())
-            .finish()
-    }
-}
+super::socket::socket_traits!(UdpSocket);

@@ -2,12 +2,11 @@
 
 use std::io;
 use std::net::Shutdown;
-use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
 
 use socket2::{Domain, SockAddr, Type};
 
-use super::socket::{RecvStream, Socket};
+use super::socket::{socket_traits, stream_methods, RecvStream, Socket};
 use super::tcp::accept_one;
 use crate::buf::{IoBuf, IoBufMut};
 use crate::op::link::Pending;
@@ -41,18 +40,14 @@ impl UnixListener {
     }
 }
 
-impl AsRawFd for UnixListener {
-    fn as_raw_fd(&self) -> RawFd {
-        self.socket.fd()
-    }
-}
-
 /// A Unix-domain stream connection.
 pub struct UnixStream {
     socket: Socket,
 }
 
 impl UnixStream {
+    stream_methods!();
+
     /// Connects to the socket at `path`.
     pub async fn connect(path: impl AsRef<Path>) -> io::Result<UnixStream> {
         let socket = Socket::new(Domain::UNIX, Type::STREAM)?;
@@ -68,64 +63,6 @@ impl UnixStream {
         let b = Socket::from_owned(core, b.into())?;
         Ok((UnixStream { socket: a }, UnixStream { socket: b }))
     }
-
-    /// Reads into `buf`; returns the count and the buffer.
-    ///
-    /// The op can be bounded first: `stream.read(buf).timeout(d).await`.
-    pub fn read<B: IoBufMut>(
-        &self,
-        buf: B,
-    ) -> Pending<'_, impl OpDef<Output = (io::Result<usize>, B)>> {
-        self.socket.read(buf)
-    }
-
-    /// Writes `buf` once (possibly partially).
-    pub fn write<B: IoBuf>(
-        &self,
-        buf: B,
-    ) -> Pending<'_, impl OpDef<Output = (io::Result<usize>, B)>> {
-        self.socket.write(buf)
-    }
-
-    /// Writes all of `buf`.
-    pub async fn write_all<B: IoBuf>(&self, buf: B) -> (io::Result<()>, B) {
-        self.socket.write_all(buf).await
-    }
-
-    /// Receives into a pooled buffer; `Ok(None)` at end of stream.
-    pub async fn recv_pooled(&self) -> io::Result<Option<PooledBuf>> {
-        self.socket.recv_pooled().await
-    }
-
-    /// Received data as a stream of pooled buffers.
-    pub fn recv_stream(&self) -> RecvStream<'_> {
-        RecvStream::new(&self.socket)
-    }
-
-    /// Shuts down one or both halves.
-    pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
-        self.socket.shutdown(how)
-    }
 }
 
-impl AsRawFd for UnixStream {
-    fn as_raw_fd(&self) -> RawFd {
-        self.socket.fd()
-    }
-}
-
-impl std::fmt::Debug for UnixListener {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("UnixListener")
-            .field("fd", &self.socket.fd())
-            .finish()
-    }
-}
-
-impl std::fmt::Debug for UnixStream {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("UnixStream")
-            .field("fd", &self.socket.fd())
-            .finish()
-    }
-}
+socket_traits!(UnixStream, UnixListener);
