@@ -108,6 +108,7 @@ impl Driver {
 
     /// Inserts an op and pushes its SQE; the returned id is what the future polls.
     pub fn submit_op(&mut self, sqe: squeue::Entry) -> io::Result<OpId> {
+        self.provide_queued();
         let id = self.ops.insert()?;
         self.push(sqe.user_data(id.to_user_data()));
         self.note_in_flight();

@@ -17,6 +17,8 @@ use crate::probe::Feature;
 pub(super) struct Groups {
     list: Vec<BufGroup>,
     next_bgid: u16,
+    /// Any group uses legacy PROVIDE_BUFFERS (so pushes check for queued returns).
+    has_legacy: bool,
 }
 
 impl Groups {
@@ -65,8 +67,23 @@ impl Driver {
                 "all 65,536 buffer group ids are in use",
             )
         })?;
+        self.groups.has_legacy |= group.mode() == BufMode::Legacy;
         self.groups.list.push(group.clone());
         Ok(group)
+    }
+
+    /// Legacy groups: provides returned buffers now, so an op pushed next (a recv retried
+    /// after ENOBUFS) finds them. Free for buffer rings, which publish on return.
+    pub(super) fn provide_queued(&mut self) {
+        if !self.groups.has_legacy {
+            return;
+        }
+        for i in 0..self.groups.list.len() {
+            let group = self.groups.list[i].clone();
+            if group.mode() == BufMode::Legacy && group.queued() > 0 {
+                self.provide(&group);
+            }
+        }
     }
 
     /// Publishes buffers returned since the last turn: ring groups commit their staged

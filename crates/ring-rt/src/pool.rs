@@ -114,7 +114,9 @@ pub(crate) async fn wait_for_buffer(core: &Rc<Core>, group: &BufGroup) {
     Metrics::bump(&core.backend.borrow().metrics().enobufs);
     tracing::debug!(target: "ring_rt", bgid = group.bgid(), buffers = group.count(), "receive pool exhausted (ENOBUFS); waiting for a buffer");
     poll_fn(|cx| {
-        if group.available() > 0 {
+        // A returned buffer may still be queued for re-providing (legacy groups); the
+        // driver provides queued buffers before it submits the retried recv.
+        if group.available() + group.queued() > 0 {
             return Poll::Ready(());
         }
         core.buf_waiters.borrow_mut().push(cx.waker().clone());

@@ -565,7 +565,11 @@ async fn direct_io(f: File) -> Outcome {
     let (res, back) = f.read_exact_at(back, block as u64).await;
     res?;
     check!(back[..] == data[..], "O_DIRECT read back differs");
-    // A length that is not a multiple of the logical block size is the kernel's EINVAL.
+    // A length that is not a multiple of the logical block size is the kernel's EINVAL on
+    // filesystems that state an alignment; tmpfs (6.6+) takes O_DIRECT without one.
+    if align.is_none_or(|(mem, off)| mem == 0 && off == 0) {
+        return Ok(Completion::Completed);
+    }
     let mut odd = AlignedBuf::with_alignment(block, block)?;
     odd.extend_from_slice(&data[..100])?;
     let (res, _) = f.write_at(odd, 0).await;
