@@ -4,7 +4,8 @@
 //! first, before building a multi-worker runtime (threads inherit the mask).
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::RawFd;
+use std::rc::Rc;
 
 use crate::op::net::ReadPollable;
 use crate::op::Op;
@@ -48,16 +49,15 @@ pub async fn wait(signals: &[i32]) -> io::Result<i32> {
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
-    // SAFETY: a fresh fd nobody else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     let core = Core::current_io()?;
+    let fd = SignalFd {
+        fd,
+        core: core.clone(),
+    };
     let size = std::mem::size_of::<libc::signalfd_siginfo>();
     loop {
         let buf = vec![0u8; size];
-        let op = ReadPollable {
-            fd: fd.as_raw_fd(),
-            buf,
-        };
+        let op = ReadPollable { fd: fd.fd, buf };
         let (res, buf) = Op::new(core.clone(), op).await;
         match res {
             Ok(n) if n == size => {
@@ -77,5 +77,18 @@ pub async fn wait(signals: &[i32]) -> io::Result<i32> {
                 ) => {}
             Err(e) => return Err(e),
         }
+    }
+}
+
+/// The signalfd, closed through the worker's backend: the epoll backend must forget a
+/// registered fd before its number can be reused (by the next `wait`, for one).
+struct SignalFd {
+    fd: RawFd,
+    core: Rc<Core>,
+}
+
+impl Drop for SignalFd {
+    fn drop(&mut self) {
+        crate::backend::close_fd(&self.core, self.fd);
     }
 }

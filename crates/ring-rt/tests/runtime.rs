@@ -30,6 +30,7 @@ fn main() {
         ("threads_run_on_every_worker", threads_run_on_every_worker),
         ("backend_reports_choice", backend_reports_choice),
         ("nested_block_on_is_refused", nested_block_on_is_refused),
+        ("signal_wait_works_repeatedly", signal_wait_works_repeatedly),
     ])
 }
 
@@ -283,5 +284,24 @@ fn nested_block_on_is_refused(kind: BackendKind) -> Outcome {
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inner.block_on(async {})))
     });
     check!(caught.is_err(), "nested block_on ran");
+    Ok(Completion::Completed)
+}
+
+/// Each `signal::wait` opens and closes a signalfd; the next one may get the same fd
+/// number, which the epoll backend must register afresh.
+fn signal_wait_works_repeatedly(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    ring_rt::signal::block(&[libc::SIGUSR2])?;
+    for round in 0..3 {
+        let got = rt.block_on(async {
+            let waiter = ring_rt::spawn(ring_rt::signal::wait(&[libc::SIGUSR2]));
+            ring_rt::yield_now().await;
+            // SAFETY: raising a signal this thread has blocked only makes it pending.
+            unsafe { libc::raise(libc::SIGUSR2) };
+            timeout(Duration::from_secs(5), waiter).await
+        });
+        let signo = got.map_err(|_| format!("round {round}: signal never arrived"))???;
+        check!(signo == libc::SIGUSR2, "round {round}: got signal {signo}");
+    }
     Ok(Completion::Completed)
 }

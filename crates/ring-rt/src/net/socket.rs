@@ -14,7 +14,7 @@ use ring_core::release::RecycleBid;
 use ring_core::user_data::OpId;
 use socket2::{Domain, SockAddr, Type};
 
-use crate::backend::BackendKind;
+use crate::backend::{Backend, BackendKind};
 use crate::buf::{transfer_all, write_zero, IoBuf, IoBufMut};
 use crate::op::link::Pending;
 use crate::op::net::{
@@ -168,6 +168,10 @@ impl Socket {
 
     pub(crate) fn into_owned(self) -> OwnedFd {
         let fd = self.fd;
+        // The epoll backend must forget the fd: its new owner will close it without us.
+        if let Backend::Epoll(epoll) = &mut *self.core.backend.borrow_mut() {
+            epoll.deregister(fd);
+        }
         std::mem::forget(self);
         // SAFETY: `self` owned the fd and was forgotten, so ownership moves here.
         unsafe { OwnedFd::from_raw_fd(fd) }
