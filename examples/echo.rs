@@ -58,7 +58,9 @@ async fn echo(stream: TcpStream) {
     }
 }
 
-async fn serve(addr: SocketAddr, reuse_port: bool) {
+/// Accepts on `addr`; worker 0 prints `ready` once its listener is bound, so whoever waits
+/// for that line can connect at once.
+async fn serve(addr: SocketAddr, reuse_port: bool, ready: Option<String>) {
     let opts = ListenOptions {
         reuse_port,
         ..ListenOptions::default()
@@ -70,6 +72,9 @@ async fn serve(addr: SocketAddr, reuse_port: bool) {
             std::process::exit(1);
         }
     };
+    if let Some(line) = ready {
+        println!("{line}");
+    }
     let mut incoming = listener.incoming();
     let mut accept_errors = 0u64;
     while let Some(conn) = incoming.next().await {
@@ -155,7 +160,7 @@ fn run(args: Args) -> io::Result<()> {
     let features = rt.features().map_or("none (epoll)".to_string(), |f| {
         f.used_by_runtime().join(",")
     });
-    println!(
+    let ready = format!(
         "echo listening on {} backend={} threads={} features={} ({})",
         args.addr,
         rt.backend().kind,
@@ -165,7 +170,7 @@ fn run(args: Args) -> io::Result<()> {
     );
     answer_sigusr1(&rt)?;
     let (addr, reuse_port) = (args.addr, args.threads > 1);
-    rt.spawn_on_all(move |_| serve(addr, reuse_port));
+    rt.spawn_on_all(move |worker| serve(addr, reuse_port, (worker == 0).then(|| ready.clone())));
     let signo = rt.block_on(ring_rt::signal::wait(&[libc::SIGINT, libc::SIGTERM]))?;
     let m = rt.metrics();
     let tasks = [

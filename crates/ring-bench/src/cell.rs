@@ -5,7 +5,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::json::{self, Object};
 use crate::server::Server;
@@ -127,8 +127,11 @@ pub struct Cell {
     /// Server RSS at the end of the run, KiB.
     pub rss_kib: u64,
     /// CPU time on the machine used by neither server nor client (other processes,
-    /// interrupts) during the run, seconds: the noise indicator.
+    /// interrupts) during the measurement window, seconds: the noise indicator.
     pub other_cpu_s: f64,
+    /// Wall time of the measurement window (load process start to the last reading),
+    /// seconds.
+    pub window_s: f64,
 }
 
 impl Cell {
@@ -142,9 +145,9 @@ impl Cell {
         self.enters.map(|e| e / self.load.requests.max(1.0))
     }
 
-    /// Other processes' CPU as a percentage of one core over the run.
+    /// Other processes' CPU as a percentage of one core over the measurement window.
     pub fn other_busy_pct(&self) -> f64 {
-        100.0 * self.other_cpu_s / self.load.elapsed_s.max(1e-9)
+        100.0 * self.other_cpu_s / self.window_s.max(1e-9)
     }
 
     /// One JSON object.
@@ -185,10 +188,12 @@ pub fn measure(
 ) -> io::Result<Cell> {
     let counters_before = server.metrics()?;
     let (cpu_before, busy_before) = (server.cpu()?, system_busy()?);
+    let window = Instant::now();
     let load = run_load(echo_load, addr, shape, duration, load_cpu)?;
     // Let the server see the connections close, so teardown is charged like setup.
     std::thread::sleep(Duration::from_millis(100));
     let (cpu_after, busy_after) = (server.cpu()?, system_busy()?);
+    let window_s = window.elapsed().as_secs_f64();
     let counters_after = server.metrics()?;
     let delta = |key: &str| {
         let before = json::number(counters_before.as_deref()?, key)?;
@@ -204,6 +209,7 @@ pub fn measure(
         sqes: delta("sqes_submitted"),
         rss_kib: server.rss_kib()?,
         other_cpu_s: (busy_s - server_cpu_s - load.client_cpu_s).max(0.0),
+        window_s,
         load,
     })
 }

@@ -4,6 +4,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
 use std::thread;
 use std::time::Duration;
 
@@ -53,11 +54,19 @@ pub fn measure(server: &Server, addr: SocketAddr, conns: usize) -> io::Result<Id
     thread::sleep(SETTLE);
     let rss_before_kib = server.rss_kib()?;
     let mut open = Vec::with_capacity(conns);
-    for _ in 0..conns {
-        open.push(echo_one(addr)?);
+    for i in 0..conns {
+        let conn = echo_one(addr).map_err(|e| {
+            io::Error::new(e.kind(), format!("idle connection {i} of {conns}: {e}"))
+        })?;
+        open.push(conn);
     }
     thread::sleep(SETTLE);
     let rss_after_kib = server.rss_kib()?;
+    for conn in &open {
+        // Reset instead of FIN: 10,000 client sockets in TIME_WAIT would crowd the
+        // ephemeral ports the next phases connect from.
+        let _ = linger_zero(conn);
+    }
     drop(open);
     Ok(IdleReport {
         server: server.name().to_string(),
@@ -65,6 +74,28 @@ pub fn measure(server: &Server, addr: SocketAddr, conns: usize) -> io::Result<Id
         rss_before_kib,
         rss_after_kib,
     })
+}
+
+/// `SO_LINGER` with a zero timeout: close sends RST and leaves no TIME_WAIT.
+fn linger_zero(conn: &TcpStream) -> io::Result<()> {
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: a live socket fd, and a pointer to a linger of the length passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            conn.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Connects and echoes one byte, leaving the connection open.

@@ -24,6 +24,9 @@ pub struct Machine {
     pub date: String,
     /// /proc/loadavg at the start.
     pub loadavg: String,
+    /// The git commit measured, `-dirty` when ring-rt, ring-core or the example had
+    /// uncommitted changes.
+    pub commit: String,
 }
 
 impl Machine {
@@ -49,14 +52,15 @@ impl Machine {
             cpu_model,
             date,
             loadavg: read("/proc/loadavg").trim().to_string(),
+            commit: git_commit(),
         }
     }
 
     /// A markdown bullet list.
     pub fn markdown(&self) -> String {
         format!(
-            "- date: {}\n- CPUs: {} x {}\n- kernel: {}\n- load average at start: {}\n",
-            self.date, self.nproc, self.cpu_model, self.kernel, self.loadavg
+            "- date: {}\n- commit: {}\n- CPUs: {} x {}\n- kernel: {}\n- load average at start: {}\n",
+            self.date, self.commit, self.nproc, self.cpu_model, self.kernel, self.loadavg
         )
     }
 
@@ -68,7 +72,34 @@ impl Machine {
             .str("cpu_model", &self.cpu_model)
             .str("date", &self.date)
             .str("loadavg", &self.loadavg)
+            .str("commit", &self.commit)
             .finish()
+    }
+}
+
+fn git_commit() -> String {
+    let run = |args: &[&str]| {
+        Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let Some(head) = run(&["rev-parse", "--short", "HEAD"]) else {
+        return "unknown".into();
+    };
+    let measured = [
+        "status",
+        "--porcelain",
+        "--",
+        ":/crates/ring-rt",
+        ":/crates/ring-core",
+        ":/examples",
+    ];
+    match run(&measured) {
+        Some(changes) if !changes.is_empty() => format!("{head}-dirty"),
+        _ => head,
     }
 }
 

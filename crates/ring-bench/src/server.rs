@@ -17,6 +17,10 @@ use crate::sys;
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a stopped server's port may stay busy.
 const PORT_FREE_TIMEOUT: Duration = Duration::from_secs(10);
+/// What `--strace` counts: the wait calls, plus the socket I/O calls an epoll server makes
+/// and an io_uring server should not.
+const TRACED_SYSCALLS: &str = "trace=io_uring_enter,epoll_wait,epoll_pwait,epoll_pwait2,\
+     read,write,readv,writev,recvfrom,sendto,recvmsg,sendmsg,accept4";
 
 /// One server to benchmark.
 #[derive(Clone, Debug)]
@@ -198,7 +202,7 @@ fn command(spec: &ServerSpec, addr: SocketAddr, strace_out: Option<&Path>) -> Co
         Some(out) => {
             let mut c = Command::new("strace");
             c.args(["-f", "-c", "-e"])
-                .arg("trace=io_uring_enter,epoll_wait,epoll_pwait,epoll_pwait2")
+                .arg(TRACED_SYSCALLS)
                 .arg("-o")
                 .arg(out)
                 .arg("--")

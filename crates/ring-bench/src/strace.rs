@@ -24,6 +24,8 @@ pub struct StraceCell {
     pub io_uring_enter: u64,
     /// `epoll_wait` + `epoll_pwait` + `epoll_pwait2` calls strace counted.
     pub epoll_wait: u64,
+    /// Every traced call (waits plus socket reads, writes, accepts).
+    pub all_traced: u64,
     /// The server's own `enters` counter at shutdown (ring-rt only).
     pub own_enters: Option<f64>,
 }
@@ -41,6 +43,8 @@ impl StraceCell {
             .num("strace_epoll_wait", self.epoll_wait as f64)
             .num("io_uring_enter_per_req", per_req(self.io_uring_enter))
             .num("epoll_wait_per_req", per_req(self.epoll_wait))
+            .num("strace_all_traced", self.all_traced as f64)
+            .num("all_traced_per_req", per_req(self.all_traced))
             .opt("own_enters", self.own_enters)
             .finish()
     }
@@ -52,7 +56,7 @@ impl StraceCell {
             .own_enters
             .map_or("-".to_string(), |e| format!("{e:.0}"));
         format!(
-            "| {} | {} | {} | {:.0} | {} | {:.3} | {} | {:.3} | {} |",
+            "| {} | {} | {} | {:.0} | {} | {:.3} | {} | {:.3} | {:.3} | {} |",
             self.server,
             self.shape.conns,
             self.shape.len,
@@ -61,13 +65,14 @@ impl StraceCell {
             per_req(self.io_uring_enter),
             self.epoll_wait,
             per_req(self.epoll_wait),
+            per_req(self.all_traced),
             own
         )
     }
 }
 
 /// The markdown table header matching [`StraceCell::markdown_row`].
-pub const MARKDOWN_HEADER: &str = "| server | conns | bytes | requests | io_uring_enter (strace) | per req | epoll_wait (strace) | per req | enters (own counter) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|";
+pub const MARKDOWN_HEADER: &str = "| server | conns | bytes | requests | io_uring_enter (strace) | per req | epoll_wait (strace) | per req | all traced syscalls per req | enters (own counter) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|";
 
 /// Where a traced cell's pieces live.
 pub struct Traced<'a> {
@@ -99,6 +104,7 @@ pub fn run_cell(t: &Traced, shape: Shape, duration: Duration) -> io::Result<Stra
         requests: load.requests,
         io_uring_enter: calls("io_uring_enter"),
         epoll_wait: calls("epoll_wait") + calls("epoll_pwait") + calls("epoll_pwait2"),
+        all_traced: calls("total"),
         own_enters: stopped
             .last_metrics
             .and_then(|m| json::number(&m, "enters")),
