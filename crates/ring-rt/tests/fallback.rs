@@ -157,10 +157,7 @@ async fn client(addr: std::net::SocketAddr, seed: u64) -> std::io::Result<()> {
 
 fn old_profile_uses_epoll() -> Outcome {
     let mask = FeatureMask::parse("5.1")?;
-    let rt = match Runtime::builder().feature_mask(mask).build() {
-        Ok(rt) => rt,
-        Err(e) => return Err(e.into()),
-    };
+    let rt = Runtime::builder().feature_mask(mask).build()?;
     let choice = rt.backend();
     if choice.kind == BackendKind::Epoll && choice.setup_error.is_some() {
         return Ok(Completion::ignored_with(format!(
