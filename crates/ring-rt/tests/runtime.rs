@@ -182,12 +182,15 @@ fn many_timers_fire_in_order(kind: BackendKind) -> Outcome {
     let rt = runtime!(kind);
     let order = rt.block_on(async {
         let log = Rc::new(std::cell::RefCell::new(Vec::new()));
+        // Deadlines from one instant: under emulation a poll can take longer than the 2 ms
+        // spacing, which would reorder sleeps measured from each task's own first poll.
+        let start = Instant::now();
         let hs: Vec<_> = (0..50u64)
             .rev()
             .map(|i| {
                 let log = log.clone();
                 ring_rt::spawn(async move {
-                    sleep(Duration::from_millis(i * 2)).await;
+                    ring_rt::time::sleep_until(start + Duration::from_millis(i * 2)).await;
                     log.borrow_mut().push(i);
                 })
             })

@@ -12,7 +12,8 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-/// The run plan: one line per binary, `name \t file \t filter (- for none) \t timeout_s`.
+/// The run plan: one line per binary, `name \t file \t args (space-separated, - for none)
+/// \t timeout_s`.
 const PLAN: &str = "/matrix/plan";
 /// The musl `xtask`, for `xtask matrix-backend`.
 const XTASK: &str = "/bin/xtask";
@@ -23,6 +24,11 @@ fn main() {
     }
     if let Err(err) = loopback_up() {
         say(&format!("@@matrix warn lo up failed: {err}"));
+    }
+    if let Err(err) = raise_nofile() {
+        say(&format!(
+            "@@matrix warn raising RLIMIT_NOFILE failed: {err}"
+        ));
     }
     say(&format!("@@matrix boot kernel={}", release()));
     run_backend_report();
@@ -51,14 +57,14 @@ fn release() -> String {
 struct Step {
     name: String,
     file: String,
-    filter: Option<String>,
+    args: Vec<String>,
     timeout: Duration,
 }
 
 impl Step {
     fn parse(line: &str) -> Option<Step> {
         let mut fields = line.split('\t');
-        let (name, file, filter, secs) = (
+        let (name, file, args, secs) = (
             fields.next()?,
             fields.next()?,
             fields.next()?,
@@ -67,7 +73,10 @@ impl Step {
         Some(Step {
             name: name.to_string(),
             file: file.to_string(),
-            filter: (filter != "-").then(|| filter.to_string()),
+            args: match args {
+                "-" => Vec::new(),
+                args => args.split_whitespace().map(String::from).collect(),
+            },
             timeout: Duration::from_secs(secs.trim().parse().ok()?),
         })
     }
@@ -76,7 +85,7 @@ impl Step {
         say(&format!("@@matrix begin {}", self.name));
         let start = Instant::now();
         let mut cmd = Command::new(&self.file);
-        cmd.args(self.filter.iter())
+        cmd.args(&self.args)
             .env("TMPDIR", "/tmp")
             .env("RUST_BACKTRACE", "1")
             .stdin(Stdio::null());
@@ -124,6 +133,24 @@ fn run_backend_report() {
         .status();
     if let Err(err) = status {
         say(&format!("@@matrix warn {XTASK} matrix-backend: {err}"));
+    }
+}
+
+/// Open files allowed to the tests, as on a typical host (the kernel gives init 1024/4096,
+/// too few for tests that open thousands of sockets).
+const NOFILE: libc::rlim_t = 65536;
+
+fn raise_nofile() -> io::Result<()> {
+    let limit = libc::rlimit {
+        rlim_cur: NOFILE,
+        rlim_max: NOFILE,
+    };
+    // SAFETY: `limit` is a valid rlimit read by the kernel during the call; as root (PID 1)
+    // we may raise the hard limit up to fs.nr_open (1048576 by default).
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
 }
 
@@ -206,4 +233,20 @@ fn reboot_vm() -> ! {
     // reboot only returns on failure (not PID 1, no CAP_SYS_BOOT): leave via panic=-1.
     say("@@matrix warn reboot failed");
     std::process::exit(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_lines_give_args_and_timeout() {
+        let step = Step::parse("ring-rt/net\t/matrix/ring-rt.net\t::epoll --skip slow\t60")
+            .expect("a valid line");
+        assert_eq!(step.args, ["::epoll", "--skip", "slow"]);
+        assert_eq!(step.timeout, Duration::from_secs(60));
+        let bare = Step::parse("a\t/matrix/a\t-\t5").expect("a valid line");
+        assert!(bare.args.is_empty());
+        assert!(Step::parse("a\t/matrix/a\t-").is_none());
+    }
 }

@@ -78,10 +78,7 @@ fn build(package: &'static str, target: Option<&str>, log_dir: &Path) -> Built {
         cmd.args(["--target", target]);
     }
     let label = format!("build-{package}-{}", target.unwrap_or("host"));
-    eprintln!(
-        "kernel-matrix: building {package} tests ({})",
-        target.unwrap_or("host")
-    );
+    progress!("building {package} tests ({})", target.unwrap_or("host"));
     match cmd.output() {
         Ok(out) => {
             let stderr = String::from_utf8_lossy(&out.stderr);
@@ -157,7 +154,7 @@ pub fn ensure_musl_target() -> io::Result<()> {
     if has_target(MUSL) {
         return Ok(());
     }
-    eprintln!("kernel-matrix: rustup target add {MUSL}");
+    progress!("rustup target add {MUSL}");
     let status = Command::new("rustup")
         .args(["target", "add", MUSL])
         .status()?;

@@ -42,7 +42,7 @@ pub fn run_row(row: &Row, built: &[Built], log_dir: &Path) -> HostOutcome {
     let backend = backend_report(row, log_dir);
     let runs = super::select(row, built)
         .into_iter()
-        .map(|(bin, filter)| run_binary(row, &bin, filter.as_deref(), log_dir))
+        .map(|(bin, args)| run_binary(row, &bin, args, log_dir))
         .collect();
     HostOutcome { backend, runs }
 }
@@ -59,24 +59,24 @@ fn backend_report(row: &Row, log_dir: &Path) -> Option<BackendLine> {
     BackendLine::parse(&text)
 }
 
-fn run_binary(row: &Row, bin: &TestBinary, filter: Option<&str>, log_dir: &Path) -> BinaryRun {
+fn run_binary(row: &Row, bin: &TestBinary, args: Vec<String>, log_dir: &Path) -> BinaryRun {
     let log = log_dir.join(format!("{}.log", bin.file_name()));
     let start = Instant::now();
-    let exit = match spawn(row, bin, filter, &log) {
+    let exit = match spawn(row, bin, &args, &log) {
         Ok(child) => wait_with_timeout(child, BINARY_TIMEOUT),
         Err(err) => Exit::NotRun(format!("cannot start {}: {err}", bin.path.display())),
     };
     let output = std::fs::read_to_string(&log).unwrap_or_default();
-    let mut run = BinaryRun::from_output(bin.name(), filter.map(String::from), exit, &output);
+    let mut run = BinaryRun::from_output(bin.name(), args, exit, &output);
     run.secs = start.elapsed().as_secs_f64();
     run
 }
 
-fn spawn(row: &Row, bin: &TestBinary, filter: Option<&str>, log: &PathBuf) -> io::Result<Child> {
+fn spawn(row: &Row, bin: &TestBinary, args: &[String], log: &PathBuf) -> io::Result<Child> {
     let out = File::create(log)?;
     let err = out.try_clone()?;
     let mut cmd = Command::new(&bin.path);
-    cmd.args(filter.filter(|f| !f.is_empty()))
+    cmd.args(args)
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err)

@@ -17,7 +17,7 @@ const DIR: u32 = 0o040_000;
 const REG: u32 = 0o100_000;
 const CHR: u32 = 0o020_000;
 
-/// One binary the VM runs, with its libtest filter and time limit.
+/// One binary the VM runs, with its libtest arguments and time limit.
 #[derive(Clone, Debug)]
 pub struct PlanStep {
     /// Name in the matrix (`ring-core/driver`).
@@ -26,18 +26,24 @@ pub struct PlanStep {
     pub file: String,
     /// Host path of the (static) binary.
     pub source: PathBuf,
-    pub filter: Option<String>,
+    /// Filter and `--skip`s; test names and filters hold no whitespace.
+    pub args: Vec<String>,
     pub timeout: Duration,
 }
 
-/// The plan file matrix-init reads: `name \t /matrix/file \t filter|- \t timeout_s`.
+/// The plan file matrix-init reads: `name \t /matrix/file \t args|- \t timeout_s`, the
+/// arguments separated by spaces.
 pub fn plan_text(steps: &[PlanStep]) -> String {
     steps
         .iter()
         .map(|s| {
-            let filter = s.filter.as_deref().filter(|f| !f.is_empty()).unwrap_or("-");
+            let args = if s.args.is_empty() {
+                "-".to_string()
+            } else {
+                s.args.join(" ")
+            };
             format!(
-                "{}\t/matrix/{}\t{filter}\t{}\n",
+                "{}\t/matrix/{}\t{args}\t{}\n",
                 s.name,
                 s.file,
                 s.timeout.as_secs()
@@ -206,12 +212,12 @@ mod tests {
             name: "ring-rt/net".into(),
             file: "ring-rt.net".into(),
             source: PathBuf::from("/x"),
-            filter: Some(String::new()),
+            args: vec!["--skip".into(), "slow".into()],
             timeout: Duration::from_secs(90),
         };
         assert_eq!(
             plan_text(&[step]),
-            "ring-rt/net\t/matrix/ring-rt.net\t-\t90\n"
+            "ring-rt/net\t/matrix/ring-rt.net\t--skip slow\t90\n"
         );
     }
 }

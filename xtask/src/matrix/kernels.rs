@@ -14,7 +14,8 @@ use super::tools;
 
 /// Options the no-io_uring kernel needs on top of `make tinyconfig`: a serial console, an
 /// initramfs, ELF, the pseudo filesystems matrix-init mounts, what ring-rt's epoll backend
-/// and std use (epoll, eventfd, signalfd, timerfd, futex), and networking for socket tests.
+/// and std use (epoll, eventfd, signalfd, timerfd, futex), networking for socket tests, and
+/// seccomp for the fallback tests.
 pub const TINY_OPTIONS: &[&str] = &[
     "64BIT",
     "PRINTK",
@@ -43,6 +44,9 @@ pub const TINY_OPTIONS: &[&str] = &[
     "INET",
     "IPV6",
     "UNIX",
+    // ring-rt's fallback tests install seccomp filters (which need NET too).
+    "SECCOMP",
+    "SECCOMP_FILTER",
 ];
 
 impl VmKernel {
@@ -78,8 +82,8 @@ pub fn image(kernel: VmKernel, root: &Path, log_dir: &Path) -> io::Result<PathBu
         Some(meta) => fetch_debian(meta, &dir, &image)?,
         None => build_tiny(root, &image, log_dir)?,
     }
-    eprintln!(
-        "kernel-matrix: {} ready in {:.0} s",
+    progress!(
+        "{} ready in {:.0} s",
         kernel.label(),
         start.elapsed().as_secs_f64()
     );
@@ -102,7 +106,7 @@ fn fetch_debian(meta: &str, dir: &Path, image: &Path) -> io::Result<()> {
             })?
         }
     };
-    eprintln!("kernel-matrix: apt-get download {package}");
+    progress!("apt-get download {package}");
     let download = dir.join("deb");
     let _ = std::fs::remove_dir_all(&download);
     std::fs::create_dir_all(&download)?;
@@ -153,8 +157,8 @@ fn build_tiny(root: &Path, image: &Path, log_dir: &Path) -> io::Result<()> {
     let tree = build.join("linux-source-6.1");
     let log = log_dir.join("tiny-kernel-build.log");
     let _ = std::fs::remove_file(&log);
-    eprintln!(
-        "kernel-matrix: building the 6.1 kernel without io_uring (a few minutes; log: {})",
+    progress!(
+        "building the 6.1 kernel without io_uring (a few minutes; log: {})",
         log.display()
     );
     if !tree.join("Makefile").exists() {

@@ -83,25 +83,28 @@ impl fmt::Display for Exit {
 pub struct BinaryRun {
     /// The binary's short name (`ring_core-driver`).
     pub name: String,
-    /// The libtest filter passed, if any.
-    pub filter: Option<String>,
+    /// The libtest arguments passed (filter, `--skip`s).
+    pub args: Vec<String>,
     pub exit: Exit,
     /// Its summary, when it printed one.
     pub summary: Option<Counts>,
     /// The test that started but never reported (what a hang or crash was running).
     pub unfinished: Option<String>,
+    /// Names of the tests reported FAILED.
+    pub failed_tests: Vec<String>,
     pub secs: f64,
 }
 
 impl BinaryRun {
     /// A run read from the binary's output.
-    pub fn from_output(name: String, filter: Option<String>, exit: Exit, output: &str) -> Self {
+    pub fn from_output(name: String, args: Vec<String>, exit: Exit, output: &str) -> Self {
         BinaryRun {
             name,
-            filter,
+            args,
             exit,
             summary: find_summary(output),
             unfinished: unfinished_test(output),
+            failed_tests: failed_tests(output),
             secs: 0.0,
         }
     }
@@ -126,6 +129,14 @@ impl BinaryRun {
         if !self.is_broken() {
             return None;
         }
+        // Failed tests with a summary: their names say it all (the exit is libtest's 101).
+        if self.summary.is_some() && !self.failed_tests.is_empty() {
+            return Some(format!(
+                "{}: {} FAILED",
+                self.name,
+                self.failed_tests.join(", ")
+            ));
+        }
         let summary = if self.summary.is_some() {
             ""
         } else {
@@ -139,10 +150,44 @@ impl BinaryRun {
     }
 }
 
+/// Names from `test NAME ... FAILED` lines (colours stripped; a test run in a child process
+/// and reported by its parent counts once).
+pub fn failed_tests(output: &str) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for line in output.lines().map(strip_ansi) {
+        let Some((name, result)) = line
+            .strip_prefix("test ")
+            .and_then(|l| l.split_once(" ..."))
+        else {
+            continue;
+        };
+        let name = name.trim().to_string();
+        if result.trim() == "FAILED" && !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    names
+}
+
+/// `line` without ANSI colour sequences (`ESC [ ... m`), which libtest prints on a tty such
+/// as the VM's serial console.
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            chars.by_ref().find(|&c| c == 'm');
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// The last `test NAME ... ` line with no result after it: the test running when the
 /// binary hung or died.
 pub fn unfinished_test(output: &str) -> Option<String> {
-    let last = output.lines().rev().find(|l| l.starts_with("test "))?;
+    let last = strip_ansi(output.lines().rev().find(|l| l.starts_with("test "))?);
     let (name, result) = last.strip_prefix("test ")?.split_once(" ...")?;
     result.trim().is_empty().then(|| name.trim().to_string())
 }
@@ -180,10 +225,11 @@ mod tests {
     fn a_crash_without_failures_counts_as_one_failure() {
         let run = BinaryRun {
             name: "x".into(),
-            filter: None,
+            args: Vec::new(),
             exit: Exit::Signal(11),
             summary: None,
             unfinished: unfinished_test("test a ... ok\ntest b::uring   ... \nboom\n"),
+            failed_tests: Vec::new(),
             secs: 0.0,
         };
         assert_eq!(run.counts().failed, 1);
@@ -192,13 +238,21 @@ mod tests {
     }
 
     #[test]
+    fn failed_tests_are_named_once_without_colours() {
+        let out = "test a::uring ... \u{1b}[31mFAILED\u{1b}[0m\ntest b ... ok\n\
+                   test a::uring ... FAILED\ntest c ... FAILED\n";
+        assert_eq!(failed_tests(out), ["a::uring", "c"]);
+    }
+
+    #[test]
     fn a_clean_run_has_no_note() {
         let run = BinaryRun {
             name: "x".into(),
-            filter: None,
+            args: Vec::new(),
             exit: Exit::Success,
             summary: parse_summary("test result: ok. 2 passed; 0 failed; 1 ignored;"),
             unfinished: None,
+            failed_tests: Vec::new(),
             secs: 0.0,
         };
         assert_eq!(run.counts().passed, 2);

@@ -6,6 +6,13 @@
 //! Output: a table on stdout, `target/kernel-matrix/matrix.{md,json}`, logs under
 //! `target/kernel-matrix/logs/`; the exit status is nonzero when any row fails.
 
+/// A progress line on stderr, with the seconds since the matrix started.
+macro_rules! progress {
+    ($($arg:tt)+) => {
+        eprintln!("[{:>4.0} s] kernel-matrix: {}", $crate::matrix::elapsed_secs(), format!($($arg)+))
+    };
+}
+
 pub mod backend;
 mod binaries;
 mod host;
@@ -21,6 +28,7 @@ mod vm_rows;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use binaries::{Built, TestBinary};
@@ -28,16 +36,22 @@ use report::RowResult;
 use rows::{Group, Row};
 
 const USAGE: &str = "usage: cargo xtask kernel-matrix [--rows host,profiles,seccomp,vm] [--quick]
-                                  [--vm-filter FILTER]
+                                  [--vm-filter FILTER] [--vm-full] [--skip TEST]...
 
   --rows       row groups to run (default: all)
   --quick      host, profile and seccomp rows only (no VMs)
-  --vm-filter  libtest filter for ring-rt's tests in VMs (default: all of them)";
+  --vm-filter  libtest filter for ring-rt's tests in VMs (default: all of them)
+  --vm-full    run every test binary in VMs (default: the lean suite, without reliability_*)
+  --skip       leave tests whose names contain TEST out of every row (named in the output)";
 
 /// Parsed command line.
 struct Options {
     groups: Vec<Group>,
     vm_filter: String,
+    /// `--skip`s for every row.
+    skips: Vec<String>,
+    /// Every binary in VMs, not the lean suite.
+    vm_full: bool,
 }
 
 impl Options {
@@ -45,6 +59,8 @@ impl Options {
         let mut opts = Options {
             groups: Group::ALL.to_vec(),
             vm_filter: rows::VM_RT_FILTER.to_string(),
+            skips: Vec::new(),
+            vm_full: false,
         };
         let mut args = args.iter();
         while let Some(arg) = args.next() {
@@ -53,6 +69,8 @@ impl Options {
                 "--rows" => opts.groups = rows::parse_groups(value()?)?,
                 "--quick" => opts.groups = vec![Group::Host, Group::Profiles, Group::Seccomp],
                 "--vm-filter" => opts.vm_filter = value()?.clone(),
+                "--skip" => opts.skips.push(value()?.clone()),
+                "--vm-full" => opts.vm_full = true,
                 _ => return Err(format!("unknown argument {arg:?}")),
             }
         }
@@ -60,6 +78,7 @@ impl Options {
     }
 }
 
+/// Runs the selected rows and reports them; nonzero exit when any row fails.
 pub fn run(args: &[String]) -> ExitCode {
     if args.iter().any(|a| a == "-h" || a == "--help") {
         println!("{USAGE}");
@@ -78,13 +97,26 @@ pub fn run(args: &[String]) -> ExitCode {
         eprintln!("cannot create {}: {err}", logs.display());
         return ExitCode::FAILURE;
     }
-    let start = Instant::now();
-    let all = rows::rows(&opts.groups, &opts.vm_filter);
+    let start = *START.get_or_init(Instant::now);
+    let mut all = rows::rows(&opts.groups, &opts.vm_filter);
+    for row in &mut all {
+        row.suite.skips.extend(opts.skips.iter().cloned());
+        if opts.vm_full {
+            row.suite.skip_binaries.clear();
+        }
+    }
     let (vm_rows, host_rows): (Vec<Row>, Vec<Row>) =
         all.into_iter().partition(|r| r.group == Group::Vm);
     let mut results = run_host_rows(&host_rows, &logs);
     results.extend(vm_rows::run(&vm_rows, &root, &logs));
     finish(&results, &root, &about(&opts, start.elapsed()))
+}
+
+static START: OnceLock<Instant> = OnceLock::new();
+
+/// Seconds since `run` started, for progress lines.
+pub fn elapsed_secs() -> f64 {
+    START.get_or_init(Instant::now).elapsed().as_secs_f64()
 }
 
 /// `$CARGO_TARGET_DIR`, else the workspace's `target/`.
@@ -98,31 +130,57 @@ fn target_dir() -> PathBuf {
 
 /// The sentence saying what ran, for the table's heading and the files.
 fn about(opts: &Options, took: Duration) -> String {
+    let asked = if opts.skips.is_empty() {
+        String::new()
+    } else {
+        format!(" Every row skips {:?} (--skip).", opts.skips)
+    };
+    format!(
+        "Host rows run every test binary of ring-core and ring-rt (host · uring: ring-rt's \
+         `::uring` tests, host · epoll: its `::epoll` tests); profile and seccomp rows run the \
+         integration-test binaries; {} s limit per binary. {} Skipped = libtest's ignored (a \
+         feature the kernel or profile lacks).{asked} Whole run: {:.0} s.",
+        host::BINARY_TIMEOUT.as_secs(),
+        vm_suite_text(opts),
+        took.as_secs_f64()
+    )
+}
+
+/// What the VM rows run, named: the filter, the binaries and tests left out, and why.
+fn vm_suite_text(opts: &Options) -> String {
     let filter = if opts.vm_filter.is_empty() {
         "all ring-rt tests".to_string()
     } else {
         format!("ring-rt tests matching {:?}", opts.vm_filter)
     };
+    let named = |list: &[(&str, &str)], suffix: &str| -> Vec<String> {
+        list.iter()
+            .map(|(name, why)| format!("`{name}{suffix}` ({why})"))
+            .collect()
+    };
+    let mut left_out = named(rows::VM_SKIPS, "");
+    if !opts.vm_full {
+        left_out.extend(named(rows::VM_LEAN_SKIP_BINARIES, "*"));
+    }
     format!(
-        "Host rows run every test binary of ring-core and ring-rt (host · uring: ring-rt's \
-         `::uring` tests, host · epoll: its `::epoll` tests); profile and seccomp rows run the \
-         integration-test binaries. VM rows (qemu TCG, {} s limit each) run ring-core's \
-         integration tests and {filter}. Skipped = libtest's ignored (a feature the kernel or \
-         profile lacks). Whole run: {:.0} s.",
-        vm::VM_TIMEOUT.as_secs(),
-        took.as_secs_f64()
+        "VM rows (qemu TCG, one CPU, {} s limit per binary) run ring-core's integration tests \
+         and {filter}, leaving out {}.",
+        vm_rows::VM_BINARY_TIMEOUT.as_secs(),
+        left_out.join(", ")
     )
 }
 
-/// The test binaries `row` runs, each with its libtest filter.
-fn select(row: &Row, built: &[Built]) -> Vec<(TestBinary, Option<String>)> {
-    let wanted = |b: &&TestBinary| b.is_integration || !row.suite.integration_only;
+/// The test binaries `row` runs, each with its libtest arguments.
+fn select(row: &Row, built: &[Built]) -> Vec<(TestBinary, Vec<String>)> {
+    let wanted = |b: &&TestBinary| {
+        (b.is_integration || !row.suite.integration_only) && row.suite.runs_binary(&b.target)
+    };
     built
         .iter()
         .flat_map(|pkg| pkg.binaries.iter().filter(wanted))
         .filter_map(|bin| match bin.package.as_str() {
-            "ring-core" if row.suite.core => Some((bin.clone(), None)),
-            "ring-rt" => row.suite.rt_filter.clone().map(|f| (bin.clone(), Some(f))),
+            "ring-core" if row.suite.core => Some((bin.clone(), row.suite.args(false))),
+            "ring-rt" if row.suite.rt_filter.is_some() => Some((bin.clone(), row.suite.args(true))),
             _ => None,
         })
         .collect()
@@ -200,7 +258,7 @@ fn run_host_rows(rows: &[Row], logs: &Path) -> Vec<RowResult> {
             let start = Instant::now();
             let dir = row_log_dir(logs, row);
             let _ = std::fs::create_dir_all(&dir);
-            eprintln!("kernel-matrix: {}", row.name);
+            progress!("{}", row.name);
             let out = host::run_row(row, &built, &dir);
             let mut result = RowResult {
                 row: row.clone(),

@@ -82,12 +82,19 @@ const HEAD: [&str; 10] = [
     "row", "kind", "kernel", "backend", "features", "pass", "skip", "fail", "result", "note",
 ];
 
-fn cells(r: &RowResult, features: String, note_len: usize) -> Vec<String> {
+/// A row's cells; `note_len` shortens the first note and counts the rest (terminal), `None`
+/// joins them all (files).
+fn cells(r: &RowResult, features: String, note_len: Option<usize>) -> Vec<String> {
     let c = r.counts();
-    let note = r
-        .notes()
-        .first()
-        .map_or(String::new(), |n| shorten(n, note_len));
+    let notes = r.notes();
+    let note = match (note_len, notes.split_first()) {
+        (_, None) => String::new(),
+        (None, Some(_)) => notes.join("; "),
+        (Some(len), Some((first, []))) => shorten(first, len),
+        (Some(len), Some((first, rest))) => {
+            format!("{} (+{} more)", shorten(first, len), rest.len())
+        }
+    };
     vec![
         r.row.name.clone(),
         r.row.kind.to_string(),
@@ -115,7 +122,7 @@ fn shorten(text: &str, max: usize) -> String {
 pub fn table(results: &[RowResult]) -> String {
     let rows: Vec<Vec<String>> = results
         .iter()
-        .map(|r| cells(r, r.feature_count(), 70))
+        .map(|r| cells(r, r.feature_count(), Some(80)))
         .collect();
     let head: Vec<String> = HEAD.iter().map(|h| h.to_string()).collect();
     let widths: Vec<usize> = (0..HEAD.len())
@@ -166,7 +173,7 @@ pub fn markdown(results: &[RowResult], preamble: &str) -> String {
     let _ = writeln!(out, "| {} |", HEAD.join(" | "));
     let _ = writeln!(out, "|{}", " --- |".repeat(HEAD.len()));
     for r in results {
-        let row = cells(r, r.features().replace(',', ", "), 200);
+        let row = cells(r, r.features().replace(',', ", "), None);
         let row: Vec<String> = row.iter().map(|c| c.replace('|', "\\|")).collect();
         let _ = writeln!(out, "| {} |", row.join(" | "));
     }
@@ -192,8 +199,8 @@ fn row_json(r: &RowResult) -> Value {
         .map(|b| {
             let s = b.counts();
             json!({
-                "binary": b.name, "filter": b.filter, "exit": b.exit.to_string(),
-                "has_summary": b.summary.is_some(),
+                "binary": b.name, "args": b.args, "exit": b.exit.to_string(),
+                "has_summary": b.summary.is_some(), "failed_tests": b.failed_tests,
                 "passed": s.passed, "skipped": s.ignored, "failed": s.failed,
                 "filtered_out": s.filtered, "secs": b.secs,
             })
@@ -227,10 +234,11 @@ mod tests {
             ),
             runs: vec![BinaryRun {
                 name: "ring-core/driver".into(),
-                filter: None,
+                args: Vec::new(),
                 exit: Exit::Success,
                 summary: parse_summary("test result: ok. 0 passed; 0 failed; 9 ignored;"),
                 unfinished: None,
+                failed_tests: Vec::new(),
                 secs: 1.0,
             }],
             problems,

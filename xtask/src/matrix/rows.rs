@@ -11,6 +11,28 @@ pub const PROFILES: &[&str] = &["5.1", "5.6", "5.11", "5.19", "6.0", "6.1"];
 /// empty). `--vm-filter` overrides it.
 pub const VM_RT_FILTER: &str = "";
 
+/// Tests VM rows leave out (`--skip`), with the reason the output gives. Emulation runs
+/// code 20-50 times slower than the host: wall-clock bounds meant for real CPUs fail, and
+/// sweeps the host rows already cover would eat the VM's time limit.
+pub const VM_SKIPS: &[(&str, &str)] = &[
+    (
+        "first_probe_is_fast",
+        "a wall-clock bound for real CPUs; the host rows check it",
+    ),
+    (
+        "every_profile_serves_echo",
+        "an echo sweep over every profile, a minute under emulation; the profile rows cover it",
+    ),
+];
+
+/// Test binaries VM rows leave out unless `--vm-full`: (name prefix, why). The lean VM
+/// suite keeps every kernel-facing behaviour test; these suites re-run the same paths many
+/// times and take minutes under emulation.
+pub const VM_LEAN_SKIP_BINARIES: &[(&str, &str)] = &[(
+    "reliability_",
+    "property, fault-injection and scale suites, run on the host rows",
+)];
+
 /// The row groups `--rows` selects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Group {
@@ -64,6 +86,31 @@ pub struct Suite {
     pub rt_filter: Option<String>,
     /// Only integration-test binaries (`tests/*.rs`), not the pure unit tests of the lib.
     pub integration_only: bool,
+    /// Tests left out, passed to every binary as `--skip NAME`.
+    pub skips: Vec<String>,
+    /// Binaries left out: those whose target name starts with one of these.
+    pub skip_binaries: Vec<String>,
+}
+
+impl Suite {
+    /// The libtest arguments for one binary: the filter (ring-rt only: ring-core's harness
+    /// takes one filter and its names would not match), then the skips.
+    /// True when this suite runs the binary built from test target `target`.
+    pub fn runs_binary(&self, target: &str) -> bool {
+        !self
+            .skip_binaries
+            .iter()
+            .any(|p| target.starts_with(p.as_str()))
+    }
+
+    pub fn args(&self, is_rt: bool) -> Vec<String> {
+        let filter = self.rt_filter.iter().filter(|f| is_rt && !f.is_empty());
+        let skips = self
+            .skips
+            .iter()
+            .flat_map(|s| ["--skip".to_string(), s.clone()]);
+        filter.cloned().chain(skips).collect()
+    }
 }
 
 /// Which Debian or built kernel a VM row boots.
@@ -132,6 +179,8 @@ fn full_suite() -> Suite {
         core: true,
         rt_filter: Some(String::new()),
         integration_only: false,
+        skips: Vec::new(),
+        skip_binaries: Vec::new(),
     }
 }
 
@@ -164,6 +213,8 @@ fn host_rows() -> Vec<Row> {
             core,
             rt_filter: Some(format!("::{backend}")),
             integration_only: false,
+            skips: Vec::new(),
+            skip_binaries: Vec::new(),
         },
         expect,
     };
@@ -226,6 +277,11 @@ fn vm_rows(filter: &str) -> Vec<Row> {
             core: true,
             rt_filter: Some(filter.to_string()),
             integration_only: true,
+            skips: VM_SKIPS.iter().map(|(name, _)| name.to_string()).collect(),
+            skip_binaries: VM_LEAN_SKIP_BINARIES
+                .iter()
+                .map(|(prefix, _)| prefix.to_string())
+                .collect(),
         },
         expect,
     };
@@ -281,6 +337,24 @@ mod tests {
                 assert!(row.expect.errno.is_some(), "{}", row.name);
             }
         }
+    }
+
+    #[test]
+    fn vm_args_carry_the_filter_for_ring_rt_only_and_every_skip() {
+        let row = rows(&[Group::Vm], "::epoll").remove(0);
+        let rt = row.suite.args(true);
+        assert_eq!(rt[0], "::epoll");
+        assert_eq!(rt.iter().filter(|a| *a == "--skip").count(), VM_SKIPS.len());
+        assert!(!row.suite.args(false).contains(&"::epoll".to_string()));
+    }
+
+    #[test]
+    fn lean_vm_rows_leave_out_the_reliability_binaries_only() {
+        let vm = rows(&[Group::Vm], "").remove(0);
+        assert!(!vm.suite.runs_binary("reliability_scale"));
+        assert!(vm.suite.runs_binary("net"));
+        let host = rows(&[Group::Host], "").remove(0);
+        assert!(host.suite.runs_binary("reliability_scale"));
     }
 
     #[test]

@@ -6,18 +6,18 @@ use std::io;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-/// What booting the VMs needs: (Debian package, a file it installs).
-pub const QEMU: &[(&str, &str)] = &[("qemu-system-x86", "/usr/bin/qemu-system-x86_64")];
+/// What booting the VMs needs: (Debian package, a command on PATH or a file it installs).
+pub const QEMU: &[(&str, &str)] = &[("qemu-system-x86", "qemu-system-x86_64")];
 
 /// What building the tiny kernel needs, on top of gcc and make.
 pub const KERNEL_BUILD: &[(&str, &str)] = &[
     ("linux-source-6.1", "/usr/src/linux-source-6.1.tar.xz"),
-    ("make", "/usr/bin/make"),
-    ("gcc", "/usr/bin/gcc"),
-    ("bc", "/usr/bin/bc"),
-    ("bison", "/usr/bin/bison"),
-    ("flex", "/usr/bin/flex"),
-    ("xz-utils", "/usr/bin/xz"),
+    ("make", "make"),
+    ("gcc", "gcc"),
+    ("bc", "bc"),
+    ("bison", "bison"),
+    ("flex", "flex"),
+    ("xz-utils", "xz"),
     ("libelf-dev", "/usr/include/libelf.h"),
     ("libssl-dev", "/usr/include/openssl/ssl.h"),
 ];
@@ -34,7 +34,7 @@ pub fn install_command(packages: &[&str]) -> String {
 pub fn ensure(needs: &[(&str, &str)]) -> io::Result<()> {
     let missing: Vec<&str> = needs
         .iter()
-        .filter(|(_, file)| !Path::new(file).exists())
+        .filter(|(_, what)| !is_installed(what))
         .map(|(package, _)| *package)
         .collect();
     if missing.is_empty() {
@@ -47,7 +47,7 @@ pub fn ensure(needs: &[(&str, &str)]) -> io::Result<()> {
             missing.join(", ")
         )));
     }
-    eprintln!("kernel-matrix: {command}");
+    progress!("{command}");
     if apt(&["install", "-y", "--no-install-recommends"], &missing)? {
         return Ok(());
     }
@@ -59,6 +59,15 @@ pub fn ensure(needs: &[(&str, &str)]) -> io::Result<()> {
     Err(io::Error::other(format!(
         "`{command}` failed (see its output above); install them by hand"
     )))
+}
+
+/// A path exists, or a bare command name is found on PATH.
+pub fn is_installed(what: &str) -> bool {
+    if what.contains('/') {
+        return Path::new(what).exists();
+    }
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(what).is_file()))
 }
 
 /// True when we are root on a system with apt-get.
@@ -118,5 +127,12 @@ mod tests {
     #[test]
     fn nothing_missing_means_nothing_to_do() {
         assert!(ensure(&[("coreutils", "/")]).is_ok());
+    }
+
+    #[test]
+    fn commands_are_looked_up_on_path() {
+        assert!(is_installed("sh"));
+        assert!(!is_installed("no-such-command-here"));
+        assert!(!is_installed("/no/such/file"));
     }
 }

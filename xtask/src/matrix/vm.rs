@@ -10,11 +10,12 @@ use super::backend::BackendLine;
 use super::host::wait_with_timeout;
 use super::libtest::{BinaryRun, Exit};
 
-/// Wall-clock limit per VM, boot to power-off.
-pub const VM_TIMEOUT: Duration = Duration::from_secs(300);
+/// Wall-clock allowance per VM on top of its binaries' own limits: boot, the backend
+/// report and shutdown (a few seconds each under emulation), with margin.
+pub const VM_BOOT_ALLOWANCE: Duration = Duration::from_secs(60);
 
-/// A binary in the VM's plan: its name and libtest filter.
-pub type Planned = (String, Option<String>);
+/// A binary in the VM's plan: its name and libtest arguments.
+pub type Planned = (String, Vec<String>);
 
 /// What one VM run produced.
 pub struct VmOutcome {
@@ -24,17 +25,19 @@ pub struct VmOutcome {
     pub notes: Vec<String>,
 }
 
-/// Boots `kernel` with `initrd`, `cmdline` appended, saving the serial console to `log`.
+/// Boots `kernel` with `initrd`, `cmdline` appended, saving the serial console to `log`;
+/// killed after `limit`.
 pub fn boot(
     kernel: &Path,
     initrd: &Path,
     cmdline: &str,
     log: &Path,
     planned: &[Planned],
+    limit: Duration,
 ) -> VmOutcome {
     let start = Instant::now();
     let exit = match spawn(kernel, initrd, cmdline, log) {
-        Ok(child) => wait_with_timeout(child, VM_TIMEOUT),
+        Ok(child) => wait_with_timeout(child, limit),
         Err(err) => Exit::NotRun(format!("cannot start qemu-system-x86_64: {err}")),
     };
     let serial = std::fs::read(log).unwrap_or_default();
@@ -108,16 +111,21 @@ pub fn parse_serial(serial: &str, planned: &[Planned]) -> VmOutcome {
     }
 }
 
-fn binary_run(lines: &[&str], (name, filter): &Planned) -> BinaryRun {
+fn binary_run(lines: &[&str], (name, args): &Planned) -> BinaryRun {
     let begin = format!("@@matrix begin {name}");
     let end = format!("@@matrix end {name} ");
     let Some(first) = lines.iter().position(|l| l.trim_end() == begin) else {
         let exit = Exit::NotRun("the VM stopped before it started".into());
-        return BinaryRun::from_output(name.clone(), filter.clone(), exit, "");
+        return BinaryRun::from_output(name.clone(), args.clone(), exit, "");
     };
     let rest = &lines[first + 1..];
     let last = rest.iter().position(|l| l.contains(&end));
-    let segment = rest[..last.unwrap_or(rest.len())].join("\n");
+    let mut segment = rest[..last.unwrap_or(rest.len())].join("\n");
+    // A hung test leaves `test NAME ... ` unterminated, so the end marker shares its line.
+    if let Some((before, _)) = last.and_then(|i| rest[i].split_once(&end)) {
+        segment.push('\n');
+        segment.push_str(before);
+    }
     let (exit, secs) = match last {
         Some(i) => parse_end(rest[i].split_once(&end).map_or("", |(_, t)| t)),
         None => (
@@ -125,7 +133,7 @@ fn binary_run(lines: &[&str], (name, filter): &Planned) -> BinaryRun {
             0.0,
         ),
     };
-    let mut run = BinaryRun::from_output(name.clone(), filter.clone(), exit, &segment);
+    let mut run = BinaryRun::from_output(name.clone(), args.clone(), exit, &segment);
     run.secs = secs;
     run
 }
@@ -169,8 +177,17 @@ test a ... ok\r
 ";
 
     #[test]
+    fn a_timed_out_binary_names_the_test_it_was_in() {
+        let serial = "@@matrix begin ring-rt/x\ntest a ... ok\ntest b::uring ... \
+                      @@matrix end ring-rt/x timeout=60 secs=60.0\n";
+        let out = parse_serial(serial, &[("ring-rt/x".to_string(), Vec::new())]);
+        assert_eq!(out.runs[0].exit, Exit::TimedOut(60));
+        assert_eq!(out.runs[0].unfinished.as_deref(), Some("b::uring"));
+    }
+
+    #[test]
     fn finished_binaries_get_their_counts_and_exit() {
-        let planned = [("ring-core/driver".to_string(), None)];
+        let planned = [("ring-core/driver".to_string(), Vec::new())];
         let out = parse_serial(SERIAL, &planned);
         let run = &out.runs[0];
         assert_eq!(run.exit, Exit::Success);
@@ -182,8 +199,8 @@ test a ... ok\r
     #[test]
     fn a_binary_cut_off_or_never_started_is_not_run() {
         let planned = [
-            ("ring-rt/net".to_string(), None),
-            ("ring-rt/fs".to_string(), None),
+            ("ring-rt/net".to_string(), Vec::new()),
+            ("ring-rt/fs".to_string(), Vec::new()),
         ];
         let out = parse_serial(SERIAL, &planned);
         assert!(matches!(&out.runs[0].exit, Exit::NotRun(w) if w.contains("while it ran")));

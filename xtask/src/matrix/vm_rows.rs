@@ -15,15 +15,18 @@ use super::{tools, vm};
 
 /// Per-binary time limit inside a VM (the VM as a whole has `vm::VM_TIMEOUT`): a hung
 /// binary costs this much and the rest still run.
-const VM_BINARY_TIMEOUT: Duration = Duration::from_secs(60);
+pub const VM_BINARY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What every VM boots with.
 struct VmAssets {
     initrd: PathBuf,
-    /// The binaries in plan order, with their filters.
+    /// The binaries in plan order, with their arguments.
     planned: Vec<Planned>,
     /// Build problems, reported on each VM row.
     problems: Vec<String>,
+    /// The VM's wall-clock limit: every binary's limit plus the boot allowance, so it
+    /// only ends a VM whose kernel or init is stuck.
+    limit: Duration,
 }
 
 /// Runs `rows` (all VM rows share one suite, so one initramfs).
@@ -36,8 +39,8 @@ pub fn run(rows: &[Row], root: &Path, logs: &Path) -> Vec<RowResult> {
         Ok(assets) => assets,
         Err(err) => return rows.iter().map(|r| failed_row(r, err.clone())).collect(),
     };
-    eprintln!(
-        "kernel-matrix: VM binaries and initramfs ready in {:.0} s",
+    progress!(
+        "VM binaries and initramfs ready in {:.0} s",
         start.elapsed().as_secs_f64()
     );
     let images: Vec<Result<PathBuf, String>> = rows
@@ -65,20 +68,22 @@ fn prepare(row: &Row, root: &Path, logs: &Path) -> Result<VmAssets, String> {
     let (xtask, init) = binaries::build_vm_tools(logs).map_err(|e| e.to_string())?;
     let steps: Vec<initramfs::PlanStep> = select(row, &built)
         .into_iter()
-        .map(|(bin, filter)| initramfs::PlanStep {
+        .map(|(bin, args)| initramfs::PlanStep {
             name: bin.name(),
             file: bin.file_name(),
             source: bin.path,
-            filter,
+            args,
             timeout: VM_BINARY_TIMEOUT,
         })
         .collect();
     let initrd = root.join("initramfs.cpio");
     initramfs::write(&initrd, &root.join("stage"), &init, &xtask, &steps)
         .map_err(|e| format!("writing the initramfs: {e}"))?;
+    let limit = vm::VM_BOOT_ALLOWANCE + VM_BINARY_TIMEOUT * steps.len() as u32;
     Ok(VmAssets {
+        limit,
         initrd,
-        planned: steps.into_iter().map(|s| (s.name, s.filter)).collect(),
+        planned: steps.into_iter().map(|s| (s.name, s.args)).collect(),
         problems: build_problems(row, &built),
     })
 }
@@ -130,10 +135,17 @@ fn boot_all(
 
 fn boot_row(row: &Row, image: &Path, assets: &VmAssets, logs: &Path) -> RowResult {
     let start = Instant::now();
-    eprintln!("kernel-matrix: {} (booting)", row.name);
+    progress!("{} (booting)", row.name);
     let (_, cmdline) = vm_kernel(row);
     let log = logs.join(format!("{}.serial.log", row_slug(row)));
-    let out = vm::boot(image, &assets.initrd, cmdline, &log, &assets.planned);
+    let out = vm::boot(
+        image,
+        &assets.initrd,
+        cmdline,
+        &log,
+        &assets.planned,
+        assets.limit,
+    );
     let mut problems = assets.problems.clone();
     problems.extend(out.notes);
     let mut result = RowResult {
@@ -144,5 +156,6 @@ fn boot_row(row: &Row, image: &Path, assets: &VmAssets, logs: &Path) -> RowResul
         secs: start.elapsed().as_secs_f64(),
     };
     check_backend(row, &mut result);
+    progress!("{} finished in {:.0} s", row.name, result.secs);
     result
 }
