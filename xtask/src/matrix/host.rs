@@ -12,7 +12,7 @@ use super::backend::BackendLine;
 use super::binaries::{Built, TestBinary};
 use super::libtest::{BinaryRun, Exit};
 use super::rows::{Place, Row};
-use super::seccomp;
+use ring_testkit::seccomp;
 
 /// Per-binary time limit on the host: each takes seconds; a hang is a failure, and must
 /// not cost more than a minute per row.

@@ -21,7 +21,7 @@ mod kernels;
 mod libtest;
 mod report;
 mod rows;
-mod seccomp;
+
 mod tools;
 mod vm;
 mod vm_rows;
