@@ -6,12 +6,13 @@
 
 use std::fmt;
 use std::future::poll_fn;
+use std::future::Future;
 use std::io;
 use std::ops::Deref;
 use std::rc::Rc;
 use std::task::Poll;
 
-use ring_core::buf_pool::{BufGroup, BufLease};
+use ring_core::buf_pool::{BufGroup, BufLease, BufMode};
 use ring_core::cqe::Cqe;
 use ring_core::metrics::Metrics;
 
@@ -56,11 +57,22 @@ impl fmt::Debug for PooledBuf {
 impl Drop for PooledBuf {
     fn drop(&mut self) {
         drop(self.lease.take());
-        let waiters = std::mem::take(&mut *self.core.buf_waiters.borrow_mut());
-        for waker in waiters {
-            waker.wake();
-        }
+        note_return(&self.core);
     }
+}
+
+/// Records a buffer's return and wakes every receive waiting for one.
+fn note_return(core: &Core) {
+    core.buf_returns.set(core.buf_returns.get().wrapping_add(1));
+    let waiters = std::mem::take(&mut *core.buf_waiters.borrow_mut());
+    for waker in waiters {
+        waker.wake();
+    }
+}
+
+/// The return count to pass to [`wait_for_buffer`]: read it before submitting a receive.
+pub(crate) fn return_epoch(core: &Core) -> u64 {
+    core.buf_returns.get()
 }
 
 // SAFETY: the lease's memory belongs to the group, which lives at least as long as the
@@ -89,6 +101,7 @@ pub(crate) fn from_cqe(
             if let Some(bid) = cqe.bid() {
                 // SAFETY: the bid comes from this op's CQE, selected from `group`.
                 unsafe { group.recycle(bid) };
+                note_return(core);
             }
             return Err(err);
         }
@@ -108,15 +121,26 @@ pub(crate) fn from_cqe(
     }))
 }
 
-/// Records an ENOBUFS and waits until the group has a free buffer again.
-pub(crate) async fn wait_for_buffer(core: &Rc<Core>, group: &BufGroup) {
+/// How long a receive waits after ENOBUFS before it checks again anyway: a buffer returned
+/// by an orphan's late CQE wakes nobody.
+const RECHECK: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Records an ENOBUFS and waits until a buffer came back since `epoch` (read before the
+/// receive was submitted). A free count is not enough with kernel-selected buffers: bids
+/// the kernel filled for CQEs still queued in another stream's slot count as free here
+/// while the kernel's ring is empty, and retrying on them would spin.
+pub(crate) async fn wait_for_buffer(core: &Rc<Core>, group: &BufGroup, epoch: u64) {
     group.record_enobufs();
     Metrics::bump(&core.backend.borrow().metrics().enobufs);
     tracing::debug!(target: "ring_rt", bgid = group.bgid(), buffers = group.count(), "receive pool exhausted (ENOBUFS); waiting for a buffer");
+    let mut recheck = crate::time::sleep(RECHECK);
     poll_fn(|cx| {
-        // A returned buffer may still be queued for re-providing (legacy groups); the
-        // driver provides queued buffers before it submits the retried recv.
-        if group.available() + group.queued() > 0 {
+        // User-space groups know exactly what is free.
+        let exact = group.mode() == BufMode::User && group.available() > 0;
+        if exact || core.buf_returns.get() != epoch {
+            return Poll::Ready(());
+        }
+        if std::pin::Pin::new(&mut recheck).poll(cx).is_ready() {
             return Poll::Ready(());
         }
         core.buf_waiters.borrow_mut().push(cx.waker().clone());

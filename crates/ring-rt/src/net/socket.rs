@@ -122,10 +122,11 @@ impl Socket {
     pub(crate) async fn recv_pooled(&self) -> io::Result<Option<PooledBuf>> {
         let group = self.core.backend.borrow_mut().recv_group()?;
         loop {
+            let epoch = pool::return_epoch(&self.core);
             let cqe = self.recv_select(&group).await;
             match pool::from_cqe(&self.core, &group, cqe) {
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
-                    pool::wait_for_buffer(&self.core, &group).await
+                    pool::wait_for_buffer(&self.core, &group, epoch).await
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 other => return other,
@@ -166,14 +167,16 @@ impl Socket {
         self.with_socket2(|s| s.peer_addr())
     }
 
-    pub(crate) fn into_owned(self) -> OwnedFd {
-        let fd = self.fd;
+    pub(crate) fn into_owned(mut self) -> OwnedFd {
+        // -1 tells Drop there is nothing left to close; the core handle drops normally.
+        let fd = std::mem::replace(&mut self.fd, -1);
         // The epoll backend must forget the fd: its new owner will close it without us.
         if let Backend::Epoll(epoll) = &mut *self.core.backend.borrow_mut() {
             epoll.deregister(fd);
         }
-        std::mem::forget(self);
-        // SAFETY: `self` owned the fd and was forgotten, so ownership moves here.
+        drop(self);
+        // SAFETY: `self` owned the fd; its field now says -1, so its drop did not close it
+        // and ownership moves here.
         unsafe { OwnedFd::from_raw_fd(fd) }
     }
 }
@@ -186,7 +189,9 @@ impl AsRawFd for Socket {
 
 impl Drop for Socket {
     fn drop(&mut self) {
-        crate::backend::close_fd(&self.core, self.fd);
+        if self.fd >= 0 {
+            crate::backend::close_fd(&self.core, self.fd);
+        }
     }
 }
 
@@ -197,6 +202,8 @@ pub struct RecvStream<'a> {
     socket: &'a Socket,
     group: Option<BufGroup>,
     multishot: Option<OpId>,
+    /// The pool's return count when the multishot recv was last armed.
+    armed_epoch: u64,
     done: bool,
 }
 
@@ -206,6 +213,7 @@ impl<'a> RecvStream<'a> {
             socket,
             group: None,
             multishot: None,
+            armed_epoch: 0,
             done: false,
         }
     }
@@ -239,6 +247,7 @@ impl<'a> RecvStream<'a> {
             let id = match self.multishot {
                 Some(id) => id,
                 None => {
+                    self.armed_epoch = pool::return_epoch(&core);
                     let id = core
                         .backend
                         .borrow_mut()
@@ -254,7 +263,7 @@ impl<'a> RecvStream<'a> {
             }
             match pool::from_cqe(&core, &group, cqe) {
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
-                    pool::wait_for_buffer(&core, &group).await;
+                    pool::wait_for_buffer(&core, &group, self.armed_epoch).await;
                 }
                 other => return other,
             }

@@ -14,10 +14,11 @@ use super::{Emulation, OpDef};
 use crate::buf::{IoBuf, IoBufMut};
 use crate::sys;
 
-/// Lengths the kernel takes as u32: a larger buffer is used up to u32::MAX bytes (a short
+/// Socket op lengths: io_uring's send/recv reject lengths above `i32::MAX` (`EINVAL`) where
+/// `send(2)`/`recv(2)` clamp, so a larger buffer is used up to `i32::MAX` bytes (a short
 /// transfer, which every caller already handles).
 fn len_u32(len: usize) -> u32 {
-    len.min(u32::MAX as usize) as u32
+    len.min(i32::MAX as usize) as u32
 }
 
 /// Takes ownership of an fd the kernel returned.
@@ -162,12 +163,20 @@ impl<B: IoBufMut> OpDef for Recv<B> {
 
     fn try_syscall(&mut self) -> Cqe {
         let len = self.buf.bytes_total();
+        // recv(len = 0) on a stream socket would wait for data; an empty read is done.
+        if len == 0 {
+            return Cqe::new(0, 0, 0);
+        }
         // SAFETY: the buffer is writable for bytes_total bytes and owned by the op.
         let n = unsafe { libc::recv(self.fd, self.buf.stable_mut_ptr().cast(), len, self.flags) };
         Cqe::new(0, sys::res(n), 0)
     }
 
     fn sqe(&mut self) -> squeue::Entry {
+        if self.buf.bytes_total() == 0 {
+            // As above: a NOP completes with 0 at once.
+            return opcode::Nop::new().build();
+        }
         let len = len_u32(self.buf.bytes_total());
         opcode::Recv::new(types::Fd(self.fd), self.buf.stable_mut_ptr(), len)
             .flags(self.flags)
