@@ -1,0 +1,457 @@
+//! Fault injection on both backends, each with one expected outcome: the receive pool running
+//! dry during a multishot recv (ENOBUFS), the SQ full while cancels are pushed, the process
+//! out of fds while accepting (EMFILE, in a child process with a lowered RLIMIT_NOFILE), and a
+//! dropped multishot accept with connections queued in its slot.
+
+#[macro_use]
+mod support;
+
+use std::net::Shutdown;
+use std::process::Command;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use libtest_mimic::{Arguments, Completion, Failed, Trial};
+use ring_rt::net::{TcpListener, UnixStream};
+use ring_rt::time::sleep;
+use ring_rt::{BackendKind, Runtime};
+use support::{bounded, open_fds, pattern, Outcome, TestFn};
+
+const LIMIT: Duration = Duration::from_secs(20);
+/// The child trial run with a lowered fd limit, and the env var naming its backend.
+const EMFILE_CHILD: &str = "child_accept_at_fd_limit";
+const EMFILE_ENV: &str = "RING_RT_EMFILE_CHILD_BACKEND";
+
+fn main() {
+    let tests: &[(&str, TestFn)] = &[
+        (
+            "enobufs_multishot_rearms_when_buffers_return",
+            enobufs_multishot_rearms_when_buffers_return,
+        ),
+        (
+            "enobufs_wait_does_not_spin_while_cqes_hold_buffers",
+            enobufs_wait_does_not_spin_while_cqes_hold_buffers,
+        ),
+        ("sq_full_cancels_are_not_lost", sq_full_cancels_are_not_lost),
+        (
+            "emfile_on_accept_backs_off_and_recovers",
+            emfile_on_accept_backs_off_and_recovers,
+        ),
+        (
+            "dropped_incoming_closes_queued_connections",
+            dropped_incoming_closes_queued_connections,
+        ),
+    ];
+    let mut args = Arguments::from_args();
+    // Tests count this process's fds, buffers and CPU time: one at a time.
+    args.test_threads.get_or_insert(1);
+    let mut trials = Vec::new();
+    for &(name, f) in tests {
+        for kind in [BackendKind::Uring, BackendKind::Epoll] {
+            trials.push(Trial::ignorable_test(
+                format!("{name}::{kind}"),
+                move || f(kind),
+            ));
+        }
+    }
+    trials.push(
+        Trial::ignorable_test(EMFILE_CHILD, child_accept_at_fd_limit).with_ignored_flag(true),
+    );
+    libtest_mimic::run(&args, trials).exit()
+}
+
+/// CPU time (user + system) this process has used.
+fn cpu_time() -> Duration {
+    // SAFETY: rusage is plain data; all-zero is a valid value.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a live rusage.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// 4 pooled buffers of 64 B, all leased by the reader: the next chunk waits, without
+/// spinning, and arrives as soon as the buffers come back; no byte is lost.
+fn enobufs_multishot_rearms_when_buffers_return(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Runtime::builder().recv_buffers(4, 64));
+    let rt = &rt;
+    rt.block_on(bounded(LIMIT, async {
+        let (a, b) = UnixStream::pair()?;
+        let data = pattern(11, 4096);
+        let (res, _) = a.write_all(data.clone()).await;
+        res?;
+        a.shutdown(Shutdown::Write)?;
+        let mut stream = b.recv_stream();
+        let mut got = Vec::new();
+        let mut held = Vec::new();
+        while held.len() < 4 {
+            let chunk = stream
+                .next()
+                .await
+                .ok_or("EOF while the pool had buffers")??;
+            got.extend_from_slice(&chunk);
+            held.push(chunk);
+        }
+        check!(rt.metrics().recv_buffers_in_use == 4, "the pool is not dry");
+        let before = rt.metrics().io;
+        let hold = Duration::from_millis(100);
+        let released = Rc::new(std::cell::Cell::new(None));
+        let releaser = {
+            let released = released.clone();
+            ring_rt::spawn(async move {
+                sleep(hold).await;
+                drop(held);
+                released.set(Some(Instant::now()));
+            })
+        };
+        let cpu = cpu_time();
+        let next = stream
+            .next()
+            .await
+            .ok_or("EOF instead of the next chunk")??;
+        let arrived = Instant::now();
+        let cpu_used = cpu_time() - cpu;
+        releaser.await?;
+        let released = released.get().ok_or("buffers never released")?;
+        let waits = rt.metrics().io.since(&before).enobufs;
+        check!(
+            arrived >= released,
+            "a chunk arrived while every buffer was leased"
+        );
+        let rearm = arrived - released;
+        check!(
+            rearm < Duration::from_millis(50),
+            "re-armed {rearm:?} after buffers returned"
+        );
+        check!(
+            waits <= 8,
+            "{waits} ENOBUFS retries while dry: the wait spins"
+        );
+        check!(
+            cpu_used < hold / 2,
+            "{cpu_used:?} CPU while waiting {hold:?} for a buffer"
+        );
+        got.extend_from_slice(&next);
+        drop(next);
+        while let Some(chunk) = stream.next().await {
+            got.extend_from_slice(&chunk?);
+        }
+        check!(
+            got == data,
+            "lost or reordered bytes: {} of {}",
+            got.len(),
+            data.len()
+        );
+        check!(rt.metrics().recv_buffers_in_use == 0, "buffers still out");
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// A multishot recv whose CQEs sit unpolled in its slot holds provided buffers the pool
+/// still counts as free (their bids are unreaped). Another stream that hits ENOBUFS must wait
+/// for a buffer to come back, not resubmit in a loop because the count says one is free.
+fn enobufs_wait_does_not_spin_while_cqes_hold_buffers(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Runtime::builder().recv_buffers(4, 64));
+    let rt = &rt;
+    rt.block_on(bounded(LIMIT, async {
+        let (a1, b1) = UnixStream::pair()?;
+        let (a2, b2) = UnixStream::pair()?;
+        let data1 = pattern(21, 1024);
+        let data2 = pattern(22, 64);
+        let (res, _) = a1.write_all(data1.clone()).await;
+        res?;
+        a1.shutdown(Shutdown::Write)?;
+        // Stream 1 takes one chunk and holds it; its multishot recv fills the other three
+        // buffers with CQEs it does not poll for now. The ring is empty.
+        let mut s1 = b1.recv_stream();
+        let first = s1.next().await.ok_or("no first chunk")??;
+        let mut got1 = first.to_vec();
+        sleep(Duration::from_millis(10)).await;
+        let (res, _) = a2.write_all(data2.clone()).await;
+        res?;
+        a2.shutdown(Shutdown::Write)?;
+        let before = rt.metrics().io;
+        let cpu = cpu_time();
+        let reader2 = ring_rt::spawn(async move {
+            let mut s2 = b2.recv_stream();
+            let mut got = Vec::new();
+            while let Some(chunk) = s2.next().await {
+                got.extend_from_slice(&chunk?);
+            }
+            Ok::<_, std::io::Error>(got)
+        });
+        let idle = Duration::from_millis(200);
+        sleep(idle).await;
+        let cpu_used = cpu_time() - cpu;
+        let waits = rt.metrics().io.since(&before).enobufs;
+        drop(first);
+        while let Some(chunk) = s1.next().await {
+            got1.extend_from_slice(&chunk?);
+        }
+        let got2 = reader2.await??;
+        check!(got1 == data1 && got2 == data2, "a stream lost bytes");
+        check!(
+            waits <= 8 && cpu_used < idle / 2,
+            "stream 2 retried {waits} times and used {cpu_used:?} CPU in {idle:?} while \
+             stream 1's unpolled CQEs held the buffers: the ENOBUFS wait spins"
+        );
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// A 2-entry SQ and 1,000 reads in flight, all aborted in one executor pass: every cancel
+/// gets through (queued, not dropped), every orphan is reaped, and the socket still works.
+fn sq_full_cancels_are_not_lost(kind: BackendKind) -> Outcome {
+    const READS: usize = 1000;
+    let rt = runtime!(kind, Runtime::builder().entries(2));
+    let rt = &rt;
+    rt.block_on(bounded(LIMIT, async {
+        ring_rt::yield_now().await;
+        let steady = rt.metrics().io.ops_in_flight;
+        let (a, b) = UnixStream::pair()?;
+        let b = Rc::new(b);
+        let tasks: Vec<_> = (0..READS)
+            .map(|_| {
+                let b = b.clone();
+                ring_rt::spawn(async move { b.read(Vec::with_capacity(64)).await.0.map(|_| ()) })
+            })
+            .collect();
+        if kind == BackendKind::Uring {
+            let all_in_flight = || rt.metrics().io.ops_in_flight - steady == READS as u64;
+            wait_for(Duration::from_secs(5), all_in_flight).await?;
+        } else {
+            sleep(Duration::from_millis(20)).await;
+        }
+        let before = rt.metrics().io;
+        for t in &tasks {
+            t.abort();
+        }
+        for t in tasks {
+            check!(
+                t.await.is_err_and(|e| e.is_cancelled()),
+                "a read finished instead"
+            );
+        }
+        wait_for(Duration::from_secs(5), || {
+            rt.metrics().io.ops_in_flight == steady
+        })
+        .await?;
+        let delta = rt.metrics().io.since(&before);
+        if kind == BackendKind::Uring {
+            check!(
+                delta.cancels_sent == READS as u64,
+                "{} cancels sent",
+                delta.cancels_sent
+            );
+            check!(
+                delta.orphans_reaped >= READS as u64,
+                "{} reaped",
+                delta.orphans_reaped
+            );
+            check!(
+                delta.sq_full > 0,
+                "the SQ never filled: the test tested nothing"
+            );
+        }
+        let (res, _) = a.write_all(b"after".to_vec()).await;
+        res?;
+        let (res, buf) = b.read(Vec::with_capacity(16)).await;
+        check!(
+            res? == 5 && buf == b"after",
+            "the socket lost data after the cancels"
+        );
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// Polls `done` every millisecond until it holds, failing after `limit`.
+async fn wait_for(limit: Duration, mut done: impl FnMut() -> bool) -> Result<(), Failed> {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        if Instant::now() > deadline {
+            return Err(format!("condition not reached within {limit:?}").into());
+        }
+        sleep(Duration::from_millis(1)).await;
+    }
+    Ok(())
+}
+
+/// Runs [`child_accept_at_fd_limit`] in a child process (its fd limit is lowered there).
+fn emfile_on_accept_backs_off_and_recovers(kind: BackendKind) -> Outcome {
+    let exe = std::env::current_exe()?;
+    let out = Command::new(exe)
+        .args([
+            EMFILE_CHILD,
+            "--exact",
+            "--ignored",
+            "--test-threads=1",
+            "--nocapture",
+        ])
+        .env(EMFILE_ENV, kind.name())
+        .env_remove("RING_RT_BACKEND")
+        .output()?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if stdout.contains(&format!("test {EMFILE_CHILD} ... ignored")) {
+        let reason = stdout
+            .lines()
+            .find(|l| l.contains(EMFILE_CHILD))
+            .unwrap_or_default();
+        return Ok(Completion::ignored_with(format!("child: {reason}")));
+    }
+    check!(
+        out.status.success() && stdout.contains("1 passed"),
+        "child at the fd limit failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    eprint!("{stderr}");
+    Ok(Completion::Completed)
+}
+
+/// At the fd limit, `incoming()` yields EMFILE and backs off (10 ms doubling to 1 s) instead
+/// of spinning; when fds free up it accepts every waiting connection.
+fn child_accept_at_fd_limit() -> Outcome {
+    const CLIENTS: usize = 20;
+    let Some(kind) = std::env::var(EMFILE_ENV)
+        .ok()
+        .and_then(|k| BackendKind::parse(&k))
+    else {
+        return Ok(Completion::ignored_with(
+            "runs only as the child of the EMFILE test",
+        ));
+    };
+    let rt = runtime!(kind);
+    let rt = &rt;
+    rt.block_on(bounded(LIMIT, async {
+        let l = Rc::new(TcpListener::bind("127.0.0.1:0")?);
+        let addr = l.local_addr()?;
+        let clients: Vec<socket2::Socket> = (0..CLIENTS)
+            .map(|_| socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None))
+            .collect::<Result<_, _>>()?;
+        let ballast = fill_to_limit(open_fds() as u64 + 40)?;
+        check!(
+            ballast.len() >= 30,
+            "only {} fds below the limit",
+            ballast.len()
+        );
+        for c in &clients {
+            c.set_nonblocking(true)?;
+            // Loopback finishes the handshake without waiting for accept.
+            let _ = c.connect(&addr.into());
+        }
+        let stats = Rc::new(std::cell::RefCell::new((0usize, 0usize)));
+        let server = {
+            let (l, stats) = (l.clone(), stats.clone());
+            ring_rt::spawn(async move {
+                let mut incoming = l.incoming();
+                let mut kept = Vec::new();
+                while kept.len() < CLIENTS {
+                    match incoming.next().await {
+                        Some(Ok(s)) => kept.push(s),
+                        Some(Err(e)) if e.raw_os_error() == Some(libc::EMFILE) => {}
+                        Some(Err(e)) => return Err(e),
+                        None => return Err(std::io::Error::other("incoming ended")),
+                    }
+                    let tries = stats.borrow().1 + 1;
+                    *stats.borrow_mut() = (kept.len(), tries);
+                }
+                Ok(kept.len())
+            })
+        };
+        let at_limit = Duration::from_millis(1500);
+        let cpu = cpu_time();
+        sleep(at_limit).await;
+        let cpu_used = cpu_time() - cpu;
+        let (accepted, tries) = *stats.borrow();
+        check!(accepted == 0, "accepted {accepted} with no fd free");
+        check!(
+            (1..=12).contains(&tries),
+            "{tries} EMFILE results in {at_limit:?}: no back-off"
+        );
+        check!(
+            cpu_used < Duration::from_millis(150),
+            "{cpu_used:?} CPU at the fd limit"
+        );
+        let freed = Instant::now();
+        drop(ballast);
+        let n = server.await??;
+        let recovery = freed.elapsed();
+        check!(n == CLIENTS, "accepted {n} of {CLIENTS}");
+        check!(
+            recovery < Duration::from_millis(1500),
+            "recovered after {recovery:?}"
+        );
+        eprintln!(
+            "{kind}: {tries} EMFILE results in {at_limit:?} at the limit, {cpu_used:?} CPU; \
+             all {CLIENTS} accepted {recovery:?} after fds were freed"
+        );
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// Lowers the soft fd limit to `limit` and opens /dev/null until the next fd would fail:
+/// the process is then exactly at its limit. Returns the fds that filled it.
+fn fill_to_limit(limit: u64) -> std::io::Result<Vec<std::fs::File>> {
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: a valid pointer to a live rlimit.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    rl.rlim_cur = limit.min(rl.rlim_max);
+    // SAFETY: a valid pointer to a live rlimit; lowering the soft limit needs no privilege.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &rl) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut ballast = Vec::new();
+    loop {
+        match std::fs::File::open("/dev/null") {
+            Ok(f) => ballast.push(f),
+            Err(e) if e.raw_os_error() == Some(libc::EMFILE) => return Ok(ballast),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// A multishot accept with connections queued in its slot, dropped before they are polled:
+/// each queued fd is closed (the clients see EOF), nothing leaks.
+fn dropped_incoming_closes_queued_connections(kind: BackendKind) -> Outcome {
+    use std::io::Read;
+    let rt = runtime!(kind);
+    let rt_has_multishot_accept = || {
+        rt.features()
+            .is_some_and(|f| f.has(ring_rt::Feature::MultishotAccept))
+    };
+    rt.block_on(bounded(LIMIT, async {
+        let l = TcpListener::bind("127.0.0.1:0")?;
+        let addr = l.local_addr()?;
+        let baseline = open_fds();
+        let mut incoming = l.incoming();
+        let first = std::net::TcpStream::connect(addr)?;
+        let s = incoming.next().await.ok_or("incoming ended")??;
+        let mut clients: Vec<_> = (0..10)
+            .map(|_| std::net::TcpStream::connect(addr))
+            .collect::<Result<_, _>>()?;
+        // Let the armed multishot accept take them into its slot.
+        sleep(Duration::from_millis(20)).await;
+        drop(incoming);
+        drop(s);
+        wait_for(Duration::from_secs(2), || open_fds() == baseline + 11).await?;
+        let mut eof = 0;
+        for c in &mut clients {
+            c.set_nonblocking(true)?;
+            let mut byte = [0u8; 1];
+            // Accepted into the slot then closed: EOF. Never accepted (on epoll nothing is
+            // accepted ahead of a poll): still in the kernel's backlog, WouldBlock.
+            eof += usize::from(matches!(c.read(&mut byte), Ok(0)));
+        }
+        if kind == BackendKind::Uring && rt_has_multishot_accept() {
+            check!(eof == 10, "{eof} of 10 queued connections were closed");
+        }
+        drop((first, clients));
+        wait_for(Duration::from_secs(2), || open_fds() == baseline).await?;
+        Ok(Completion::Completed)
+    }))?
+}

@@ -1,0 +1,27 @@
+//! The runtime on real sockets and files: a fuzzed program of recv, pooled recv, multishot
+//! recv stream, read, write, accept, incoming, connect, file ops and sleeps, each dropped by
+//! a fuzzed policy (timeout, link timeout, abort, after k polls), on io_uring or epoll (first
+//! byte). Invariants: no panic, no hang, every op not dropped completes, buffers handed back,
+//! fds and ops in flight back to baseline, every orphan reaped, no pooled buffer out (see
+//! `crates/ring-rt/tests/reliability_program/mod.rs`).
+
+#![no_main]
+
+#[path = "../../crates/ring-rt/tests/reliability_program/mod.rs"]
+mod reliability_program;
+
+use ring_rt::BackendKind;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    let Some((&backend, program)) = data.split_first() else {
+        return;
+    };
+    let kind = if backend & 1 == 0 {
+        BackendKind::Uring
+    } else {
+        BackendKind::Epoll
+    };
+    if let Err(violation) = reliability_program::run(kind, program) {
+        panic!("{kind}: {violation}");
+    }
+});
