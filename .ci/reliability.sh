@@ -5,7 +5,8 @@
 #   3. a short soak of the echo example (1,000 connections, random sizes, flat memory).
 # The reliability tests themselves (tests/reliability_*.rs in ring-core and ring-rt) run
 # with `cargo test --workspace` and under AddressSanitizer in .ci/run.
-# Cost on 2 cores with warm caches: about 2.5 minutes (fuzz 4 x 15 s, Miri ~40 s, soak ~40 s).
+# Cost on 2 cores with warm caches: about 2.3 minutes (fuzz build 9 s + 4 x 15 s, Miri 17 s,
+# soak 44 s). FUZZ_SECONDS and SOAK_SECONDS lengthen the runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never

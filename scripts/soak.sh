@@ -76,6 +76,7 @@ wait "$sampler" 2>/dev/null || true
 echo "load: $(cat "$out/load.json")"
 verdict=$(awk -F, -v dur="$duration" -v max="$growth_max_kib" '
     # Only samples taken while the load ran: t < duration.
+    BEGIN { n = 0 }
     NR == 1 || $1 >= dur { next }
     { t[n] = $1; rss[n] = $2; fds[n] = $3; cpu[n] = $4; n++ }
     END {

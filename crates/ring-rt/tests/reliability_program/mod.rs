@@ -119,6 +119,13 @@ impl World {
         }
     }
 
+    /// Half-closes (write side) one end of one pair: the peer's reads see EOF.
+    fn half_close(&self, pick: u8) {
+        let (a, b) = &self.pairs[usize::from(pick) % PAIRS];
+        let side = if pick & 0x80 == 0 { a } else { b };
+        let _ = side.shutdown(std::net::Shutdown::Write);
+    }
+
     /// Shuts every socket down, so that every op on one finishes: reads see EOF, writes
     /// EPIPE, accepts EINVAL (a listening socket shut down stops listening).
     fn shut_down(&self) {
@@ -235,15 +242,6 @@ async fn program(rt: &Runtime, data: &[u8], path: PathBuf) -> Result<Report, Str
         enobufs: delta.enobufs,
         sq_full: delta.sq_full,
     })
-}
-
-impl World {
-    /// Half-closes (write side) one end of one pair: the peer's reads see EOF.
-    fn half_close(&self, pick: u8) {
-        let (a, b) = &self.pairs[usize::from(pick) % PAIRS];
-        let side = if pick & 0x80 == 0 { a } else { b };
-        let _ = side.shutdown(std::net::Shutdown::Write);
-    }
 }
 
 /// Waits for every task: those not aborted must finish by themselves now that every socket
