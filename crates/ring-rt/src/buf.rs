@@ -233,6 +233,24 @@ unsafe impl<T: IoBufMut> IoBufMut for Slice<T> {
     }
 }
 
+/// The output of a read-like op: the byte count, with those bytes marked initialised in
+/// `buf`, and the buffer itself (on error too).
+///
+/// # Safety
+/// `cqe` must be the final completion of an op that read into the start of `buf`, so a
+/// non-negative result is the number of bytes the kernel wrote there.
+pub(crate) unsafe fn read_output<B: IoBufMut>(
+    cqe: &ring_core::cqe::Cqe,
+    mut buf: B,
+) -> (std::io::Result<usize>, B) {
+    let res = cqe.result().map(|n| n as usize);
+    if let Ok(n) = res {
+        // SAFETY: per this function's contract, the kernel wrote `n` bytes at the start.
+        unsafe { buf.set_init(n) };
+    }
+    (res, buf)
+}
+
 /// Runs `step` on `buf[done..total]` until `total` bytes moved, looping over short
 /// transfers and `EINTR`. A step that moves nothing ends it with `on_zero(done, total)`
 /// (`WriteZero` for writes, `UnexpectedEof` for reads). The buffer always comes back.

@@ -11,7 +11,7 @@ use ring_core::release::{Both, CloseFd, Keep, RecycleBid};
 use socket2::{SockAddr, SockAddrStorage};
 
 use super::{Emulation, OpDef};
-use crate::buf::{IoBuf, IoBufMut};
+use crate::buf::{read_output, IoBuf, IoBufMut};
 use crate::sys;
 
 /// Socket op lengths: io_uring's send/recv reject lengths above `i32::MAX` (`EINVAL`) where
@@ -183,13 +183,9 @@ impl<B: IoBufMut> OpDef for Recv<B> {
             .build()
     }
 
-    fn complete(mut self, cqe: Cqe) -> Self::Output {
-        let res = cqe.result().map(|n| n as usize);
-        if let Ok(n) = res {
-            // SAFETY: the kernel wrote `n` bytes at the start of the buffer.
-            unsafe { self.buf.set_init(n) };
-        }
-        (res, self.buf)
+    fn complete(self, cqe: Cqe) -> Self::Output {
+        // SAFETY: `cqe` is this op's final completion, a read into the start of `buf`.
+        unsafe { read_output(&cqe, self.buf) }
     }
 }
 
@@ -592,12 +588,8 @@ impl<B: IoBufMut> OpDef for ReadPollable<B> {
             .build()
     }
 
-    fn complete(mut self, cqe: Cqe) -> Self::Output {
-        let res = cqe.result().map(|n| n as usize);
-        if let Ok(n) = res {
-            // SAFETY: the kernel wrote `n` bytes at the start of the buffer.
-            unsafe { self.buf.set_init(n) };
-        }
-        (res, self.buf)
+    fn complete(self, cqe: Cqe) -> Self::Output {
+        // SAFETY: `cqe` is this op's final completion, a read into the start of `buf`.
+        unsafe { read_output(&cqe, self.buf) }
     }
 }

@@ -17,7 +17,7 @@ use ring_core::lifecycle::Orphan;
 use ring_core::release::{Both, CloseFd, Keep};
 
 use super::{Emulation, Op, OpDef};
-use crate::buf::{IoBuf, IoBufMut};
+use crate::buf::{read_output, IoBuf, IoBufMut};
 use crate::runtime::Core;
 use crate::sys;
 
@@ -147,13 +147,9 @@ impl<B: IoBufMut> OpDef for ReadAt<B> {
             .build()
     }
 
-    fn complete(mut self, cqe: Cqe) -> Self::Output {
-        let res = count(&cqe);
-        if let Ok(n) = res {
-            // SAFETY: the kernel wrote `n` bytes at the start of the buffer.
-            unsafe { self.buf.set_init(n) };
-        }
-        (res, self.buf)
+    fn complete(self, cqe: Cqe) -> Self::Output {
+        // SAFETY: `cqe` is this op's final completion, a read into the start of `buf`.
+        unsafe { read_output(&cqe, self.buf) }
     }
 
     fn emulate(&mut self) -> Emulation {
