@@ -4,6 +4,7 @@
 //! `metrics {"enters":..,...}`, which the echo benchmark reads.
 //!
 //! cargo run --release --example echo -- --addr 127.0.0.1:7000 [--threads N] [--backend uring|epoll]
+//!     [--batch-wait-us N]
 
 use std::io;
 use std::net::SocketAddr;
@@ -18,6 +19,7 @@ struct Args {
     addr: SocketAddr,
     threads: usize,
     backend: Option<BackendKind>,
+    batch_wait_us: Option<u64>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -25,6 +27,7 @@ fn parse_args() -> Result<Args, String> {
         addr: "127.0.0.1:7000".parse().unwrap(),
         threads: 1,
         backend: None,
+        batch_wait_us: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -40,6 +43,13 @@ fn parse_args() -> Result<Args, String> {
                 args.backend = Some(
                     BackendKind::parse(&value)
                         .ok_or(format!("--backend {value}: uring or epoll"))?,
+                )
+            }
+            "--batch-wait-us" => {
+                args.batch_wait_us = Some(
+                    value
+                        .parse()
+                        .map_err(|e| format!("--batch-wait-us {value}: {e}"))?,
                 )
             }
             _ => return Err(format!("unknown flag {flag}")),
@@ -156,6 +166,9 @@ fn run(args: Args) -> io::Result<()> {
     if let Some(kind) = args.backend {
         builder = builder.backend(kind);
     }
+    if let Some(us) = args.batch_wait_us {
+        builder = builder.batch_wait(std::time::Duration::from_micros(us));
+    }
     let rt = builder.build()?;
     let features = rt.features().map_or("none (epoll)".to_string(), |f| {
         f.used_by_runtime().join(",")
@@ -187,7 +200,7 @@ fn main() -> ExitCode {
         Ok(a) => a,
         Err(e) => {
             eprintln!(
-                "echo: {e}\nusage: echo --addr IP:PORT [--threads N] [--backend uring|epoll]"
+                "echo: {e}\nusage: echo --addr IP:PORT [--threads N] [--backend uring|epoll] [--batch-wait-us N]"
             );
             return ExitCode::from(2);
         }

@@ -37,6 +37,40 @@ pub struct DriverConfig {
 }
 
 /// One io_uring instance and the ops in flight on it. Not `Send`: one driver per thread.
+///
+/// # Examples
+///
+/// One op's whole life: [`new`](Driver::new), [`submit_op`](Driver::submit_op) (no
+/// syscall), [`turn`](Driver::turn) (one `io_uring_enter`), [`poll_op`](Driver::poll_op):
+///
+/// ```
+/// use std::task::{Poll, Waker};
+/// use io_uring::opcode;
+/// use ring_core::driver::{Driver, DriverConfig, Wait};
+/// use ring_core::probe::Features;
+/// use ring_core::setup::RingConfig;
+///
+/// # fn main() -> std::io::Result<()> {
+/// let features = match Features::probe() {
+///     Ok(features) => features.clone(),
+///     Err(err) => {
+///         eprintln!("no io_uring here: {err} ({})", err.fix());
+///         return Ok(());
+///     }
+/// };
+/// let mut driver = Driver::new(&DriverConfig { ring: RingConfig::default(), features })?;
+/// let id = driver.submit_op(opcode::Nop::new().build())?;
+/// assert_eq!(driver.in_flight(), 1);
+/// driver.turn(Wait::Forever)?; // submits the NOP and waits for its CQE
+/// match driver.poll_op(id, Waker::noop()) {
+///     Poll::Ready(cqe) => assert_eq!(cqe?.res, 0),
+///     Poll::Pending => unreachable!("the turn waited for the CQE"),
+/// }
+/// assert_eq!(driver.in_flight(), 0); // the final CQE freed the slot
+/// assert_eq!(driver.metrics().snapshot().sqes_submitted, 1);
+/// # Ok(())
+/// # }
+/// ```
 pub struct Driver {
     ring: IoUring,
     flags: SetupFlags,
@@ -54,10 +88,13 @@ pub struct Driver {
     wait_ts: Box<types::Timespec>,
     /// The kernel's count of dropped CQEs when we last looked (pre-NODROP kernels).
     overflow_seen: u64,
+    /// How blocking waits gather several CQEs per enter; `None` waits for the first.
+    batch: Option<Batch>,
 }
 
 impl Driver {
     /// Builds the ring that `config` asks for, with the best flags the features allow.
+    /// See the [type's example](Driver).
     pub fn new(config: &DriverConfig) -> Result<Driver, SetupError> {
         let built = setup::build_ring(&config.features, &config.ring)?;
         let cq_entries = built.ring.params().cq_entries() as usize;
@@ -72,6 +109,7 @@ impl Driver {
             groups: groups::Groups::default(),
             wait_ts: Box::new(types::Timespec::new()),
             overflow_seen: 0,
+            batch: None,
         })
     }
 
@@ -106,7 +144,8 @@ impl Driver {
         self.ring.submitter()
     }
 
-    /// Inserts an op and pushes its SQE; the returned id is what the future polls.
+    /// Inserts an op and pushes its SQE; the returned id is what the future polls. See the
+    /// [type's example](Driver).
     pub fn submit_op(&mut self, sqe: squeue::Entry) -> io::Result<OpId> {
         self.provide_queued();
         let id = self.ops.insert()?;
@@ -143,7 +182,8 @@ impl Driver {
         self.push_group(vec![sqe]);
     }
 
-    /// Polls op `id` for its next CQE (see [`OpTable::poll`]).
+    /// Polls op `id` for its next CQE (see [`OpTable::poll`], and the
+    /// [type's example](Driver)).
     pub fn poll_op(&mut self, id: OpId, waker: &Waker) -> Poll<io::Result<Cqe>> {
         let polled = self.ops.poll(id, waker);
         if polled.is_ready() {
@@ -183,6 +223,18 @@ impl Driver {
     pub fn pending_sqes(&mut self) -> usize {
         let parked: usize = self.backlog.iter().map(Vec::len).sum();
         self.ring.submission().len() + parked
+    }
+
+    /// Makes blocking waits gather up to `batch.want` CQEs, for at most `batch.min_wait`
+    /// beyond the first, so a busy ring does one enter per batch instead of one per CQE.
+    /// `None` (the default) returns as soon as one CQE is ready. Needs
+    /// `IORING_FEAT_MIN_TIMEOUT` (6.12+): returns false, and changes nothing, without it.
+    pub fn set_batch(&mut self, batch: Option<Batch>) -> bool {
+        if !self.features.has(Feature::MinTimeout) {
+            return false;
+        }
+        self.batch = batch.filter(|b| b.want > 1 && !b.min_wait.is_zero());
+        true
     }
 
     /// Ops in flight (orphans included).
@@ -262,6 +314,16 @@ impl Driver {
 /// Marks an SQE as linked to the next one.
 fn link(sqe: squeue::Entry) -> squeue::Entry {
     sqe.flags(squeue::Flags::IO_LINK)
+}
+
+/// A batched wait (see [`Driver::set_batch`]): block until `want` CQEs are ready, or, once
+/// `min_wait` has passed, until at least one is. The kernel's `min_wait_usec` (6.12+).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Batch {
+    /// CQEs to wait for; 1 is an ordinary wait.
+    pub want: u32,
+    /// How long to wait for the rest once the first is late; whole microseconds.
+    pub min_wait: Duration,
 }
 
 /// A wait for `turn`: how long to block for the first completion.

@@ -73,9 +73,16 @@ impl Driver {
             self.push_wait_timeout(d);
             timeout = None;
         }
+        let mut min_wait = None;
+        if let (Some(batch), 1) = (self.batch, min_complete) {
+            // `set_batch` only stores a batch when the kernel has MIN_TIMEOUT (6.12+), so
+            // EXT_ARG (5.11) is there too. A min wait longer than the timeout is cut to it.
+            min_complete = batch.want;
+            min_wait = Some(timeout.map_or(batch.min_wait, |d| d.min(batch.min_wait)));
+        }
         for _ in 0..BUSY_RETRIES_MAX {
             let queued = self.ring.submission().len();
-            let res = self.enter_raw(queued as u32, min_complete, timeout);
+            let res = self.enter_raw(queued as u32, min_complete, timeout, min_wait);
             Metrics::bump(&self.metrics.enters);
             let left = self.ring.submission().len();
             Metrics::add(
@@ -92,7 +99,7 @@ impl Driver {
                 // space and flushes the overflow; then retry without waiting.
                 Some(libc::EBUSY) | Some(libc::EAGAIN) => {
                     self.drain()?;
-                    (min_complete, timeout) = (0, None);
+                    (min_complete, timeout, min_wait) = (0, None, None);
                 }
                 // The kernel had to drop overflowed CQEs it could not allocate room for.
                 Some(libc::EBADR) => {
@@ -110,6 +117,7 @@ impl Driver {
         to_submit: u32,
         min_complete: u32,
         timeout: Option<Duration>,
+        min_wait: Option<Duration>,
     ) -> io::Result<usize> {
         // GETEVENTS always: it is what runs deferred task work (DEFER_TASKRUN) and flushes
         // overflowed CQEs, and costs nothing when there is none.
@@ -118,6 +126,16 @@ impl Driver {
             flags |= ENTER_SQ_WAKEUP;
         }
         let submitter = self.ring.submitter();
+        if let Some(min_wait) = min_wait {
+            let ts = timeout.map(timespec);
+            let args = GeteventsArg::new(ts.as_ref(), min_wait);
+            // SAFETY: `args` and the `ts` it may point at outlive the call; EXT_ARG tells
+            // the kernel the argument is an `io_uring_getevents_arg`, which `GeteventsArg`
+            // mirrors field for field (repr(C)), and its size is what `enter` passes.
+            return unsafe {
+                submitter.enter(to_submit, min_complete, flags | ENTER_EXT_ARG, Some(&args))
+            };
+        }
         match timeout {
             Some(d) => {
                 let ts = timespec(d);
@@ -221,6 +239,30 @@ impl Driver {
         if self.ops.awaiting_kernel() > 0 {
             std::mem::forget(std::mem::take(&mut self.ops));
             self.groups.leak();
+        }
+    }
+}
+
+/// The kernel's `struct io_uring_getevents_arg` (5.11; `min_wait_usec` since 6.12). The
+/// io-uring crate's `SubmitArgs` cannot set `min_wait_usec`, so the batched wait builds
+/// its own.
+#[repr(C)]
+struct GeteventsArg {
+    sigmask: u64,
+    sigmask_sz: u32,
+    min_wait_usec: u32,
+    ts: u64,
+}
+
+impl GeteventsArg {
+    fn new(ts: Option<&types::Timespec>, min_wait: Duration) -> GeteventsArg {
+        GeteventsArg {
+            sigmask: 0,
+            sigmask_sz: 0,
+            // At least 1 us: 0 would mean "no minimum" and turn the batch into a plain wait
+            // for `want` CQEs with no bound.
+            min_wait_usec: min_wait.as_micros().clamp(1, u32::MAX as u128) as u32,
+            ts: ts.map_or(0, |ts| ts as *const types::Timespec as u64),
         }
     }
 }

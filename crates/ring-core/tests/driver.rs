@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use io_uring::{opcode, squeue, types};
 use libtest_mimic::{Arguments, Completion};
-use ring_core::driver::{Driver, DriverConfig, Wait};
+use ring_core::driver::{Batch, Driver, DriverConfig, Wait};
 use ring_core::probe::Feature;
 use ring_core::release::{CloseFd, Keep, RecycleBid};
 use ring_core::setup::RingConfig;
@@ -53,6 +53,10 @@ fn main() {
             wait_with_timeout_sqe_without_ext_arg,
         ),
         trial("shutdown_reaps_every_orphan", shutdown_reaps_every_orphan),
+        trial(
+            "batched_wait_gathers_then_gives_up",
+            batched_wait_gathers_then_gives_up,
+        ),
     ];
     libtest_mimic::run(&args, tests).exit();
 }
@@ -401,6 +405,78 @@ fn wait_with_timeout_sqe_without_ext_arg() -> Outcome {
     driver.turn(Wait::For(Duration::from_secs(3600)))?;
     driver.orphan(id, Box::new(Keep(())));
     turn_until(&mut driver, Duration::from_secs(5), |d| d.in_flight() == 0)?;
+    Ok(Completion::Completed)
+}
+
+/// `set_batch`: one enter gathers a whole batch; a batch that does not fill returns what
+/// it has once the min wait passes; a shorter wait timeout still bounds the wait.
+fn batched_wait_gathers_then_gives_up() -> Outcome {
+    let features = match features() {
+        Ok(f) => f,
+        Err(skip) => return Ok(skip),
+    };
+    if let Some(skip) = lacks(&features, Feature::MinTimeout) {
+        return Ok(skip);
+    }
+    let mut driver = driver_with(features, 8, 0);
+    let batch = |want, ms| {
+        Some(Batch {
+            want,
+            min_wait: Duration::from_millis(ms),
+        })
+    };
+    check!(driver.set_batch(batch(4, 2_000)), "MIN_TIMEOUT refused");
+    // Reads on socket pairs that a thread feeds 5 ms apart. (Timeout ops would not do:
+    // the kernel ends every wait when any timeout op fires.)
+    let pairs: Vec<_> = (0..4)
+        .map(|_| std::os::unix::net::UnixStream::pair())
+        .collect::<Result<_, _>>()?;
+    let mut bufs = vec![[0u8; 8]; 4];
+    for ((ours, _), buf) in pairs.iter().zip(bufs.iter_mut()) {
+        let read = opcode::Read::new(types::Fd(ours.as_raw_fd()), buf.as_mut_ptr(), 8);
+        driver.submit_op(read.build())?;
+    }
+    driver.turn(Wait::No)?;
+    let peers: Vec<_> = pairs
+        .iter()
+        .map(|(_, theirs)| theirs.try_clone())
+        .collect::<Result<_, _>>()?;
+    let feeder = std::thread::spawn(move || {
+        for mut peer in peers {
+            std::thread::sleep(Duration::from_millis(5));
+            peer.write_all(b"x").expect("feed a read");
+        }
+    });
+    let before = driver.metrics().snapshot();
+    let n = driver.turn(Wait::Forever)?;
+    let enters = driver.metrics().snapshot().since(&before).enters;
+    feeder.join().expect("feeder thread");
+    check!(n == 4, "one batched wait dispatched {n} of 4 CQEs");
+    check!(enters == 1, "{enters} enters for one batch");
+
+    // Only one CQE will come: the wait settles for it once the 30 ms min wait is over.
+    driver.set_batch(batch(4, 30));
+    let spans = Box::new(types::Timespec::new().nsec(5_000_000));
+    driver.submit_op(opcode::Timeout::new(&*spans).build())?;
+    let start = std::time::Instant::now();
+    let n = driver.turn(Wait::Forever)?;
+    check!(n == 1, "{n} CQEs from a batch that could not fill");
+    check!(
+        start.elapsed() < Duration::from_secs(5),
+        "a batch that could not fill waited {:?}",
+        start.elapsed()
+    );
+
+    // Nothing in flight: the turn's own 20 ms timeout ends the wait, not the 10 s batch.
+    driver.set_batch(batch(4, 10_000));
+    let start = std::time::Instant::now();
+    let n = driver.turn(Wait::For(Duration::from_millis(20)))?;
+    check!(n == 0, "{n} CQEs with nothing in flight");
+    check!(
+        start.elapsed() < Duration::from_secs(5),
+        "the wait timeout did not bound a batched wait ({:?})",
+        start.elapsed()
+    );
     Ok(Completion::Completed)
 }
 

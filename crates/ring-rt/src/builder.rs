@@ -3,6 +3,7 @@
 use std::io;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::Duration;
 
 use ring_core::driver::DriverConfig;
 use ring_core::probe::FeatureMask;
@@ -11,6 +12,9 @@ use ring_core::setup::RingConfig;
 use crate::backend::epoll::EpollBackend;
 use crate::backend::uring::{RecvBuffers, UringBackend};
 use crate::backend::{Backend, BackendKind};
+
+/// The default for [`Builder::batch_wait`].
+const DEFAULT_BATCH_WAIT: Duration = Duration::ZERO;
 use crate::executor::{Executor, Shared};
 use crate::runtime::{Core, Runtime};
 use crate::select::{self, Choice};
@@ -20,9 +24,30 @@ use crate::worker::Workers;
 
 /// Configures and builds a [`Runtime`].
 ///
+/// # Examples
+///
 /// ```
 /// let rt = ring_rt::Runtime::builder().entries(512).build().unwrap();
 /// println!("backend: {}", rt.backend());
+/// ```
+///
+/// Every knob at once (each is described on its method):
+///
+/// ```
+/// use ring_rt::{BackendKind, Builder, FeatureMask};
+///
+/// let builder = Builder::new()
+///     .entries(128)
+///     .threads(2)
+///     .feature_mask(FeatureMask::parse("6.1").unwrap())
+///     .recv_buffers(256, 2048)
+///     .pin_workers(false);
+/// let rt = builder.build()?;
+/// assert_eq!(rt.threads(), 2);
+/// // A builder can be reused, e.g. to force the fallback for comparison.
+/// let epoll = builder.backend(BackendKind::Epoll).build()?;
+/// assert_eq!(epoll.backend().kind, BackendKind::Epoll);
+/// # std::io::Result::Ok(())
 /// ```
 #[derive(Clone, Debug)]
 pub struct Builder {
@@ -33,6 +58,7 @@ pub struct Builder {
     sqpoll_idle_ms: Option<u32>,
     pin_workers: bool,
     recv_buffers: RecvBuffers,
+    batch_wait: Duration,
 }
 
 impl Default for Builder {
@@ -45,6 +71,14 @@ impl Builder {
     /// Defaults: 256 SQ entries, one worker (the calling thread), backend chosen at run time
     /// (`RING_RT_BACKEND` overrides), features masked by `RING_FEATURES` if set, no SQPOLL,
     /// a shared receive pool of 1,024 buffers of 4 KiB per worker.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let rt = ring_rt::Builder::new().build()?;
+    /// assert_eq!(rt.threads(), 1);
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn new() -> Builder {
         Builder {
             entries: 256,
@@ -57,53 +91,162 @@ impl Builder {
                 count: 1024,
                 len: 4096,
             },
+            batch_wait: DEFAULT_BATCH_WAIT,
         }
     }
 
     /// SQ entries per ring (rounded up to a power of two; the CQ is sized for multishot).
+    /// A full SQ is submitted and the push retried, so this bounds batching, not the number
+    /// of ops in flight. Ignored on epoll.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let rt = ring_rt::Runtime::builder().entries(1024).build()?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn entries(mut self, entries: u32) -> Builder {
         self.entries = entries;
         self
     }
 
-    /// Number of workers, each with its own ring; the calling thread is worker 0.
+    /// Number of workers, each with its own ring; the calling thread is worker 0 (0 counts
+    /// as 1). Put work on the other workers with [`Runtime::spawn_on_all`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let rt = ring_rt::Runtime::builder().threads(3).build()?;
+    /// assert_eq!(rt.threads(), 3);
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn threads(mut self, threads: usize) -> Builder {
         self.threads = threads.max(1);
         self
     }
 
-    /// Forces a backend. Forcing `Uring` where io_uring is unavailable makes `build` fail.
+    /// Forces a backend, overriding `RING_RT_BACKEND`. Forcing `Uring` where io_uring is
+    /// unavailable makes `build` fail with `Unsupported` instead of falling back.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ring_rt::{BackendKind, Runtime};
+    ///
+    /// let rt = Runtime::builder().backend(BackendKind::Epoll).build()?;
+    /// assert_eq!(rt.backend().reason, "requested");
+    /// assert!(rt.features().is_none());
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn backend(mut self, backend: BackendKind) -> Builder {
         self.backend = Some(backend);
         self
     }
 
-    /// Hides io_uring features (e.g. `FeatureMask::parse("5.11")`), overriding `RING_FEATURES`.
+    /// Hides io_uring features (e.g. `FeatureMask::parse("5.11")`), overriding `RING_FEATURES`,
+    /// so the runtime behaves as on an older kernel.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ring_rt::{Feature, FeatureMask, Runtime};
+    ///
+    /// let mask = FeatureMask::parse("multishot_accept").unwrap();
+    /// let rt = Runtime::builder().feature_mask(mask).build()?;
+    /// if let Some(features) = rt.features() {
+    ///     assert!(!features.has(Feature::MultishotAccept)); // one accept per connection
+    /// }
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn feature_mask(mut self, mask: FeatureMask) -> Builder {
         self.mask = Some(mask);
         self
     }
 
-    /// Uses a kernel SQ polling thread that sleeps after `idle_ms` without work.
+    /// Uses a kernel SQ polling thread that sleeps after `idle_ms` without work, where the
+    /// kernel allows it (`IORING_SETUP_SQPOLL`; unprivileged since 5.11); ignored on epoll.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let rt = ring_rt::Runtime::builder().sqpoll(100).build()?;
+    /// let out = rt.block_on(async {
+    ///     let (a, b) = ring_rt::net::UnixStream::pair()?;
+    ///     a.write_all(&b"polled"[..]).await.0?;
+    ///     let (n, buf) = b.read(vec![0; 16]).await;
+    ///     std::io::Result::Ok(buf[..n?].to_vec())
+    /// })?;
+    /// assert_eq!(out, b"polled");
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn sqpoll(mut self, idle_ms: u32) -> Builder {
         self.sqpoll_idle_ms = Some(idle_ms);
         self
     }
 
-    /// Pins worker `i` to CPU `i % nproc`.
+    /// Pins worker `i` to CPU `i % nproc` (worker 0 is the thread that calls `build`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let rt = ring_rt::Runtime::builder().threads(2).pin_workers(true).build()?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn pin_workers(mut self, pin: bool) -> Builder {
         self.pin_workers = pin;
         self
     }
 
-    /// Size of each worker's shared pool for pooled receives (`count` a power of two).
+    /// Size of each worker's shared pool for pooled receives (`count` a power of two):
+    /// [`recv_pooled`](crate::net::TcpStream::recv_pooled) and
+    /// [`recv_stream`](crate::net::TcpStream::recv_stream) return chunks of at most `len`
+    /// bytes. When every buffer is out, receivers wait for one to come back.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let rt = ring_rt::Runtime::builder().recv_buffers(16, 8).build()?;
+    /// rt.block_on(async {
+    ///     let (a, b) = ring_rt::net::UnixStream::pair()?;
+    ///     a.write_all(&b"0123456789"[..]).await.0?;
+    ///     let chunk = b.recv_pooled().await?.expect("data");
+    ///     assert_eq!(&chunk[..], b"01234567"); // at most 8 bytes per buffer
+    ///     std::io::Result::Ok(())
+    /// })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn recv_buffers(mut self, count: u16, len: u32) -> Builder {
         self.recv_buffers = RecvBuffers { count, len };
         self
     }
 
+    /// How long a busy io_uring worker may wait to gather as many completions per
+    /// `io_uring_enter` as its last turn had (at most 64) before running what
+    /// is ready. Fewer enters per request under load, at the cost of up to this much extra
+    /// latency when load suddenly drops. `Duration::ZERO` turns it off; an idle or lightly
+    /// loaded worker (one completion per turn) never waits. Needs 6.12+
+    /// (`IORING_FEAT_MIN_TIMEOUT`); ignored on older kernels and on epoll.
+    pub fn batch_wait(mut self, wait: Duration) -> Builder {
+        self.batch_wait = wait;
+        self
+    }
+
     /// Builds the runtime: chooses the backend, sets up worker 0 on this thread and starts
     /// the other workers.
+    ///
+    /// # Errors
+    /// A bad `RING_RT_BACKEND`/`RING_FEATURES` value (`InvalidInput`), io_uring forced but
+    /// unavailable (`Unsupported`), or a worker that could not start (e.g. `pin_workers`
+    /// where affinity is not allowed).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let builder = ring_rt::Runtime::builder();
+    /// let first = builder.build()?;
+    /// let second = builder.build()?; // one builder, many runtimes
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn build(&self) -> io::Result<Runtime> {
         let config = Arc::new(self.resolved()?);
         let workers = match self.threads {
@@ -142,6 +285,7 @@ impl Builder {
             },
             pin_workers: self.pin_workers,
             recv_buffers: self.recv_buffers,
+            batch_wait: self.batch_wait,
         })
     }
 }
@@ -154,6 +298,7 @@ pub(crate) struct WorkerConfig {
     ring: RingConfig,
     pin_workers: bool,
     recv_buffers: RecvBuffers,
+    batch_wait: Duration,
 }
 
 impl WorkerConfig {
@@ -190,7 +335,8 @@ impl WorkerConfig {
         };
         let waker_shared = shared.clone();
         let on_wake = Box::new(move || waker_shared.unparker.reset());
-        match UringBackend::new(&config, shared.unparker.fd(), on_wake, self.recv_buffers) {
+        let backend = UringBackend::new(&config, shared.unparker.fd(), on_wake, self.recv_buffers);
+        match backend.map(|b| b.with_batch_wait(self.batch_wait)) {
             Ok(backend) => Ok((Backend::Uring(backend), choice)),
             Err(err) if self.requested == Some(BackendKind::Uring) => Err(err.into()),
             Err(err) => self.epoll(shared, select::setup_failed(err)),

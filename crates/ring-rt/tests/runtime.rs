@@ -183,8 +183,11 @@ fn many_timers_fire_in_order(kind: BackendKind) -> Outcome {
     let order = rt.block_on(async {
         let log = Rc::new(std::cell::RefCell::new(Vec::new()));
         // Deadlines from one instant: under emulation a poll can take longer than the 2 ms
-        // spacing, which would reorder sleeps measured from each task's own first poll.
-        let start = Instant::now();
+        // spacing, which would reorder sleeps measured from each task's own first poll. The
+        // first deadline is 100 ms out so that every task has registered its sleep before
+        // any is due: a deadline already past at the first poll completes in poll order
+        // (and the tasks are spawned in reverse), which is right but not what this tests.
+        let start = Instant::now() + Duration::from_millis(100);
         let hs: Vec<_> = (0..50u64)
             .rev()
             .map(|i| {

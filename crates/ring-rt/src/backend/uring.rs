@@ -3,10 +3,11 @@
 use std::io;
 use std::os::fd::RawFd;
 use std::task::Waker;
+use std::time::Duration;
 
 use io_uring::{opcode, types};
 use ring_core::buf_pool::BufGroup;
-use ring_core::driver::{Driver, DriverConfig, Wait};
+use ring_core::driver::{Batch, Driver, DriverConfig, Wait};
 use ring_core::release::Keep;
 use ring_core::setup::SetupError;
 use ring_core::user_data::OpId;
@@ -28,7 +29,15 @@ pub(crate) struct UringBackend {
     recv_group: Option<BufGroup>,
     /// Called when the eventfd fired, to reset it.
     on_wake: Box<dyn Fn()>,
+    /// The longest a blocking wait may linger to gather a batch; zero for never.
+    batch_wait: Duration,
+    /// Op CQEs the last turn dispatched: the batch the next wait asks for.
+    last_batch: usize,
 }
+
+/// The most CQEs one batched wait asks for: past this, a batch saves no more enters worth
+/// the latency.
+pub(crate) const BATCH_MAX: usize = 64;
 
 impl UringBackend {
     pub(crate) fn new(
@@ -44,7 +53,18 @@ impl UringBackend {
             recv_buffers,
             recv_group: None,
             on_wake,
+            batch_wait: Duration::ZERO,
+            last_batch: 0,
         })
+    }
+
+    /// Turns batched waits on (see `Builder::batch_wait`); a no-op before 6.12.
+    pub(crate) fn with_batch_wait(mut self, wait: Duration) -> UringBackend {
+        // `set_batch(None)` changes nothing; it says whether the kernel can batch.
+        if self.driver.set_batch(None) {
+            self.batch_wait = wait;
+        }
+        self
     }
 
     pub(crate) fn turn(&mut self, wait: Wait) -> io::Result<()> {
@@ -52,7 +72,8 @@ impl UringBackend {
             let poll = opcode::PollAdd::new(types::Fd(self.wake_fd), libc::POLLIN as u32);
             self.wake_op = Some(self.driver.submit_op(poll.build())?);
         }
-        self.driver.turn(wait)?;
+        self.set_batch(wait);
+        self.last_batch = self.driver.turn(wait)?;
         if let Some(id) = self.wake_op {
             if self.driver.poll_op(id, Waker::noop()).is_ready() {
                 self.wake_op = None;
@@ -60,6 +81,20 @@ impl UringBackend {
             }
         }
         Ok(())
+    }
+
+    /// A busy ring waits for as many CQEs as its last turn brought, so steady load costs
+    /// one enter per batch rather than one per CQE; one CQE per turn waits as usual.
+    fn set_batch(&mut self, wait: Wait) {
+        if self.batch_wait.is_zero() || wait == Wait::No {
+            return;
+        }
+        let want = self.last_batch.min(BATCH_MAX) as u32;
+        let batch = (want > 1).then_some(Batch {
+            want,
+            min_wait: self.batch_wait,
+        });
+        self.driver.set_batch(batch);
     }
 
     pub(crate) fn recv_group_ref(&self) -> Option<&BufGroup> {
