@@ -69,6 +69,36 @@ pub struct ProvideRun {
 }
 
 /// A buffer group: a cheap handle, `!Send` like the ring it serves.
+///
+/// A group is a ring of provided buffers ([`new_ring`](Self::new_ring), 5.19+), a legacy
+/// `PROVIDE_BUFFERS` group ([`new_legacy`](Self::new_legacy), 5.7+), or a user-space group
+/// for the epoll backend ([`new_user`](Self::new_user)). Either way a receive's buffer id
+/// becomes a [`BufLease`], and dropping the lease gives the buffer back.
+///
+/// # Examples
+///
+/// The user-space cycle (take a bid, receive into it, lease it, drop the lease); the kernel
+/// modes differ only in who picks the bid:
+///
+/// ```
+/// use ring_core::buf_pool::{BufGroup, BufMode};
+///
+/// let group = BufGroup::new_user(7, 4, 4096)?;
+/// assert_eq!((group.bgid(), group.mode()), (7, BufMode::User));
+/// assert_eq!((group.count(), group.buf_len()), (4, 4096));
+///
+/// let bid = group.take().expect("a free buffer");
+/// let (ptr, len) = group.buf_ptr(bid).expect("bid in range");
+/// // SAFETY: `bid` is taken, so this buffer is ours to write; 5 <= len.
+/// unsafe { ptr.copy_from_nonoverlapping(b"bytes".as_ptr(), 5.min(len)) };
+/// // SAFETY: user mode checks the bid against `take`.
+/// let lease = unsafe { group.lease(bid, 5)? };
+/// assert_eq!(lease.as_slice(), b"bytes");
+/// assert_eq!((group.in_use(), group.available()), (1, 3));
+/// drop(lease); // the buffer goes back
+/// assert_eq!((group.in_use(), group.available()), (0, 4));
+/// # std::io::Result::Ok(())
+/// ```
 #[derive(Clone)]
 pub struct BufGroup(Rc<Group>);
 

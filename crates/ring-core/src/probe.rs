@@ -397,6 +397,28 @@ impl Features {
     ///
     /// The first call builds a few scratch rings (well under 100 ms); later calls return the
     /// same value. Fails only when `io_uring_setup` itself fails.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ring_core::probe::{Feature, FeatureMask, Features};
+    ///
+    /// match Features::probe() {
+    ///     Ok(features) => {
+    ///         println!("{}", features.table()); // what `cargo xtask probe` prints
+    ///         if let Err(e) = features.require(Feature::MultishotRecv) {
+    ///             println!("{e}"); // names the kernel that has it (6.0)
+    ///         }
+    ///         // The same kernel, seen as a 5.11 one.
+    ///         let old = features.masked(&FeatureMask::parse("5.11").unwrap());
+    ///         assert!(!old.has(Feature::PbufRing));
+    ///         assert!(!old.has_opcode(io_uring::opcode::SendZc::CODE));
+    ///     }
+    ///     // Seccomp, `kernel.io_uring_disabled`, no io_uring: the error says which and how
+    ///     // to fix it.
+    ///     Err(err) => println!("io_uring unavailable: {err}; {}", err.fix()),
+    /// }
+    /// ```
     pub fn probe() -> Result<&'static Features, SetupError> {
         static PROBED: OnceLock<Result<Features, SetupError>> = OnceLock::new();
         PROBED

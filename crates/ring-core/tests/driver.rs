@@ -418,6 +418,9 @@ fn batched_wait_gathers_then_gives_up() -> Outcome {
     if let Some(skip) = lacks(&features, Feature::MinTimeout) {
         return Ok(skip);
     }
+    // Declared before the driver so that it outlives it: the driver's drop waits out any
+    // read still in flight (an early return) before these buffers go.
+    let mut bufs = [[0u8; 8]; 4];
     let mut driver = driver_with(features, 8, 0);
     let batch = |want, ms| {
         Some(Batch {
@@ -431,7 +434,6 @@ fn batched_wait_gathers_then_gives_up() -> Outcome {
     let pairs: Vec<_> = (0..4)
         .map(|_| std::os::unix::net::UnixStream::pair())
         .collect::<Result<_, _>>()?;
-    let mut bufs = vec![[0u8; 8]; 4];
     for ((ours, _), buf) in pairs.iter().zip(bufs.iter_mut()) {
         let read = opcode::Read::new(types::Fd(ours.as_raw_fd()), buf.as_mut_ptr(), 8);
         driver.submit_op(read.build())?;
