@@ -1,16 +1,14 @@
 //! An HTTP/1.1 server: hyper 1.x on ring-rt through `ring_rt::compat::Compat` (tokio's I/O
 //! traits) and hyper-util's `TokioIo`. One task per connection, keep-alive on, no tokio
-//! runtime; clean shutdown on SIGINT/SIGTERM.
+//! runtime; clean shutdown on SIGINT/SIGTERM. hyper's timers run on ring-rt's through
+//! `ring_rt::compat::HyperTimer`: a client that takes longer than `--header-timeout-ms`
+//! (default 30000) to send a request's headers is disconnected.
 //!
-//! cargo run --release --example hyper --features tokio-io -- --addr 127.0.0.1:8080
-//!     [--threads N] [--backend uring|epoll]
+//! cargo run --release --example hyper --features tokio-io,hyper -- --addr 127.0.0.1:8080
+//!     [--threads N] [--backend uring|epoll] [--header-timeout-ms N]
 //!
 //! Routes: `GET /` says hello; `POST /echo` streams the request body back; `GET
 //! /big?n=BYTES` streams BYTES bytes (byte `i` is `i % 251`) in 64 KiB chunks.
-//!
-//! hyper's header-read timeout needs a `hyper::rt::Timer` whose sleeps are `Send`; ring-rt's
-//! timers are per worker and `!Send`, so that timeout is off (hyper's default without a
-//! timer).
 
 use std::convert::Infallible;
 use std::io;
@@ -18,6 +16,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::process::ExitCode;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
@@ -25,7 +24,7 @@ use hyper::body::{Body, Bytes, Frame, Incoming, SizeHint};
 use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use ring_rt::compat::Compat;
+use ring_rt::compat::{Compat, HyperTimer};
 use ring_rt::net::tcp::ListenOptions;
 use ring_rt::net::{TcpListener, TcpStream};
 use ring_rt::{BackendKind, Runtime};
@@ -136,25 +135,29 @@ pub async fn route(req: Request<Incoming>) -> Result<Response<ResBody>, Infallib
     Ok(res)
 }
 
-/// Serves one connection until the client closes it (keep-alive: many requests).
-pub async fn connection(stream: TcpStream) {
+/// Serves one connection until the client closes it (keep-alive: many requests), or until
+/// a request's headers take longer than `header_timeout` to arrive.
+pub async fn connection(stream: TcpStream, header_timeout: Duration) {
     // Responses are written whole by hyper; waiting for more data would only add latency.
     let _ = stream.set_nodelay(true);
     let io = TokioIo::new(Compat::new(stream));
     let conn = hyper::server::conn::http1::Builder::new()
         .keep_alive(true)
+        .timer(HyperTimer::new())
+        .header_read_timeout(header_timeout)
         .serve_connection(io, hyper::service::service_fn(route));
     // A client that goes away mid-request is an error here, and nothing to act on.
     let _ = conn.await;
 }
 
-/// Accepts connections forever, one task each.
-pub async fn serve(listener: TcpListener) {
+/// Accepts connections forever, one task each, with `header_timeout` for each request's
+/// headers.
+pub async fn serve(listener: TcpListener, header_timeout: Duration) {
     let mut incoming = listener.incoming();
     let mut accept_errors = 0u64;
     while let Some(conn) = incoming.next().await {
         match conn {
-            Ok(stream) => drop(ring_rt::spawn(connection(stream))),
+            Ok(stream) => drop(ring_rt::spawn(connection(stream, header_timeout))),
             // Out of fds and the like: the stream backs off by itself; report sparingly.
             Err(e) => {
                 accept_errors += 1;
@@ -170,6 +173,7 @@ struct Args {
     addr: SocketAddr,
     threads: usize,
     backend: Option<BackendKind>,
+    header_timeout: Duration,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -177,6 +181,7 @@ fn parse_args() -> Result<Args, String> {
         addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
         threads: 1,
         backend: None,
+        header_timeout: Duration::from_secs(30),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -193,6 +198,12 @@ fn parse_args() -> Result<Args, String> {
                     BackendKind::parse(&value)
                         .ok_or(format!("--backend {value}: uring or epoll"))?,
                 )
+            }
+            "--header-timeout-ms" => {
+                let ms = value
+                    .parse()
+                    .map_err(|e| format!("--header-timeout-ms {value}: {e}"))?;
+                args.header_timeout = Duration::from_millis(ms);
             }
             _ => return Err(format!("unknown flag {flag}")),
         }
@@ -214,14 +225,14 @@ fn run(args: Args) -> io::Result<()> {
         rt.backend().kind,
         rt.threads()
     );
-    let (addr, reuse_port) = (args.addr, args.threads > 1);
+    let (addr, reuse_port, header_timeout) = (args.addr, args.threads > 1, args.header_timeout);
     rt.spawn_on_all(move |_| async move {
         let opts = ListenOptions {
             reuse_port,
             ..ListenOptions::default()
         };
         match TcpListener::bind_with(addr, opts) {
-            Ok(listener) => serve(listener).await,
+            Ok(listener) => serve(listener, header_timeout).await,
             Err(e) => {
                 eprintln!("hyper: bind {addr}: {e}");
                 std::process::exit(1);
@@ -239,7 +250,8 @@ fn main() -> ExitCode {
         Ok(a) => a,
         Err(e) => {
             eprintln!(
-                "hyper: {e}\nusage: hyper --addr IP:PORT [--threads N] [--backend uring|epoll]"
+                "hyper: {e}\nusage: hyper --addr IP:PORT [--threads N] [--backend uring|epoll] \
+                 [--header-timeout-ms N]"
             );
             return ExitCode::from(2);
         }

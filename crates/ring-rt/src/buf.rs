@@ -9,19 +9,58 @@ use std::ops::{Bound, RangeBounds};
 
 /// A buffer the kernel may read from while an op owns it.
 ///
+/// Implemented for `Vec<u8>`, `Box<[u8]>`, `&'static [u8]`, `&'static str`, [`Slice`]s of
+/// these, [`PooledBuf`](crate::pool::PooledBuf), [`AlignedBuf`](crate::fs::AlignedBuf),
+/// and `bytes::Bytes`/`BytesMut` with the `bytes` feature.
+///
+/// # Examples
+///
+/// A write takes the buffer and gives it back with the result:
+///
+/// ```
+/// use ring_rt::buf::IoBuf;
+///
+/// let v = b"abc".to_vec();
+/// assert_eq!((v.bytes_init(), v.stable_ptr()), (3, v.as_ptr()));
+/// assert!(v.bytes_total() >= 3); // the capacity
+///
+/// # ring_rt::Runtime::new()?.block_on(async {
+/// let (a, b) = ring_rt::net::UnixStream::pair()?;
+/// let (res, v) = a.write_all(v).await;
+/// res?;
+/// assert_eq!(v, b"abc"); // ours again
+/// a.write_all("a &'static str works too").await.0?;
+/// # let _ = b;
+/// # std::io::Result::Ok(()) })?;
+/// # std::io::Result::Ok(())
+/// ```
+///
 /// # Safety
 /// `stable_ptr` must stay valid for reads of `bytes_init` bytes, and must not change, for as
 /// long as the value exists even if it is moved: the memory lives on the heap (or is
 /// `'static`), not inline in the value.
 pub unsafe trait IoBuf: Unpin + 'static {
-    /// Start of the buffer.
+    /// Start of the buffer (see the [trait's example](IoBuf)).
     fn stable_ptr(&self) -> *const u8;
-    /// Bytes that hold data (what a write sends).
+    /// Bytes that hold data (what a write sends; see the [trait's example](IoBuf)).
     fn bytes_init(&self) -> usize;
-    /// Bytes available in all (what a read may fill).
+    /// Bytes available in all (what a read may fill; see the [trait's example](IoBuf)).
     fn bytes_total(&self) -> usize;
 
-    /// A view of `range` of this buffer that is itself an owned buffer.
+    /// A view of `range` of this buffer that is itself an owned buffer. The range is
+    /// clamped to [`bytes_total`](Self::bytes_total); a read into a slice fills it from
+    /// its start, a write sends its initialised part.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ring_rt::buf::IoBuf;
+    ///
+    /// let slice = b"hello world".to_vec().slice(6..);
+    /// assert_eq!((slice.begin(), slice.end(), slice.bytes_init()), (6, 11, 5));
+    /// let whole: Vec<u8> = slice.into_inner();
+    /// assert_eq!(whole, b"hello world");
+    /// ```
     fn slice(self, range: impl RangeBounds<usize>) -> Slice<Self>
     where
         Self: Sized,
@@ -46,15 +85,44 @@ pub unsafe trait IoBuf: Unpin + 'static {
     }
 }
 
-/// A buffer the kernel may write into while an op owns it.
+/// A buffer the kernel may write into while an op owns it. A read fills it from its start
+/// up to [`bytes_total`](IoBuf::bytes_total), and marks the bytes read as initialised.
+///
+/// # Examples
+///
+/// ```
+/// # ring_rt::Runtime::new()?.block_on(async {
+/// let (a, b) = ring_rt::net::UnixStream::pair()?;
+/// a.write_all(&b"xyz"[..]).await.0?;
+/// let (n, buf) = b.read(Vec::with_capacity(16)).await; // an empty Vec with room
+/// assert_eq!(n?, 3);
+/// assert_eq!(buf, b"xyz"); // its length now covers the bytes read
+/// # std::io::Result::Ok(()) })?;
+/// # std::io::Result::Ok(())
+/// ```
+///
+/// What an op does with one, by hand:
+///
+/// ```
+/// use ring_rt::buf::{IoBuf, IoBufMut};
+///
+/// let mut v: Vec<u8> = Vec::with_capacity(8);
+/// let dst = v.stable_mut_ptr();
+/// // SAFETY: the Vec has capacity 8, so 2 bytes at its start are writable.
+/// unsafe { dst.copy_from_nonoverlapping(b"hi".as_ptr(), 2) };
+/// // SAFETY: the first 2 bytes were just written.
+/// unsafe { v.set_init(2) };
+/// assert_eq!(v, b"hi");
+/// ```
 ///
 /// # Safety
 /// As [`IoBuf`], and `stable_mut_ptr` must be valid for writes of `bytes_total` bytes.
 pub unsafe trait IoBufMut: IoBuf {
-    /// Start of the writable buffer.
+    /// Start of the writable buffer (see the [trait's example](IoBufMut)).
     fn stable_mut_ptr(&mut self) -> *mut u8;
 
-    /// Records that the first `pos` bytes now hold data.
+    /// Records that the first `pos` bytes now hold data; never shrinks what is already
+    /// initialised (see the [trait's example](IoBufMut)).
     ///
     /// # Safety
     /// The first `pos` bytes must have been initialised (by the kernel's completed read).
@@ -178,7 +246,31 @@ unsafe impl IoBuf for bytes::Bytes {
     }
 }
 
-/// A range of an owned buffer; `into_inner` gives the whole buffer back.
+/// A range of an owned buffer; `into_inner` gives the whole buffer back. Made by
+/// [`IoBuf::slice`].
+///
+/// # Examples
+///
+/// Read into the free tail of a buffer, keeping what it holds:
+///
+/// ```
+/// use ring_rt::buf::IoBuf;
+///
+/// # ring_rt::Runtime::new()?.block_on(async {
+/// let (a, b) = ring_rt::net::UnixStream::pair()?;
+/// a.write_all(&b"world"[..]).await.0?;
+/// let mut buf = Vec::with_capacity(16);
+/// buf.extend_from_slice(b"hello ");
+/// let tail = buf.slice(6..);
+/// assert_eq!((tail.begin(), tail.end()), (6, 16));
+/// assert_eq!(tail.get_ref().len(), 6);
+/// let (n, tail) = b.read(tail).await;
+/// assert_eq!(n?, 5);
+/// let buf = tail.into_inner();
+/// assert_eq!(buf, b"hello world");
+/// # std::io::Result::Ok(()) })?;
+/// # std::io::Result::Ok(())
+/// ```
 #[derive(Debug)]
 pub struct Slice<T> {
     buf: T,
@@ -187,19 +279,19 @@ pub struct Slice<T> {
 }
 
 impl<T> Slice<T> {
-    /// Offset of the slice in the buffer.
+    /// Offset of the slice in the buffer (see the [type's example](Slice)).
     pub fn begin(&self) -> usize {
         self.begin
     }
-    /// End offset of the slice in the buffer.
+    /// End offset of the slice in the buffer (see the [type's example](Slice)).
     pub fn end(&self) -> usize {
         self.end
     }
-    /// The whole buffer.
+    /// The whole buffer (see the [type's example](Slice)).
     pub fn into_inner(self) -> T {
         self.buf
     }
-    /// The whole buffer, by reference.
+    /// The whole buffer, by reference (see the [type's example](Slice)).
     pub fn get_ref(&self) -> &T {
         &self.buf
     }

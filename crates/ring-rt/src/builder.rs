@@ -226,6 +226,17 @@ impl Builder {
     /// latency when load suddenly drops. `Duration::ZERO` turns it off; an idle or lightly
     /// loaded worker (one completion per turn) never waits. Needs 6.12+
     /// (`IORING_FEAT_MIN_TIMEOUT`); ignored on older kernels and on epoll.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let rt = ring_rt::Runtime::builder().batch_wait(Duration::from_micros(50)).build()?;
+    /// // A lone op is not delayed: one completion per turn never waits for more.
+    /// rt.block_on(ring_rt::time::sleep(Duration::from_millis(1)));
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn batch_wait(mut self, wait: Duration) -> Builder {
         self.batch_wait = wait;
         self

@@ -1,6 +1,15 @@
 //! ring-rt: an async runtime for Linux, io_uring first, with an epoll fallback chosen at
 //! run time.
 //!
+//! Each worker is one thread with its own ring (or epoll instance), its own tasks and
+//! timers; tasks need not be `Send`. The pieces: [`Runtime`] and [`Builder`], [`spawn`],
+//! sockets in [`net`], files in [`fs`], timers in [`time`], signals in [`signal`], owned
+//! buffers in [`buf`] and [`pool`], linked ops and op timeouts in [`op::link`], and
+//! adapters to tokio's and futures-io's I/O traits in `compat` (features below).
+//!
+//! An echo server (not run as a test: it serves forever; the examples on each item run,
+//! on `127.0.0.1:0`):
+//!
 //! ```no_run
 //! use ring_rt::net::TcpListener;
 //!
@@ -35,6 +44,23 @@
 //! [`net::TcpStream::recv_stream`]): the kernel picks a buffer only when data arrives, so
 //! an idle connection holds none.
 //!
+//! ```
+//! # fn main() -> std::io::Result<()> {
+//! ring_rt::Runtime::new()?.block_on(async {
+//!     let (a, b) = ring_rt::net::UnixStream::pair()?;
+//!     let (res, buf) = a.write_all(b"owned".to_vec()).await; // the Vec moves in...
+//!     res?;
+//!     let (n, buf) = b.read(buf).await; // ...comes back, and is reused for a read
+//!     assert_eq!(&buf[..n?], b"owned");
+//!
+//!     a.shutdown(std::net::Shutdown::Write)?;
+//!     let (res, buf) = a.write_all(buf).await; // fails (EPIPE): the buffer still comes back
+//!     assert!(res.is_err() && buf == b"owned");
+//!     Ok(())
+//! })
+//! # }
+//! ```
+//!
 //! # What dropping a future does
 //! An op is submitted on its first poll. Dropping it before that does nothing. Dropping it
 //! in flight cancels it (`IORING_OP_ASYNC_CANCEL`) and hands its memory to the runtime,
@@ -43,30 +69,121 @@
 //! pool. Nothing the kernel may still write is ever freed, and no fd leaks. Dropping the
 //! [`Runtime`] drops every task this way and waits for the kernel to finish.
 //!
+//! Futures are dropped by [`time::timeout`], by [`JoinHandle::abort`], or by any
+//! `select`-style code; [`op::link::Pending::timeout`] instead bounds one op in the kernel
+//! and hands its buffer back.
+//!
+//! ```
+//! use std::time::Duration;
+//!
+//! # fn main() -> std::io::Result<()> {
+//! ring_rt::Runtime::new()?.block_on(async {
+//!     let (a, b) = ring_rt::net::UnixStream::pair()?;
+//!     // Nothing to read: the read is in the kernel when the timeout drops it. Its buffer
+//!     // stays with the runtime until the cancellation completes.
+//!     let read = ring_rt::time::timeout(Duration::from_millis(5), b.read(vec![0; 64]));
+//!     assert!(read.await.is_err());
+//!     // The stream is still usable.
+//!     a.write_all(&b"later"[..]).await.0?;
+//!     let (n, _) = b.read(vec![0; 64]).await;
+//!     assert_eq!(n?, 5);
+//!     Ok(())
+//! })
+//! # }
+//! ```
+//!
 //! # Two backends, chosen at run time
 //! The runtime uses io_uring unless ring setup fails (ENOSYS: no io_uring or a seccomp
 //! profile such as Podman's; EPERM: Docker's default profile or
 //! `kernel.io_uring_disabled`; ENOMEM: a low memlock limit before 5.12) or the kernel lacks
 //! an opcode it needs (the 5.6 set); then it uses epoll, with a bounded thread pool for
 //! files. [`Runtime::backend`] says which one runs and why, including how to enable
-//! io_uring. `RING_RT_BACKEND=uring|epoll` or [`Builder::backend`] forces one; forcing
-//! io_uring where it is unavailable is an error, never a silent fallback. Both backends
-//! run the same op code: the epoll backend produces the completions the kernel would.
+//! io_uring. `RING_RT_BACKEND=uring|epoll` or [`Builder::backend`] forces one (the builder
+//! wins over the variable); forcing io_uring where it is unavailable is an error, never a
+//! silent fallback. Both backends run the same op code: the epoll backend produces the
+//! completions the kernel would, so programs behave the same on both (the examples in these
+//! docs pass on both: `RING_RT_BACKEND=epoll cargo test --doc`).
+//!
+//! ```
+//! use ring_rt::{BackendKind, Runtime};
+//!
+//! let rt = Runtime::new()?;
+//! println!("{}", rt.backend()); // e.g. "uring (io_uring available)"
+//! if rt.backend().is_fallback() {
+//!     eprintln!("io_uring not usable: {}", rt.backend().reason);
+//! }
+//! let forced = Runtime::builder().backend(BackendKind::Epoll).build()?;
+//! assert_eq!(forced.backend().kind, BackendKind::Epoll);
+//! # std::io::Result::Ok(())
+//! ```
 //!
 //! # Minimum kernels
+//! The epoll backend runs on any kernel Rust supports (3.2+). What io_uring needs, by
+//! mainline kernel (ring-core probes each feature instead of trusting the version, so
+//! backports count):
+//!
 //! | feature | io_uring needs | without it |
 //! | --- | --- | --- |
-//! | the io_uring backend at all | 5.6 (accept, cancel, read/write/send/recv, openat, statx) | epoll |
+//! | io_uring itself (ring-core's driver and probe) | 5.1 | epoll |
+//! | ring-rt's io_uring backend: sockets, files, timeouts, cancel, linked ops (the 5.6 opcodes) | 5.6 | epoll |
+//! | the opcode probe (`IORING_REGISTER_PROBE`) | 5.6 | opcodes inferred from the kernel version |
+//! | sockets waiting by internal poll (`FAST_POLL`) | 5.7 | a waiting socket op holds a kernel worker thread |
 //! | wait with timeout in one syscall (`EXT_ARG`) | 5.11 | a timeout SQE per wait |
 //! | unlinkat / renameat, mkdirat, ftruncate | 5.11, 5.15, 6.9 | the syscall on the loop thread |
+//! | [`Builder::sqpoll`] without privileges | 5.11 | no SQ thread |
+//! | ring memory not charged to `RLIMIT_MEMLOCK` | 5.12 | setup may fail with ENOMEM: epoll |
+//! | `SUBMIT_ALL` (a failing SQE does not stop the batch) | 5.18 | set up without it |
 //! | provided buffers (pooled receives) | 5.7 (`PROVIDE_BUFFERS`), 5.19 (buffer rings) | buffer taken after a readiness poll |
-//! | multishot accept | 5.19 | one accept per connection |
-//! | multishot recv | 6.0 | one recv per chunk |
-//! | zero-copy send (`send_zc`) | 6.0 | plain send |
-//! | `COOP_TASKRUN`, `SINGLE_ISSUER`, `DEFER_TASKRUN` | 5.19, 6.0, 6.1 | set up without them |
+//! | multishot accept ([`net::TcpListener::incoming`]) | 5.19 | one accept per connection |
+//! | multishot recv ([`net::TcpStream::recv_stream`]) | 6.0 | one recv per chunk |
+//! | zero-copy send ([`net::TcpStream::send_zc`]) | 6.0 | plain send |
+//! | `COOP_TASKRUN` + `TASKRUN_FLAG`, `SINGLE_ISSUER`, `DEFER_TASKRUN` | 5.19, 6.0, 6.1 | set up without them |
+//! | `O_DIRECT` alignment in statx ([`fs::Metadata::direct_io_align`]) | 6.1 | `None` |
+//! | batched waits ([`Builder::batch_wait`], `MIN_TIMEOUT`) | 6.12 | one completion wakes the loop |
+//!
+//! `cargo xtask probe` prints what this kernel has, and which of it ring-rt uses.
 //!
 //! `RING_FEATURES=5.11` (or [`Builder::feature_mask`]) makes the runtime behave as on an
 //! older kernel, so those paths can be tested on a new one.
+//!
+//! ```
+//! use ring_rt::{Feature, FeatureMask, Runtime};
+//!
+//! let rt = Runtime::builder().feature_mask(FeatureMask::parse("5.11").unwrap()).build()?;
+//! if let Some(features) = rt.features() {
+//!     assert!(!features.has(Feature::MultishotAccept)); // 5.19: hidden by the mask
+//! }
+//! # std::io::Result::Ok(())
+//! ```
+//!
+//! # Cargo features
+//! - `tokio-io`: `compat::Compat` implements tokio's `AsyncRead`, `AsyncBufRead` and
+//!   `AsyncWrite` (for hyper, tokio-util codecs, ...).
+//! - `futures-io`: the same for the `futures-io` traits.
+//! - `hyper`: `compat::HyperTimer`, hyper's `Timer` over ring-rt's timers (for hyper's
+//!   timeouts, such as the header-read timeout); it turns on `tokio-io` too.
+//! - `bytes`: `bytes::Bytes` and `BytesMut` are owned buffers ([`buf::IoBuf`],
+//!   [`buf::IoBufMut`]).
+//!
+//! None is on by default. With `bytes`:
+//!
+//! ```
+//! # #[cfg(feature = "bytes")]
+//! # fn main() -> std::io::Result<()> {
+//! use bytes::BytesMut;
+//!
+//! ring_rt::Runtime::new()?.block_on(async {
+//!     let (a, b) = ring_rt::net::UnixStream::pair()?;
+//!     a.write_all(bytes::Bytes::from_static(b"frame")).await.0?;
+//!     let (n, buf) = b.read(BytesMut::with_capacity(64)).await;
+//!     assert_eq!(n?, 5);
+//!     assert_eq!(&buf[..], b"frame");
+//!     Ok(())
+//! })
+//! # }
+//! # #[cfg(not(feature = "bytes"))]
+//! # fn main() {}
+//! ```
 
 #![deny(missing_docs)]
 

@@ -20,18 +20,37 @@ use crate::buf::IoBuf;
 use crate::runtime::Core;
 
 /// Received bytes in a buffer borrowed from the worker's pool; dropping it returns the buffer.
+///
+/// It derefs to `[u8]`, and it is an [`IoBuf`], so received data can be written out again
+/// without a copy. Made by `recv_pooled` and `recv_stream` on
+/// [`TcpStream`](crate::net::TcpStream) and [`UnixStream`](crate::net::UnixStream).
+///
+/// # Examples
+///
+/// ```
+/// # ring_rt::Runtime::new()?.block_on(async {
+/// let (a, b) = ring_rt::net::UnixStream::pair()?;
+/// a.write_all(&b"lent"[..]).await.0?;
+/// let buf = b.recv_pooled().await?.expect("data");
+/// assert_eq!(buf.as_slice(), b"lent");
+/// assert_eq!(buf.len(), 4); // via Deref<Target = [u8]>
+/// println!("arrived in buffer {:?}", buf.bid());
+/// b.write_all(buf).await.0?; // an IoBuf: echo it back, then it returns to the pool
+/// # std::io::Result::Ok(()) })?;
+/// # std::io::Result::Ok(())
+/// ```
 pub struct PooledBuf {
     lease: Option<BufLease>,
     core: Rc<Core>,
 }
 
 impl PooledBuf {
-    /// The received bytes.
+    /// The received bytes (see the [type's example](PooledBuf)).
     pub fn as_slice(&self) -> &[u8] {
         self.lease.as_deref().unwrap_or(&[])
     }
 
-    /// The provided-buffer id this data arrived in.
+    /// The provided-buffer id this data arrived in (see the [type's example](PooledBuf)).
     pub fn bid(&self) -> Option<u16> {
         self.lease.as_ref().map(BufLease::bid)
     }

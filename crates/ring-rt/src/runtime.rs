@@ -134,6 +134,11 @@ impl Drop for CurrentGuard {
 /// An async runtime: one worker on the calling thread (plus `threads - 1` more, each with
 /// its own ring, when built with [`Builder::threads`]).
 ///
+/// Dropping the runtime drops every task it still holds (cancelling their I/O) and waits
+/// until the kernel has finished with their buffers.
+///
+/// # Examples
+///
 /// ```
 /// let rt = ring_rt::Runtime::new().unwrap();
 /// let answer = rt.block_on(async {
@@ -148,12 +153,33 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// A runtime with the default configuration (see [`Builder`]).
+    /// A runtime with the default configuration (see [`Builder::new`]): io_uring unless it
+    /// is unavailable, `RING_RT_BACKEND` and `RING_FEATURES` honoured.
+    ///
+    /// # Errors
+    /// A bad `RING_RT_BACKEND`/`RING_FEATURES` value (`InvalidInput`), or
+    /// `RING_RT_BACKEND=uring` where io_uring is unavailable (`Unsupported`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let rt = ring_rt::Runtime::new()?;
+    /// println!("running on {}", rt.backend().kind);
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn new() -> io::Result<Runtime> {
         Builder::new().build()
     }
 
-    /// A builder for configuring a runtime.
+    /// A builder for configuring a runtime, the same as [`Builder::new`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let rt = ring_rt::Runtime::builder().entries(64).build()?;
+    /// assert_eq!(rt.threads(), 1);
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn builder() -> Builder {
         Builder::new()
     }
@@ -163,11 +189,41 @@ impl Runtime {
     /// # Panics
     /// If called from inside a ring-rt runtime on the same thread (it would block the loop
     /// that drives the outer runtime).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let rt = ring_rt::Runtime::new()?;
+    /// let out = rt.block_on(async {
+    ///     ring_rt::time::sleep(Duration::from_millis(1)).await;
+    ///     "done"
+    /// });
+    /// assert_eq!(out, "done");
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn block_on<F: Future>(&self, future: F) -> F::Output {
         self.core.block_on(future)
     }
 
     /// Spawns a task on this runtime's calling-thread worker; it runs when `block_on` runs.
+    /// The future need not be `Send`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::rc::Rc;
+    ///
+    /// let rt = ring_rt::Runtime::new()?;
+    /// let shared = Rc::new(5); // !Send is fine: the task stays on this thread
+    /// let task = rt.spawn({
+    ///     let shared = shared.clone();
+    ///     async move { *shared * 2 }
+    /// });
+    /// assert_eq!(rt.block_on(task).unwrap(), 10);
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn spawn<F: Future + 'static>(&self, future: F) -> JoinHandle<F::Output> {
         self.core.spawn(future)
     }
@@ -175,6 +231,30 @@ impl Runtime {
     /// Spawns `make(worker_index)` on every worker: the calling thread's (index 0, runs
     /// during `block_on`) and each extra worker's. The future is created on its worker, so
     /// it may be `!Send`; only the factory crosses threads.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    ///
+    /// let rt = ring_rt::Runtime::builder().threads(2).build()?;
+    /// let started = Arc::new(AtomicUsize::new(0));
+    /// let counter = started.clone();
+    /// rt.spawn_on_all(move |_worker| {
+    ///     let counter = counter.clone();
+    ///     async move {
+    ///         counter.fetch_add(1, Ordering::SeqCst);
+    ///     }
+    /// });
+    /// rt.block_on(async {
+    ///     while started.load(Ordering::SeqCst) < 2 {
+    ///         ring_rt::time::sleep(Duration::from_millis(1)).await;
+    ///     }
+    /// });
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn spawn_on_all<F, Fut>(&self, make: F)
     where
         F: Fn(usize) -> Fut + Send + Sync + 'static,
@@ -195,17 +275,52 @@ impl Runtime {
         drop(self.core.spawn(make(0)));
     }
 
-    /// Which backend runs, and why it was chosen.
+    /// Which backend runs, and why it was chosen (see [`BackendChoice`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let rt = ring_rt::Runtime::new()?;
+    /// let choice = rt.backend();
+    /// println!("{} because {}", choice.kind, choice.reason);
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn backend(&self) -> &BackendChoice {
         &self.core.choice.report
     }
 
     /// The io_uring features this runtime may use (after any mask); `None` on epoll.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ring_rt::{BackendKind, Feature};
+    ///
+    /// let rt = ring_rt::Runtime::new()?;
+    /// match rt.features() {
+    ///     Some(features) => {
+    ///         println!("multishot accept: {}", features.has(Feature::MultishotAccept))
+    ///     }
+    ///     None => assert_eq!(rt.backend().kind, BackendKind::Epoll),
+    /// }
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn features(&self) -> Option<Features> {
         self.core.backend.borrow().features().cloned()
     }
 
-    /// Counters of the calling-thread worker's backend.
+    /// Counters of the calling-thread worker's backend (see [`RuntimeMetrics`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let rt = ring_rt::Runtime::new()?;
+    /// rt.block_on(async { ring_rt::spawn(async {}).await.unwrap() });
+    /// let m = rt.metrics();
+    /// assert_eq!(m.tasks_spawned, 1);
+    /// assert_eq!(m.tasks_alive, 0);
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn metrics(&self) -> RuntimeMetrics {
         let core = &self.core;
         RuntimeMetrics {
@@ -223,11 +338,31 @@ impl Runtime {
     }
 
     /// Number of workers (the calling thread counts as worker 0).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let rt = ring_rt::Runtime::builder().threads(2).build()?;
+    /// assert_eq!(rt.threads(), 2);
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn threads(&self) -> usize {
         self.workers.as_ref().map_or(1, |w| w.len() + 1)
     }
 
     /// The live counters, shareable with another thread.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let rt = ring_rt::Runtime::new()?;
+    /// let counters = rt.metrics_handle();
+    /// let reader = std::thread::spawn(move || counters.snapshot().enters);
+    /// rt.block_on(ring_rt::time::sleep(std::time::Duration::from_millis(2)));
+    /// let _enters_seen = reader.join().unwrap();
+    /// assert!(rt.metrics_handle().snapshot().enters >= 1); // the sleep waited in the kernel
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn metrics_handle(&self) -> Arc<Metrics> {
         self.core.backend.borrow().metrics().clone()
     }
@@ -251,7 +386,29 @@ impl fmt::Debug for Runtime {
     }
 }
 
-/// A snapshot of a runtime's counters.
+/// A snapshot of a runtime's counters, from [`Runtime::metrics`].
+///
+/// # Examples
+///
+/// ```
+/// let rt = ring_rt::Runtime::new()?;
+/// let before = rt.metrics();
+/// rt.block_on(async {
+///     let (a, b) = ring_rt::net::UnixStream::pair()?;
+///     a.write_all(&b"hi"[..]).await.0?;
+///     let (n, _buf) = b.read(Vec::with_capacity(8)).await;
+///     assert_eq!(n?, 2);
+///     std::io::Result::Ok(())
+/// })?;
+/// let after = rt.metrics();
+/// let io = after.io.since(&before.io);
+/// // e.g. "uring: enters=.. sqes_submitted=.. cqes_reaped=.. ...". On epoll, ops that
+/// // complete at once never reach the kernel's wait, so fewer counters move.
+/// println!("{}: {io}", after.backend);
+/// assert_eq!(after.tasks_spawned, before.tasks_spawned); // block_on spawns nothing
+/// assert_eq!((after.tasks_alive, after.timers, after.recv_buffers_in_use), (0, 0, 0));
+/// # std::io::Result::Ok(())
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct RuntimeMetrics {
     /// The backend these counters come from.
@@ -268,10 +425,27 @@ pub struct RuntimeMetrics {
     pub recv_buffers_in_use: u64,
 }
 
-/// Spawns a task on the current thread's runtime.
+/// Spawns a task on the current thread's runtime. The future need not be `Send`; awaiting
+/// the [`JoinHandle`] gives its output.
 ///
 /// # Panics
 /// Outside a ring-rt runtime.
+///
+/// # Examples
+///
+/// ```
+/// let rt = ring_rt::Runtime::new()?;
+/// let sum = rt.block_on(async {
+///     let tasks: Vec<_> = (1..=3).map(|i| ring_rt::spawn(async move { i * 10 })).collect();
+///     let mut sum = 0;
+///     for task in tasks {
+///         sum += task.await.unwrap();
+///     }
+///     sum
+/// });
+/// assert_eq!(sum, 60);
+/// # std::io::Result::Ok(())
+/// ```
 pub fn spawn<F: Future + 'static>(future: F) -> JoinHandle<F::Output> {
     Core::current()
         .expect("ring_rt::spawn called outside a ring-rt runtime")
@@ -279,6 +453,24 @@ pub fn spawn<F: Future + 'static>(future: F) -> JoinHandle<F::Output> {
 }
 
 /// Yields to other tasks once.
+///
+/// # Examples
+///
+/// ```
+/// use std::cell::Cell;
+/// use std::rc::Rc;
+///
+/// let rt = ring_rt::Runtime::new()?;
+/// rt.block_on(async {
+///     let ran = Rc::new(Cell::new(false));
+///     let flag = ran.clone();
+///     let task = ring_rt::spawn(async move { flag.set(true) });
+///     ring_rt::yield_now().await; // the spawned task runs here
+///     assert!(ran.get());
+///     task.await.unwrap();
+/// });
+/// # std::io::Result::Ok(())
+/// ```
 pub async fn yield_now() {
     let mut yielded = false;
     std::future::poll_fn(|cx| {

@@ -32,6 +32,20 @@ const REQUIRED_OPCODES: &[u8] = &[
 ];
 
 /// Which backend a runtime runs and why: readable from [`crate::Runtime::backend`].
+///
+/// # Examples
+///
+/// ```
+/// let rt = ring_rt::Runtime::new()?;
+/// let choice = rt.backend();
+/// // e.g. "uring (io_uring available)", or "epoll (io_uring unavailable: ...)".
+/// println!("{choice}");
+/// if choice.is_fallback() {
+///     let fix = choice.setup_error.as_ref().map(|e| e.fix());
+///     eprintln!("io_uring not used: {} (fix: {fix:?})", choice.reason);
+/// }
+/// # std::io::Result::Ok(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct BackendChoice {
     /// The backend in use.
@@ -43,7 +57,27 @@ pub struct BackendChoice {
 }
 
 impl BackendChoice {
-    /// True when this is the epoll fallback because io_uring was unusable.
+    /// True when this is the epoll fallback because io_uring was unusable (not when epoll
+    /// was requested).
+    ///
+    /// # Examples
+    ///
+    /// A feature profile older than 5.6 lacks opcodes the io_uring backend needs, so the
+    /// runtime falls back; asking for epoll is not a fallback:
+    ///
+    /// ```
+    /// use ring_rt::{BackendKind, FeatureMask, Runtime};
+    ///
+    /// let rt = Runtime::builder().feature_mask(FeatureMask::parse("5.5").unwrap()).build()?;
+    /// # if std::env::var("RING_RT_BACKEND").as_deref() != Ok("epoll") {
+    /// assert!(rt.backend().is_fallback());
+    /// # }
+    /// assert_eq!(rt.backend().kind, BackendKind::Epoll);
+    ///
+    /// let rt = Runtime::builder().backend(BackendKind::Epoll).build()?;
+    /// assert!(!rt.backend().is_fallback());
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn is_fallback(&self) -> bool {
         self.kind == BackendKind::Epoll && self.setup_error.is_some()
             || self.reason.starts_with("io_uring lacks")

@@ -30,6 +30,16 @@ fn sigset(signals: &[i32]) -> io::Result<libc::sigset_t> {
 
 /// Blocks `signals` in the calling thread (and threads it starts later), so they are only
 /// delivered through [`wait`].
+///
+/// # Examples
+///
+/// ```
+/// // Before building the runtime, so every worker thread inherits the mask.
+/// ring_rt::signal::block(&[libc::SIGTERM, libc::SIGINT])?;
+/// let rt = ring_rt::Runtime::builder().threads(2).build()?;
+/// # drop(rt);
+/// # std::io::Result::Ok(())
+/// ```
 pub fn block(signals: &[i32]) -> io::Result<()> {
     let set = sigset(signals)?;
     // SAFETY: valid set pointer; the old mask is not requested.
@@ -41,6 +51,34 @@ pub fn block(signals: &[i32]) -> io::Result<()> {
 }
 
 /// Waits for one of `signals` (blocked first, see [`block`]); returns its number.
+///
+/// # Examples
+///
+/// ```
+/// ring_rt::signal::block(&[libc::SIGUSR1])?;
+/// # ring_rt::Runtime::new()?.block_on(async {
+/// // SAFETY: sends SIGUSR1 to this process; it is blocked, so it waits for `wait`.
+/// unsafe { libc::kill(libc::getpid(), libc::SIGUSR1) };
+/// let signo = ring_rt::signal::wait(&[libc::SIGUSR1]).await?;
+/// assert_eq!(signo, libc::SIGUSR1);
+/// # std::io::Result::Ok(()) })?;
+/// # std::io::Result::Ok(())
+/// ```
+///
+/// A server that stops on Ctrl-C or SIGTERM (`no_run`: it runs until a signal arrives):
+///
+/// ```no_run
+/// # ring_rt::Runtime::new()?.block_on(async {
+/// let server = ring_rt::spawn(async {
+///     // accept and serve connections ...
+///     std::future::pending::<()>().await
+/// });
+/// let signo = ring_rt::signal::wait(&[libc::SIGINT, libc::SIGTERM]).await?;
+/// println!("stopping on signal {signo}");
+/// server.abort(); // drops the server's task, cancelling its I/O
+/// # std::io::Result::Ok(()) })?;
+/// # std::io::Result::Ok(())
+/// ```
 pub async fn wait(signals: &[i32]) -> io::Result<i32> {
     block(signals)?;
     let set = sigset(signals)?;

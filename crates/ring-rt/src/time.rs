@@ -66,6 +66,25 @@ impl Timers {
 }
 
 /// Completes at a deadline. Created by [`sleep`] and [`sleep_until`].
+///
+/// A timer costs no SQE: the worker's earliest deadline becomes the timeout of its next
+/// wait in the kernel. Dropping a `Sleep` removes its timer.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::{Duration, Instant};
+///
+/// # ring_rt::Runtime::new()?.block_on(async {
+/// let start = Instant::now();
+/// let mut sleep = ring_rt::time::sleep(Duration::from_secs(60));
+/// sleep.reset(start + Duration::from_millis(5)); // sooner after all
+/// assert_eq!(sleep.deadline(), start + Duration::from_millis(5));
+/// sleep.await;
+/// assert!(start.elapsed() >= Duration::from_millis(5));
+/// # });
+/// # std::io::Result::Ok(())
+/// ```
 pub struct Sleep {
     /// The worker whose timers hold this sleep: bound on first poll, so a sleep may be
     /// created before entering the runtime (e.g. `rt.block_on(sleep(d))`).
@@ -74,7 +93,20 @@ pub struct Sleep {
     key: Option<TimerKey>,
 }
 
-/// Waits for `duration`.
+/// Waits for `duration`. The deadline is fixed when `sleep` is called, not when the
+/// future is first polled.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::{Duration, Instant};
+///
+/// let rt = ring_rt::Runtime::new()?;
+/// let start = Instant::now();
+/// rt.block_on(ring_rt::time::sleep(Duration::from_millis(10)));
+/// assert!(start.elapsed() >= Duration::from_millis(10));
+/// # std::io::Result::Ok(())
+/// ```
 pub fn sleep(duration: Duration) -> Sleep {
     sleep_until(Instant::now() + duration)
 }
@@ -82,6 +114,19 @@ pub fn sleep(duration: Duration) -> Sleep {
 /// Waits until `deadline`.
 ///
 /// Polling it outside a ring-rt runtime panics (there is no loop to drive the timer).
+///
+/// # Examples
+///
+/// ```
+/// use std::time::{Duration, Instant};
+///
+/// # ring_rt::Runtime::new()?.block_on(async {
+/// let deadline = Instant::now() + Duration::from_millis(5);
+/// ring_rt::time::sleep_until(deadline).await;
+/// assert!(Instant::now() >= deadline);
+/// # });
+/// # std::io::Result::Ok(())
+/// ```
 pub fn sleep_until(deadline: Instant) -> Sleep {
     Sleep {
         core: None,
@@ -91,12 +136,29 @@ pub fn sleep_until(deadline: Instant) -> Sleep {
 }
 
 impl Sleep {
-    /// The instant this sleep completes.
+    /// The instant this sleep completes (see the [type's example](Sleep)).
     pub fn deadline(&self) -> Instant {
         self.deadline
     }
 
     /// Moves the deadline (re-arms a completed sleep too).
+    ///
+    /// # Examples
+    ///
+    /// A sleep reused as a repeating timer:
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    ///
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let mut sleep = ring_rt::time::sleep(Duration::from_millis(1));
+    /// for _ in 0..3 {
+    ///     (&mut sleep).await;
+    ///     sleep.reset(Instant::now() + Duration::from_millis(1));
+    /// }
+    /// # });
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn reset(&mut self, deadline: Instant) {
         self.cancel();
         self.deadline = deadline;
@@ -145,7 +207,18 @@ impl fmt::Debug for Sleep {
     }
 }
 
-/// The error of [`timeout`]: the deadline passed first.
+/// The error of [`timeout`]: the deadline passed first. Converts into an `io::Error` of
+/// kind `TimedOut`, so `?` works in functions returning `io::Result`.
+///
+/// # Examples
+///
+/// ```
+/// use ring_rt::time::Elapsed;
+///
+/// let err = std::io::Error::from(Elapsed);
+/// assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
+/// assert_eq!(Elapsed.to_string(), "deadline has elapsed");
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Elapsed;
 
@@ -165,6 +238,27 @@ impl From<Elapsed> for io::Error {
 
 /// Runs `future` for at most `duration`; on expiry the future is dropped (cancelling any
 /// I/O it had in flight) and `Err(Elapsed)` returned.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use ring_rt::time::{sleep, timeout, Elapsed};
+///
+/// # ring_rt::Runtime::new()?.block_on(async {
+/// let fast = timeout(Duration::from_secs(5), async { 7 }).await;
+/// assert_eq!(fast, Ok(7));
+///
+/// let slow = timeout(Duration::from_millis(5), sleep(Duration::from_secs(60))).await;
+/// assert_eq!(slow, Err(Elapsed));
+///
+/// // A read with nothing to read: the recv is cancelled when the timeout fires.
+/// let (_a, b) = ring_rt::net::UnixStream::pair()?;
+/// let read = timeout(Duration::from_millis(5), b.read(vec![0; 16])).await;
+/// assert!(read.is_err());
+/// # std::io::Result::Ok(()) })?;
+/// # std::io::Result::Ok(())
+/// ```
 pub async fn timeout<F: Future>(duration: Duration, future: F) -> Result<F::Output, Elapsed> {
     let sleep = sleep(duration);
     let mut future = std::pin::pin!(future);
@@ -180,6 +274,22 @@ pub async fn timeout<F: Future>(duration: Duration, future: F) -> Result<F::Outp
 
 /// Ticks every `period`. If the loop falls behind, the next tick is one period after the
 /// late one (no burst of catch-up ticks).
+///
+/// # Examples
+///
+/// ```
+/// use std::time::{Duration, Instant};
+///
+/// # ring_rt::Runtime::new()?.block_on(async {
+/// let mut every = ring_rt::time::interval(Duration::from_millis(2));
+/// assert_eq!(every.period(), Duration::from_millis(2));
+/// let first = every.tick().await; // at once
+/// let second = every.tick().await;
+/// assert!(second >= first + Duration::from_millis(2));
+/// assert!(Instant::now() >= second);
+/// # });
+/// # std::io::Result::Ok(())
+/// ```
 pub struct Interval {
     sleep: Sleep,
     period: Duration,
@@ -189,6 +299,22 @@ pub struct Interval {
 ///
 /// # Panics
 /// If `period` is zero.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::{Duration, Instant};
+///
+/// # ring_rt::Runtime::new()?.block_on(async {
+/// let start = Instant::now();
+/// let mut ticks = ring_rt::time::interval(Duration::from_millis(1));
+/// for _ in 0..3 {
+///     ticks.tick().await;
+/// }
+/// assert!(start.elapsed() >= Duration::from_millis(2)); // 0, 1 and 2 ms
+/// # });
+/// # std::io::Result::Ok(())
+/// ```
 pub fn interval(period: Duration) -> Interval {
     assert!(period > Duration::ZERO, "interval period must be non-zero");
     Interval {
@@ -198,7 +324,8 @@ pub fn interval(period: Duration) -> Interval {
 }
 
 impl Interval {
-    /// Waits for the next tick and returns its scheduled instant.
+    /// Waits for the next tick and returns its scheduled instant (see the
+    /// [type's example](Interval)).
     pub async fn tick(&mut self) -> Instant {
         (&mut self.sleep).await;
         let scheduled = self.sleep.deadline();
@@ -207,7 +334,7 @@ impl Interval {
         scheduled
     }
 
-    /// The period.
+    /// The period (see the [type's example](Interval)).
     pub fn period(&self) -> Duration {
         self.period
     }

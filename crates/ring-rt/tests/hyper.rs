@@ -1,5 +1,7 @@
 //! The hyper example's server (examples/hyper.rs) on both backends, driven by a real HTTP
-//! client: curl. Without curl the tests are reported ignored (apt-get install -y curl).
+//! client: curl. Without curl those tests are reported ignored (apt-get install -y curl).
+//! Also `HyperTimer`, hyper's timer on ring-rt: firing order, reset, drop, its header-read
+//! timeout against a stalled client, and its fallback outside any runtime.
 
 #[macro_use]
 mod support;
@@ -9,14 +11,21 @@ mod support;
 #[path = "../../../examples/hyper.rs"]
 mod example;
 
+use std::cell::RefCell;
+use std::io::{ErrorKind, Read, Write};
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::process::Command;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
+use std::task::{Context, Poll, Wake, Waker};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use hyper::rt::Timer;
 use libtest_mimic::{Completion, Failed};
+use ring_rt::compat::HyperTimer;
 use ring_rt::net::TcpListener;
 use ring_rt::BackendKind;
 use support::{pattern, Outcome};
@@ -32,6 +41,26 @@ fn main() {
         (
             "keep_alive_two_urls_one_connection",
             keep_alive_two_urls_one_connection,
+        ),
+        (
+            "partial_request_line_closed_after_header_timeout",
+            partial_request_line_closed_after_header_timeout,
+        ),
+        (
+            "hyper_timer_fires_in_deadline_order",
+            hyper_timer_fires_in_deadline_order,
+        ),
+        (
+            "hyper_timer_reset_moves_deadline_in_place",
+            hyper_timer_reset_moves_deadline_in_place,
+        ),
+        (
+            "dropped_hyper_sleeps_end_their_tasks",
+            dropped_hyper_sleeps_end_their_tasks,
+        ),
+        (
+            "hyper_sleep_polled_outside_runtime_fires",
+            hyper_sleep_polled_outside_runtime_fires,
         ),
     ])
 }
@@ -50,12 +79,19 @@ struct Server {
     thread: Option<JoinHandle<()>>,
 }
 
+/// The example's default header-read timeout.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+
 impl Server {
     fn start(kind: BackendKind) -> Result<Server, Outcome> {
+        Server::start_with(kind, HEADER_TIMEOUT)
+    }
+
+    fn start_with(kind: BackendKind, header_timeout: Duration) -> Result<Server, Outcome> {
         let (tx, rx) = mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = stop.clone();
-        let thread = std::thread::spawn(move || serve_until(kind, &tx, &stopping));
+        let thread = std::thread::spawn(move || serve_until(kind, header_timeout, &tx, &stopping));
         let addr = match rx.recv() {
             Ok(Started::Listening(addr)) => addr,
             Ok(Started::Skip(skip)) => return Err(Ok(skip)),
@@ -84,7 +120,12 @@ impl Drop for Server {
 }
 
 /// Runs the server until `stop` is set; dropping the runtime then drops every connection.
-fn serve_until(kind: BackendKind, started: &mpsc::Sender<Started>, stop: &AtomicBool) {
+fn serve_until(
+    kind: BackendKind,
+    header_timeout: Duration,
+    started: &mpsc::Sender<Started>,
+    stop: &AtomicBool,
+) {
     let rt = match support::runtime(kind) {
         Ok(rt) => rt,
         Err(skip) => return drop(started.send(Started::Skip(skip))),
@@ -97,7 +138,7 @@ fn serve_until(kind: BackendKind, started: &mpsc::Sender<Started>, stop: &Atomic
         let addr = listener
             .local_addr()
             .expect("a bound listener has an address");
-        ring_rt::spawn(example::serve(listener));
+        ring_rt::spawn(example::serve(listener, header_timeout));
         let _ = started.send(Started::Listening(addr));
         while !stop.load(Ordering::Acquire) {
             ring_rt::time::sleep(Duration::from_millis(10)).await;
@@ -248,4 +289,222 @@ fn keep_alive_two_urls_one_connection(kind: BackendKind) -> Outcome {
         "connects and codes per URL: {lines:?}"
     );
     Ok(Completion::Completed)
+}
+
+/// A client that sends half a request line and stalls: hyper's header-read timeout, on
+/// `HyperTimer`, closes the connection (possibly after a 408) well before the read bound.
+fn partial_request_line_closed_after_header_timeout(kind: BackendKind) -> Outcome {
+    const TIMEOUT: Duration = Duration::from_millis(200);
+    let server = match Server::start_with(kind, TIMEOUT) {
+        Ok(server) => server,
+        Err(outcome) => return outcome,
+    };
+    let start = Instant::now();
+    let mut client = std::net::TcpStream::connect(server.addr)?;
+    client.set_read_timeout(Some(Duration::from_secs(10)))?;
+    client.write_all(b"GET / HT")?;
+    let mut reply = Vec::new();
+    let closed = match client.read_to_end(&mut reply) {
+        Ok(_) => "end of stream",
+        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+            return Err(format!("connection still open after {:?}", start.elapsed()).into())
+        }
+        Err(_) => "reset",
+    };
+    let elapsed = start.elapsed();
+    // The deadline is set after the server accepts, so it cannot pass before TIMEOUT.
+    check!(
+        elapsed >= TIMEOUT,
+        "closed ({closed}) after {elapsed:?}, before the {TIMEOUT:?} timeout"
+    );
+    check!(
+        reply.is_empty() || reply.starts_with(b"HTTP/1.1 408"),
+        "unexpected reply {:?}",
+        String::from_utf8_lossy(&reply)
+    );
+    Ok(Completion::Completed)
+}
+
+/// Three sleeps created out of order complete in deadline order, none early.
+fn hyper_timer_fires_in_deadline_order(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let order = rt.block_on(async {
+        let timer = HyperTimer::new();
+        let start = Instant::now();
+        let fired = Rc::new(RefCell::new(Vec::new()));
+        let waiters: Vec<_> = [30u64, 10, 20]
+            .into_iter()
+            .map(|ms| {
+                let deadline = start + Duration::from_millis(ms);
+                let sleep = timer.sleep_until(deadline);
+                let fired = fired.clone();
+                ring_rt::spawn(async move {
+                    sleep.await;
+                    fired.borrow_mut().push((ms, Instant::now() >= deadline));
+                })
+            })
+            .collect();
+        for waiter in waiters {
+            waiter.await.expect("a sleep waiter completes");
+        }
+        fired.take()
+    });
+    check!(
+        order == [(10, true), (20, true), (30, true)],
+        "(ms, on time) in firing order: {order:?}"
+    );
+    check!(rt.metrics().tasks_alive == 0, "tasks left after firing");
+    Ok(Completion::Completed)
+}
+
+/// `Timer::reset` moves a pending sleep sooner or later and re-arms a fired one, keeping
+/// at most one timer task per sleep.
+fn hyper_timer_reset_moves_deadline_in_place(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(async {
+        let timer = HyperTimer::new();
+        let mut sleep = timer.sleep(Duration::from_secs(60));
+        check!(poll_once(&mut sleep).is_pending(), "a 60 s sleep was ready");
+        let alive = rt.metrics().tasks_alive;
+        let start = Instant::now();
+        timer.reset(&mut sleep, start + Duration::from_millis(5));
+        check!(
+            poll_once(&mut sleep).is_pending(),
+            "ready before its deadline"
+        );
+        check!(
+            rt.metrics().tasks_alive == alive,
+            "reset spawned another task"
+        );
+        (&mut sleep).await;
+        check!(start.elapsed() >= Duration::from_millis(5), "fired early");
+        let rearmed = Instant::now() + Duration::from_millis(5);
+        timer.reset(&mut sleep, rearmed);
+        check!(
+            poll_once(&mut sleep).is_pending(),
+            "reset after firing was ready"
+        );
+        sleep.await;
+        check!(Instant::now() >= rearmed, "re-armed sleep fired early");
+
+        // Later (hyper's per-request case): the task's timer fires first and re-arms.
+        let mut sleep = timer.sleep(Duration::from_millis(5));
+        check!(poll_once(&mut sleep).is_pending(), "a 5 ms sleep was ready");
+        let alive = rt.metrics().tasks_alive;
+        let later = Instant::now() + Duration::from_millis(30);
+        timer.reset(&mut sleep, later);
+        sleep.await;
+        check!(Instant::now() >= later, "fired at the old deadline");
+        check!(
+            rt.metrics().tasks_alive == alive - 1,
+            "the timer task did not end with its sleep"
+        );
+        Ok(Completion::Completed)
+    })
+}
+
+/// Dropping pending sleeps ends their timer tasks and timers: nothing idles until the
+/// deadline.
+fn dropped_hyper_sleeps_end_their_tasks(kind: BackendKind) -> Outcome {
+    const SLEEPS: usize = 1000;
+    let rt = runtime!(kind);
+    rt.block_on(async {
+        let timer = HyperTimer::new();
+        let before = rt.metrics();
+        let mut sleeps: Vec<_> = (0..SLEEPS)
+            .map(|_| timer.sleep(Duration::from_secs(30)))
+            .collect();
+        for sleep in &mut sleeps {
+            check!(poll_once(sleep).is_pending(), "a 30 s sleep was ready");
+        }
+        // The timer tasks start and arm their timers (a loop turn runs at most 256 tasks).
+        let armed = settle(&rt, |m| m.timers >= before.timers + SLEEPS as u64).await;
+        check!(
+            armed.tasks_alive == before.tasks_alive + SLEEPS as u64,
+            "tasks alive {} after polling {SLEEPS} sleeps (was {})",
+            armed.tasks_alive,
+            before.tasks_alive
+        );
+        check!(
+            armed.timers >= SLEEPS as u64,
+            "{} timers armed",
+            armed.timers
+        );
+        drop(sleeps);
+        // The woken tasks see their sleeps gone and exit, dropping their timers.
+        let after = settle(&rt, |m| m.tasks_alive == before.tasks_alive).await;
+        check!(
+            (after.tasks_alive, after.timers) == (before.tasks_alive, before.timers),
+            "after drop: {} tasks, {} timers (before: {}, {})",
+            after.tasks_alive,
+            after.timers,
+            before.tasks_alive,
+            before.timers
+        );
+        Ok(Completion::Completed)
+    })
+}
+
+/// With no ring-rt worker on the polling thread, the helper thread fires the sleep.
+fn hyper_sleep_polled_outside_runtime_fires(_kind: BackendKind) -> Outcome {
+    let timer = HyperTimer::new();
+    let start = Instant::now();
+    let (soon, later) = (Duration::from_millis(5), Duration::from_millis(15));
+    let mut sleeps = [timer.sleep(later), timer.sleep(soon)];
+    let mut woken_at = Vec::new();
+    let thread = std::thread::current();
+    let waker = Waker::from(Arc::new(Unpark(thread)));
+    while woken_at.len() < sleeps.len() {
+        for (i, sleep) in sleeps.iter_mut().enumerate() {
+            let is_new = !woken_at.iter().any(|&(j, _)| j == i);
+            if is_new
+                && sleep
+                    .as_mut()
+                    .poll(&mut Context::from_waker(&waker))
+                    .is_ready()
+            {
+                woken_at.push((i, start.elapsed()));
+            }
+        }
+        if woken_at.len() < sleeps.len() {
+            std::thread::park_timeout(Duration::from_secs(10));
+        }
+        check!(
+            start.elapsed() < Duration::from_secs(10),
+            "sleeps never fired"
+        );
+    }
+    check!(
+        woken_at[0].0 == 1 && woken_at[0].1 >= soon && woken_at[1].1 >= later,
+        "(index, at) in firing order: {woken_at:?}"
+    );
+    Ok(Completion::Completed)
+}
+
+/// Yields until `done` holds for the runtime's metrics (at most 100 times), and returns them.
+async fn settle(
+    rt: &ring_rt::Runtime,
+    done: impl Fn(&ring_rt::RuntimeMetrics) -> bool,
+) -> ring_rt::RuntimeMetrics {
+    for _ in 0..100 {
+        if done(&rt.metrics()) {
+            break;
+        }
+        ring_rt::yield_now().await;
+    }
+    rt.metrics()
+}
+
+/// Polls a hyper sleep once with a no-op waker.
+fn poll_once(sleep: &mut Pin<Box<dyn hyper::rt::Sleep>>) -> Poll<()> {
+    sleep.as_mut().poll(&mut Context::from_waker(Waker::noop()))
+}
+
+/// Wakes a parked thread.
+struct Unpark(std::thread::Thread);
+
+impl Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
 }

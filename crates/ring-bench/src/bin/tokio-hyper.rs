@@ -20,7 +20,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::{Body, Bytes, Frame, Incoming, SizeHint};
 use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::runtime::{Builder, Runtime};
 use tokio::signal::unix::{signal, SignalKind};
@@ -136,8 +136,12 @@ async fn route(req: Request<Incoming>) -> Result<Response<ResBody>, Infallible> 
 async fn connection(stream: TcpStream) {
     // Responses are written whole by hyper; waiting for more data would only add latency.
     let _ = stream.set_nodelay(true);
+    // The same 30 s header-read timeout as the ring-rt example's default, so both servers
+    // keep one timer per connection.
     let conn = hyper::server::conn::http1::Builder::new()
         .keep_alive(true)
+        .timer(TokioTimer::new())
+        .header_read_timeout(std::time::Duration::from_secs(30))
         .serve_connection(TokioIo::new(stream), hyper::service::service_fn(route));
     // A client that goes away mid-request is an error here, and nothing to act on.
     let _ = conn.await;

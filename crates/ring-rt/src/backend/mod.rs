@@ -23,6 +23,19 @@ use ring_core::probe::Features;
 use ring_core::user_data::OpId;
 
 /// Which mechanism a runtime uses.
+///
+/// # Examples
+///
+/// Force the epoll backend (the same as `RING_RT_BACKEND=epoll`):
+///
+/// ```
+/// use ring_rt::{BackendKind, Runtime};
+///
+/// let rt = Runtime::builder().backend(BackendKind::Epoll).build()?;
+/// assert_eq!(rt.backend().kind, BackendKind::Epoll);
+/// assert_eq!(rt.backend().kind.to_string(), "epoll");
+/// # std::io::Result::Ok(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum BackendKind {
     /// io_uring completions.
@@ -33,6 +46,15 @@ pub enum BackendKind {
 
 impl BackendKind {
     /// "uring" or "epoll".
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ring_rt::BackendKind;
+    ///
+    /// assert_eq!(BackendKind::Uring.name(), "uring");
+    /// assert_eq!(BackendKind::Epoll.name(), "epoll");
+    /// ```
     pub fn name(self) -> &'static str {
         match self {
             BackendKind::Uring => "uring",
@@ -40,7 +62,18 @@ impl BackendKind {
         }
     }
 
-    /// Parses "uring"/"io_uring" or "epoll".
+    /// Parses "uring"/"io_uring" or "epoll" (case and surrounding spaces ignored), as
+    /// `RING_RT_BACKEND` is read.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ring_rt::BackendKind;
+    ///
+    /// assert_eq!(BackendKind::parse("io_uring"), Some(BackendKind::Uring));
+    /// assert_eq!(BackendKind::parse(" EPOLL "), Some(BackendKind::Epoll));
+    /// assert_eq!(BackendKind::parse("kqueue"), None);
+    /// ```
     pub fn parse(s: &str) -> Option<BackendKind> {
         match s.trim().to_ascii_lowercase().as_str() {
             "uring" | "io_uring" | "io-uring" => Some(BackendKind::Uring),

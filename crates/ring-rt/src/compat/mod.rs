@@ -31,6 +31,8 @@
 
 #[cfg(feature = "futures-io")]
 mod futures_io;
+#[cfg(feature = "hyper")]
+mod hyper_timer;
 mod source;
 #[cfg(feature = "tokio-io")]
 mod tokio_io;
@@ -41,10 +43,18 @@ use std::mem;
 use std::rc::Rc;
 use std::task::{ready, Context, Poll};
 
+#[cfg(feature = "hyper")]
+pub use self::hyper_timer::HyperTimer;
 pub use self::source::CompatIo;
 use self::source::{ReadOp, WriteOp};
 
 /// Default size of each direction's internal buffer.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(ring_rt::compat::DEFAULT_BUF_LEN, 64 * 1024);
+/// ```
 pub const DEFAULT_BUF_LEN: usize = 64 * 1024;
 
 /// The read direction.
@@ -71,19 +81,39 @@ enum WriteState {
 /// The object is held in an `Rc` so each op in flight holds its own reference: the adapter
 /// is not self-referential, and it is `Unpin`. Like the object, it stays on its worker.
 ///
-/// ```no_run
-/// # #[cfg(feature = "tokio-io")]
-/// # ring_rt::Runtime::new().unwrap().block_on(async {
+/// # Examples
+///
+/// With tokio's traits (feature `tokio-io`), against a plain ring-rt echo server:
+///
+/// ```
 /// use ring_rt::compat::Compat;
+/// use ring_rt::net::{TcpListener, TcpStream};
 /// use tokio::io::{AsyncReadExt, AsyncWriteExt};
 ///
-/// let stream = ring_rt::net::TcpStream::connect("127.0.0.1:7000").await?;
-/// let mut io = Compat::new(stream);
-/// io.write_all(b"ping").await?;
-/// io.flush().await?;
-/// let mut reply = [0u8; 4];
-/// io.read_exact(&mut reply).await?;
-/// # std::io::Result::Ok(()) }).unwrap();
+/// # #[cfg(feature = "tokio-io")]
+/// # fn main() -> std::io::Result<()> {
+/// ring_rt::Runtime::new()?.block_on(async {
+///     let listener = TcpListener::bind("127.0.0.1:0")?;
+///     let stream = TcpStream::connect(listener.local_addr()?).await?;
+///     let (server, _) = listener.accept().await?;
+///     ring_rt::spawn(async move {
+///         let (n, buf) = server.read(Vec::with_capacity(64)).await;
+///         if n.is_ok() {
+///             let _ = server.write_all(buf).await;
+///         }
+///     });
+///
+///     let mut io = Compat::new(stream);
+///     io.write_all(b"ping").await?;
+///     io.flush().await?;
+///     let mut reply = [0u8; 4];
+///     io.read_exact(&mut reply).await?;
+///     assert_eq!(&reply, b"ping");
+///     Ok(())
+/// })
+/// # }
+/// # #[cfg(not(feature = "tokio-io"))]
+/// # fn main() {}
 /// ```
 pub struct Compat<S: CompatIo> {
     read: ReadState,
@@ -99,11 +129,67 @@ pub struct Compat<S: CompatIo> {
 
 impl<S: CompatIo> Compat<S> {
     /// Adapts `io`, with 64 KiB buffers allocated on first use.
+    ///
+    /// # Examples
+    ///
+    /// With futures-io's traits (feature `futures-io`):
+    ///
+    /// ```
+    /// # #[cfg(feature = "futures-io")]
+    /// # fn main() -> std::io::Result<()> {
+    /// use futures_util::io::{AsyncReadExt, AsyncWriteExt};
+    /// use ring_rt::compat::Compat;
+    ///
+    /// ring_rt::Runtime::new()?.block_on(async {
+    ///     let (a, b) = ring_rt::net::UnixStream::pair()?;
+    ///     let (mut a, mut b) = (Compat::new(a), Compat::new(b));
+    ///     a.write_all(b"futures-io").await?;
+    ///     a.close().await?; // flush, then shut down the write half
+    ///     let mut text = String::new();
+    ///     b.read_to_string(&mut text).await?;
+    ///     assert_eq!(text, "futures-io");
+    ///     Ok(())
+    /// })
+    /// # }
+    /// # #[cfg(not(feature = "futures-io"))]
+    /// # fn main() {}
+    /// ```
     pub fn new(io: S) -> Compat<S> {
         Compat::from_rc(Rc::new(io))
     }
 
     /// Adapts an object shared with other owners (e.g. one adapter per direction).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::rc::Rc;
+    /// use ring_rt::compat::Compat;
+    /// use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    ///
+    /// # #[cfg(feature = "tokio-io")]
+    /// # fn main() -> std::io::Result<()> {
+    /// ring_rt::Runtime::new()?.block_on(async {
+    ///     let (a, b) = ring_rt::net::UnixStream::pair()?;
+    ///     let b = Rc::new(b);
+    ///     // A reader and a writer over the same stream, e.g. for two tasks.
+    ///     let mut reader = Compat::from_rc(b.clone());
+    ///     let mut writer = Compat::from_rc(b);
+    ///     assert!(Rc::ptr_eq(reader.get_rc(), writer.get_rc()));
+    ///
+    ///     a.write_all(&b"question"[..]).await.0?;
+    ///     let mut buf = [0u8; 8];
+    ///     reader.read_exact(&mut buf).await?;
+    ///     writer.write_all(b"answer").await?;
+    ///     writer.flush().await?;
+    ///     let (n, reply) = a.read(Vec::with_capacity(16)).await;
+    ///     assert_eq!((n?, &reply[..]), (6, &b"answer"[..]));
+    ///     Ok(())
+    /// })
+    /// # }
+    /// # #[cfg(not(feature = "tokio-io"))]
+    /// # fn main() {}
+    /// ```
     pub fn from_rc(io: Rc<S>) -> Compat<S> {
         Compat {
             read: ReadState::Idle {
@@ -120,7 +206,34 @@ impl<S: CompatIo> Compat<S> {
     }
 
     /// Sets the largest read and write the adapter issues (at least 1 byte each): the sizes
-    /// of its two internal buffers.
+    /// of its two internal buffers. Larger buffers mean fewer ops for bulk data.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ring_rt::compat::Compat;
+    ///
+    /// # #[cfg(feature = "tokio-io")]
+    /// # fn main() -> std::io::Result<()> {
+    /// ring_rt::Runtime::new()?.block_on(async {
+    ///     let (a, b) = ring_rt::net::UnixStream::pair()?;
+    ///     let mut tx = Compat::new(a).with_capacity(4096, 1 << 20);
+    ///     let mut rx = Compat::new(b).with_capacity(1 << 20, 4096);
+    ///     let sender = ring_rt::spawn(async move {
+    ///         use tokio::io::AsyncWriteExt;
+    ///         tx.write_all(&vec![9u8; 4 << 20]).await?;
+    ///         tx.shutdown().await
+    ///     });
+    ///     let mut sink = tokio::io::sink();
+    ///     let copied = tokio::io::copy(&mut rx, &mut sink).await?;
+    ///     assert_eq!(copied, 4 << 20);
+    ///     sender.await??;
+    ///     Ok(())
+    /// })
+    /// # }
+    /// # #[cfg(not(feature = "tokio-io"))]
+    /// # fn main() {}
+    /// ```
     pub fn with_capacity(mut self, read_cap: usize, write_cap: usize) -> Compat<S> {
         self.read_cap = read_cap.max(1);
         self.write_cap = write_cap.max(1);
@@ -128,22 +241,69 @@ impl<S: CompatIo> Compat<S> {
     }
 
     /// Files: starts the cursor at `pos` instead of 0. Streams: no effect.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ring_rt::compat::Compat;
+    /// use tokio::io::AsyncReadExt;
+    ///
+    /// # #[cfg(feature = "tokio-io")]
+    /// # fn main() -> std::io::Result<()> {
+    /// let path = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+    /// std::fs::write(&path, "skip:read this")?;
+    /// ring_rt::Runtime::new()?.block_on(async {
+    ///     let file = ring_rt::fs::File::open(&path).await?;
+    ///     let mut io = Compat::new(file).with_position(5);
+    ///     let mut text = String::new();
+    ///     io.read_to_string(&mut text).await?;
+    ///     assert_eq!(text, "read this");
+    ///     assert_eq!(io.position(), 14);
+    ///     std::io::Result::Ok(())
+    /// })?;
+    /// std::fs::remove_file(&path)
+    /// # }
+    /// # #[cfg(not(feature = "tokio-io"))]
+    /// # fn main() {}
+    /// ```
     pub fn with_position(mut self, pos: u64) -> Compat<S> {
         self.pos = pos;
         self
     }
 
-    /// Files: the cursor (bytes read out or accepted for writing move it). Streams: 0.
+    /// Files: the cursor (bytes read out or accepted for writing move it). Streams: 0. See
+    /// [`with_position`](Self::with_position) for an example.
     pub fn position(&self) -> u64 {
         self.pos
     }
 
     /// The adapted object.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ring_rt::compat::Compat;
+    /// use ring_rt::net::{TcpListener, TcpStream};
+    ///
+    /// # #[cfg(feature = "tokio-io")]
+    /// # fn main() -> std::io::Result<()> {
+    /// ring_rt::Runtime::new()?.block_on(async {
+    ///     let listener = TcpListener::bind("127.0.0.1:0")?;
+    ///     let io = Compat::new(TcpStream::connect(listener.local_addr()?).await?);
+    ///     io.get_ref().set_nodelay(true)?; // options stay reachable
+    ///     assert_eq!(io.get_ref().peer_addr()?, listener.local_addr()?);
+    ///     std::io::Result::Ok(())
+    /// })
+    /// # }
+    /// # #[cfg(not(feature = "tokio-io"))]
+    /// # fn main() {}
+    /// ```
     pub fn get_ref(&self) -> &S {
         &self.io
     }
 
-    /// The shared handle to the adapted object.
+    /// The shared handle to the adapted object (see [`from_rc`](Self::from_rc) for an
+    /// example).
     pub fn get_rc(&self) -> &Rc<S> {
         &self.io
     }

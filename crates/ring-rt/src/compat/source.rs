@@ -22,6 +22,25 @@ mod sealed {
 
 /// A ring-rt I/O object that [`Compat`](super::Compat) can adapt: [`TcpStream`],
 /// [`UnixStream`] and [`File`]. Sealed: the adapter relies on how each of them behaves.
+///
+/// # Examples
+///
+/// Code generic over what it adapts:
+///
+/// ```
+/// use ring_rt::compat::{Compat, CompatIo};
+///
+/// fn adapt<S: CompatIo>(io: S) -> Compat<S> {
+///     Compat::new(io).with_capacity(16 * 1024, 16 * 1024)
+/// }
+///
+/// # ring_rt::Runtime::new()?.block_on(async {
+/// let (a, _b) = ring_rt::net::UnixStream::pair()?;
+/// let io = adapt(a);
+/// assert_eq!(io.position(), 0); // streams have no cursor
+/// # std::io::Result::Ok(()) })?;
+/// # std::io::Result::Ok(())
+/// ```
 pub trait CompatIo: sealed::Sealed + 'static {
     /// Files have positions: the adapter keeps a cursor and orders its reads after its
     /// writes. Streams ignore positions, and their reads and writes run independently.

@@ -62,7 +62,27 @@ impl Wake for Header {
     }
 }
 
-/// Why a task produced no output.
+/// Why a task produced no output. Converts into an `io::Error` (kind `Other`) for `?`.
+///
+/// # Examples
+///
+/// ```
+/// # std::panic::set_hook(Box::new(|_| {})); // keep the doctest's output quiet
+/// # ring_rt::Runtime::new()?.block_on(async {
+/// let panicked = ring_rt::spawn(async { panic!("boom") }).await.unwrap_err();
+/// assert!(panicked.is_panic() && !panicked.is_cancelled());
+/// assert_eq!(panicked.to_string(), "task panicked: boom");
+/// let payload = panicked.into_panic().expect("a panic payload");
+/// assert_eq!(payload.downcast_ref::<&str>(), Some(&"boom"));
+///
+/// let task = ring_rt::spawn(std::future::pending::<()>());
+/// task.abort();
+/// let cancelled = task.await.unwrap_err();
+/// assert!(cancelled.is_cancelled());
+/// assert!(cancelled.into_panic().is_none());
+/// # std::io::Result::Ok(()) })?;
+/// # std::io::Result::Ok(())
+/// ```
 pub enum JoinError {
     /// The task panicked; the payload is what it panicked with.
     Panic(Box<dyn Any + Send + 'static>),
@@ -71,17 +91,19 @@ pub enum JoinError {
 }
 
 impl JoinError {
-    /// True if the task panicked.
+    /// True if the task panicked (see the [type's example](JoinError)).
     pub fn is_panic(&self) -> bool {
         matches!(self, JoinError::Panic(_))
     }
 
-    /// True if the task was aborted.
+    /// True if the task was aborted, or its runtime shut down first (see the
+    /// [type's example](JoinError)).
     pub fn is_cancelled(&self) -> bool {
         matches!(self, JoinError::Cancelled)
     }
 
-    /// The panic payload, if the task panicked.
+    /// The panic payload, if the task panicked, e.g. to resume the panic with
+    /// [`std::panic::resume_unwind`] (see the [type's example](JoinError)).
     pub fn into_panic(self) -> Option<Box<dyn Any + Send + 'static>> {
         match self {
             JoinError::Panic(p) => Some(p),
@@ -129,6 +151,20 @@ struct JoinState<T> {
 }
 
 /// Awaits a spawned task's output. Dropping it detaches the task.
+///
+/// # Examples
+///
+/// ```
+/// # ring_rt::Runtime::new()?.block_on(async {
+/// let handle = ring_rt::spawn(async { "output" });
+/// assert_eq!(handle.await.unwrap(), "output");
+///
+/// // Detached: the task still runs.
+/// drop(ring_rt::spawn(async { println!("running unobserved") }));
+/// ring_rt::yield_now().await;
+/// # std::io::Result::Ok(()) })?;
+/// # std::io::Result::Ok(())
+/// ```
 pub struct JoinHandle<T> {
     state: Rc<RefCell<JoinState<T>>>,
     header: Arc<Header>,
@@ -138,12 +174,39 @@ impl<T> JoinHandle<T> {
     /// Cancels the task: its future is dropped at the executor's next chance (which drops
     /// and cancels any I/O it had in flight). Awaiting the handle then gives `Cancelled`,
     /// unless the task had already finished.
+    ///
+    /// # Examples
+    ///
+    /// Aborting a task that waits on a socket cancels its read:
+    ///
+    /// ```
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let (_a, b) = ring_rt::net::UnixStream::pair()?;
+    /// let reader = ring_rt::spawn(async move { b.read(vec![0; 64]).await.1 });
+    /// ring_rt::yield_now().await; // let the read start
+    /// reader.abort();
+    /// assert!(reader.await.unwrap_err().is_cancelled());
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn abort(&self) {
         self.header.aborted.store(true, Ordering::Release);
         Waker::from(self.header.clone()).wake();
     }
 
     /// True once the task has completed, panicked or been aborted.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let task = ring_rt::spawn(async {});
+    /// assert!(!task.is_finished()); // spawned, not yet run
+    /// ring_rt::yield_now().await;
+    /// assert!(task.is_finished());
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn is_finished(&self) -> bool {
         self.state.borrow().finished
     }

@@ -11,16 +11,48 @@ use crate::buf::{IoBuf, IoBufMut};
 
 /// The alignment [`AlignedBuf::new`] uses: a page, which satisfies `O_DIRECT` on every
 /// common filesystem and device (logical blocks are 512 or 4096 bytes).
+///
+/// # Examples
+///
+/// ```
+/// use ring_rt::fs::{AlignedBuf, DEFAULT_ALIGN};
+///
+/// assert_eq!(AlignedBuf::new(1)?.alignment(), DEFAULT_ALIGN);
+/// # std::io::Result::Ok(())
+/// ```
 pub const DEFAULT_ALIGN: usize = 4096;
 
 /// An owned, zero-initialised buffer aligned for `O_DIRECT`, usable wherever an
 /// [`IoBuf`]/[`IoBufMut`] is: reads fill its capacity, writes send its `len` bytes.
+/// It derefs to its data (`&buf[..]` is the first `len` bytes).
+///
+/// # Examples
 ///
 /// ```
 /// let mut buf = ring_rt::fs::AlignedBuf::new(8192).unwrap();
 /// buf.extend_from_slice(b"hello").unwrap();
 /// assert_eq!(&buf[..], b"hello");
 /// assert_eq!(buf.as_ptr() as usize % 4096, 0);
+/// ```
+///
+/// The length and capacity calls, and filling a block in place:
+///
+/// ```
+/// use ring_rt::fs::AlignedBuf;
+///
+/// let mut buf = AlignedBuf::with_alignment(1000, 512)?;
+/// assert_eq!((buf.capacity(), buf.alignment()), (1024, 512)); // rounded up
+/// assert!(buf.is_empty());
+///
+/// buf.as_capacity_mut()[..512].fill(b'a'); // write the whole first block
+/// buf.set_len_checked(512)?;               // and mark it as data
+/// assert_eq!((buf.len(), buf[511]), (512, b'a'));
+/// assert!(buf.set_len_checked(2048).is_err()); // past the capacity
+///
+/// buf.clear();
+/// assert!(buf.is_empty() && buf.capacity() == 1024);
+/// assert!(buf.extend_from_slice(&[0; 2000]).is_err()); // too long: nothing appended
+/// # std::io::Result::Ok(())
 /// ```
 pub struct AlignedBuf {
     ptr: NonNull<u8>,
@@ -38,6 +70,14 @@ unsafe impl Sync for AlignedBuf {}
 impl AlignedBuf {
     /// A buffer of at least `capacity` bytes aligned to 4096 (capacity rounded up to a
     /// multiple of 4096, at least 4096).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let buf = ring_rt::fs::AlignedBuf::new(5000)?;
+    /// assert_eq!(buf.capacity(), 8192);
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn new(capacity: usize) -> io::Result<AlignedBuf> {
         AlignedBuf::with_alignment(capacity, DEFAULT_ALIGN)
     }
@@ -45,6 +85,18 @@ impl AlignedBuf {
     /// A buffer of at least `capacity` bytes aligned to `align`, which must be a power of
     /// two; capacity is rounded up to a multiple of `align` (at least one). A bad alignment
     /// or a size that overflows is `InvalidInput`, a failed allocation `OutOfMemory`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ring_rt::fs::AlignedBuf;
+    ///
+    /// let buf = AlignedBuf::with_alignment(512, 512)?;
+    /// assert_eq!(buf.as_ptr() as usize % 512, 0);
+    /// let err = AlignedBuf::with_alignment(512, 3).unwrap_err();
+    /// assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn with_alignment(capacity: usize, align: usize) -> io::Result<AlignedBuf> {
         let layout = layout_for(capacity, align)?;
         // SAFETY: layout_for never returns a zero-sized layout.
@@ -65,32 +117,36 @@ impl AlignedBuf {
         })
     }
 
-    /// Bytes that hold data.
+    /// Bytes that hold data (see the [type's examples](AlignedBuf)).
     pub fn len(&self) -> usize {
         self.len
     }
 
-    /// True when no byte holds data.
+    /// True when no byte holds data (see the [type's examples](AlignedBuf)).
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
-    /// Bytes allocated (a multiple of [`alignment`](Self::alignment)).
+    /// Bytes allocated (a multiple of [`alignment`](Self::alignment)); see the
+    /// [type's examples](AlignedBuf).
     pub fn capacity(&self) -> usize {
         self.layout.size()
     }
 
-    /// The alignment of the start and of the capacity.
+    /// The alignment of the start and of the capacity (see the
+    /// [type's examples](AlignedBuf)).
     pub fn alignment(&self) -> usize {
         self.layout.align()
     }
 
-    /// Empties the buffer (the memory stays allocated).
+    /// Empties the buffer (the memory stays allocated); see the
+    /// [type's examples](AlignedBuf).
     pub fn clear(&mut self) {
         self.len = 0;
     }
 
-    /// Appends `data`; `InvalidInput` (and nothing appended) if it does not fit.
+    /// Appends `data`; `InvalidInput` (and nothing appended) if it does not fit. See the
+    /// [type's examples](AlignedBuf).
     pub fn extend_from_slice(&mut self, data: &[u8]) -> io::Result<()> {
         let end = self
             .len
@@ -111,7 +167,8 @@ impl AlignedBuf {
     }
 
     /// Sets the data length to `len` (bytes past the old length keep whatever they held:
-    /// zeros, or earlier data). `InvalidInput` if `len` exceeds the capacity.
+    /// zeros, or earlier data). `InvalidInput` if `len` exceeds the capacity. See the
+    /// [type's examples](AlignedBuf).
     pub fn set_len_checked(&mut self, len: usize) -> io::Result<()> {
         if len > self.capacity() {
             return Err(too_long(len, self.capacity()));
@@ -121,6 +178,7 @@ impl AlignedBuf {
     }
 
     /// The whole allocation, data or not (it is always initialised: zeroed at creation).
+    /// See the [type's examples](AlignedBuf).
     pub fn as_capacity_mut(&mut self) -> &mut [u8] {
         // SAFETY: the allocation is capacity bytes, zero-initialised, owned by self.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.capacity()) }

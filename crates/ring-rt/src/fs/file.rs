@@ -24,13 +24,28 @@ use crate::runtime::Core;
 /// The file belongs to the worker that opened it (it is `!Send`). Dropping it closes the
 /// fd without blocking: on io_uring a `CLOSE` is queued behind the ops already queued.
 ///
-/// ```no_run
-/// # ring_rt::Runtime::new().unwrap().block_on(async {
-/// let file = ring_rt::fs::File::create("out.bin").await?;
-/// let (res, _buf) = file.write_all_at(b"hello".to_vec(), 0).await;
-/// res?;
-/// file.sync_all().await?;
-/// # std::io::Result::Ok(()) }).unwrap();
+/// # Examples
+///
+/// ```
+/// use ring_rt::fs::File;
+///
+/// # fn main() -> std::io::Result<()> {
+/// let path = std::env::temp_dir().join(format!("ring-rt-doc-{}.bin", std::process::id()));
+/// ring_rt::Runtime::new()?.block_on(async {
+///     let file = File::create(&path).await?;
+///     let (res, _buf) = file.write_all_at(b"hello".to_vec(), 0).await;
+///     res?;
+///     file.sync_all().await?;
+///     file.close().await?;
+///
+///     let file = File::open(&path).await?;
+///     let (res, buf) = file.read_at(Vec::with_capacity(16), 0).await;
+///     assert_eq!(res?, 5);
+///     assert_eq!(buf, b"hello");
+///     std::io::Result::Ok(())
+/// })?;
+/// std::fs::remove_file(&path)
+/// # }
 /// ```
 pub struct File {
     /// The fd, or -1 once handed away by `into_std`/`close` (then drop closes nothing).
@@ -68,12 +83,39 @@ impl File {
         }
     }
 
-    /// Opens `path` read-only.
+    /// Opens `path` read-only (`NotFound` if it does not exist).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let path = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// std::fs::write(&path, "some text")?;
+    /// let file = ring_rt::fs::File::open(&path).await?;
+    /// assert_eq!(file.metadata().await?.len(), 9);
+    /// assert!(ring_rt::fs::File::open("/no/such/file").await.is_err());
+    /// # std::fs::remove_file(&path)?;
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub async fn open(path: impl AsRef<Path>) -> io::Result<File> {
         OpenOptions::new().read(true).open(path).await
     }
 
     /// Opens `path` write-only, creating it or truncating it to 0 bytes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let path = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let file = ring_rt::fs::File::create(&path).await?;
+    /// file.write_all_at(&b"fresh"[..], 0).await.0?;
+    /// # drop(file);
+    /// # std::fs::remove_file(&path)?;
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub async fn create(path: impl AsRef<Path>) -> io::Result<File> {
         let mut options = OpenOptions::new();
         options.write(true).create(true).truncate(true);
@@ -81,6 +123,20 @@ impl File {
     }
 
     /// Creates `path` read-write, failing with `AlreadyExists` if it exists.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let path = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let file = ring_rt::fs::File::create_new(&path).await?;
+    /// let again = ring_rt::fs::File::create_new(&path).await;
+    /// assert_eq!(again.unwrap_err().kind(), std::io::ErrorKind::AlreadyExists);
+    /// # drop(file);
+    /// # std::fs::remove_file(&path)?;
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub async fn create_new(path: impl AsRef<Path>) -> io::Result<File> {
         let mut options = OpenOptions::new();
         options.read(true).write(true).create_new(true);
@@ -88,16 +144,46 @@ impl File {
     }
 
     /// A builder for other ways of opening, as [`OpenOptions::new`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let path = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let log = ring_rt::fs::File::options().append(true).create(true).open(&path).await?;
+    /// log.write_all_at(&b"line\n"[..], 0).await.0?; // appended whatever the offset
+    /// # drop(log);
+    /// # std::fs::remove_file(&path)?;
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn options() -> OpenOptions {
         OpenOptions::new()
     }
 
-    /// Adopts a std file on the current runtime's worker.
+    /// Adopts a std file on the current runtime's worker. [`into_std`](Self::into_std) gives
+    /// it back.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let path = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let std_file = std::fs::File::create(&path)?;
+    /// let file = ring_rt::fs::File::from_std(std_file)?;
+    /// file.write_all_at(&b"async"[..], 0).await.0?;
+    /// let std_file: std::fs::File = file.into_std(); // no longer closed by ring-rt
+    /// assert_eq!(std_file.metadata()?.len(), 5);
+    /// # std::fs::remove_file(&path)?;
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn from_std(file: std::fs::File) -> io::Result<File> {
         Ok(File::from_owned(Core::current_io()?, file.into()))
     }
 
-    /// The std file, no longer closed by this value.
+    /// The std file, no longer closed by this value (see [`from_std`](Self::from_std) for
+    /// an example).
     pub fn into_std(mut self) -> std::fs::File {
         let fd = std::mem::replace(&mut self.fd, -1);
         // SAFETY: `fd` was this File's open fd; -1 left behind means drop will not close it,
@@ -109,6 +195,23 @@ impl File {
     /// with the bytes read marked initialised, on success and on error. Lengths above
     /// `u32::MAX` give a short read; a `pos` above `i64::MAX` is `EINVAL`. The op can be
     /// linked or bounded before it is awaited (see [`Pending`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let path = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// std::fs::write(&path, "0123456789")?;
+    /// let file = ring_rt::fs::File::open(&path).await?;
+    /// let (n, buf) = file.read_at(Vec::with_capacity(4), 3).await;
+    /// assert_eq!(n?, 4);
+    /// assert_eq!(buf, b"3456");
+    /// let (n, _) = file.read_at(Vec::with_capacity(4), 10).await;
+    /// assert_eq!(n?, 0); // end of file
+    /// # std::fs::remove_file(&path)?;
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn read_at<B: IoBufMut>(
         &self,
         buf: B,
@@ -124,6 +227,21 @@ impl File {
 
     /// Writes `buf`'s data at `pos` (ignored under `append`); may write less. Linkable
     /// like [`read_at`](Self::read_at).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let path = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let file = ring_rt::fs::File::create(&path).await?;
+    /// let (n, buf) = file.write_at(b"abc".to_vec(), 100).await; // a hole before it
+    /// assert_eq!(n?, 3);
+    /// assert_eq!(buf, b"abc"); // the buffer is back
+    /// assert_eq!(file.metadata().await?.len(), 103);
+    /// # std::fs::remove_file(&path)?;
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn write_at<B: IoBuf>(
         &self,
         buf: B,
@@ -139,6 +257,22 @@ impl File {
 
     /// Reads at `pos` into `bufs` in order (`preadv`), each up to its capacity. At most
     /// 1,024 buffers are used per call; more give a short read.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let path = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// std::fs::write(&path, "headerbody")?;
+    /// let file = ring_rt::fs::File::open(&path).await?;
+    /// let bufs = vec![Vec::with_capacity(6), Vec::with_capacity(4)];
+    /// let (n, bufs) = file.readv_at(bufs, 0).await;
+    /// assert_eq!(n?, 10);
+    /// assert_eq!((&bufs[0][..], &bufs[1][..]), (&b"header"[..], &b"body"[..]));
+    /// # std::fs::remove_file(&path)?;
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub async fn readv_at<B: IoBufMut>(
         &self,
         bufs: Vec<B>,
@@ -153,6 +287,21 @@ impl File {
 
     /// Writes `bufs`' data at `pos` in order (`pwritev`); may write less. At most 1,024
     /// buffers per call.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let path = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let file = ring_rt::fs::File::create(&path).await?;
+    /// let (n, _bufs) = file.writev_at(vec![&b"head"[..], &b"er"[..]], 0).await;
+    /// assert_eq!(n?, 6);
+    /// # drop(file);
+    /// assert_eq!(std::fs::read(&path)?, b"header");
+    /// # std::fs::remove_file(&path)?;
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub async fn writev_at<B: IoBuf>(&self, bufs: Vec<B>, pos: u64) -> (io::Result<usize>, Vec<B>) {
         if let Err(err) = check_pos(pos) {
             return (Err(err), bufs);
@@ -163,6 +312,24 @@ impl File {
 
     /// Fills `buf`'s whole capacity from `pos`, or fails with `UnexpectedEof` if the file
     /// ends first (the bytes that were read are kept in the buffer).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let path = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// std::fs::write(&path, "exactly")?;
+    /// let file = ring_rt::fs::File::open(&path).await?;
+    /// let (res, buf) = file.read_exact_at(Vec::with_capacity(7), 0).await;
+    /// res?;
+    /// assert_eq!(buf, b"exactly");
+    /// let (res, buf) = file.read_exact_at(Vec::with_capacity(7), 3).await;
+    /// assert_eq!(res.unwrap_err().kind(), std::io::ErrorKind::UnexpectedEof);
+    /// assert_eq!(buf, b"ctly"); // what there was
+    /// # std::fs::remove_file(&path)?;
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub async fn read_exact_at<B: IoBufMut>(&self, buf: B, pos: u64) -> (io::Result<()>, B) {
         let total = buf.bytes_total();
         transfer_all(buf, total, eof, |slice, done| {
@@ -173,6 +340,20 @@ impl File {
 
     /// Writes all of `buf`'s data from `pos`, looping over short writes; `WriteZero` if
     /// the kernel accepts nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let path = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let file = ring_rt::fs::File::create(&path).await?;
+    /// let (res, buf) = file.write_all_at(vec![b'z'; 1 << 20], 0).await;
+    /// res?;
+    /// assert_eq!(file.metadata().await?.len(), buf.len() as u64);
+    /// # std::fs::remove_file(&path)?;
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub async fn write_all_at<B: IoBuf>(&self, buf: B, pos: u64) -> (io::Result<()>, B) {
         let total = buf.bytes_init();
         transfer_all(buf, total, write_zero, |slice, done| {
@@ -181,7 +362,21 @@ impl File {
         .await
     }
 
-    /// Flushes data and metadata to the device (`fsync`).
+    /// Flushes data and metadata to the device (`fsync`). Linkable after a write (see
+    /// [`Pending::link`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let path = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let file = ring_rt::fs::File::create(&path).await?;
+    /// file.write_all_at(&b"durable"[..], 0).await.0?;
+    /// file.sync_all().await?;
+    /// # std::fs::remove_file(&path)?;
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn sync_all(&self) -> Pending<'_, impl OpDef<Output = io::Result<()>>> {
         Pending::new(
             self.core.clone(),
@@ -193,6 +388,21 @@ impl File {
     }
 
     /// Flushes data, and only the metadata needed to read it back (`fdatasync`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let path = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let file = ring_rt::fs::File::create(&path).await?;
+    /// // Write and flush as one linked chain: the fdatasync runs only if the write succeeded.
+    /// let ((written, _buf), synced) = file.write_at(&b"data"[..], 0).link(file.sync_data()).await;
+    /// assert_eq!(written?, 4);
+    /// synced?;
+    /// # std::fs::remove_file(&path)?;
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn sync_data(&self) -> Pending<'_, impl OpDef<Output = io::Result<()>>> {
         Pending::new(
             self.core.clone(),
@@ -206,6 +416,21 @@ impl File {
     /// Truncates or extends (with zeros) the file to `len` bytes (`ftruncate`). Before
     /// Linux 6.9 io_uring has no ftruncate: it then runs as a direct syscall on the loop
     /// thread, which is short (no data is written).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let path = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let file = ring_rt::fs::File::create(&path).await?;
+    /// file.set_len(4096).await?;
+    /// assert_eq!(file.metadata().await?.len(), 4096);
+    /// file.set_len(0).await?;
+    /// assert!(file.metadata().await?.is_empty());
+    /// # std::fs::remove_file(&path)?;
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub async fn set_len(&self, len: u64) -> io::Result<()> {
         check_pos(len)?;
         let op = Ftruncate { fd: self.fd, len };
@@ -214,6 +439,22 @@ impl File {
 
     /// `fallocate(mode, offset, len)`: reserve (mode 0, or `FALLOC_FL_KEEP_SIZE`), punch
     /// holes, zero ranges. Unsupported modes fail with the filesystem's `EOPNOTSUPP`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let path = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let file = ring_rt::fs::File::create(&path).await?;
+    /// match file.fallocate(0, 0, 1 << 20).await {
+    ///     Ok(()) => assert_eq!(file.metadata().await?.len(), 1 << 20),
+    ///     // Some filesystems cannot reserve space.
+    ///     Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EOPNOTSUPP)),
+    /// }
+    /// # std::fs::remove_file(&path)?;
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub async fn fallocate(&self, mode: i32, offset: u64, len: u64) -> io::Result<()> {
         check_pos(offset)?;
         check_pos(len)?;
@@ -227,6 +468,19 @@ impl File {
     }
 
     /// The file's metadata (`statx` on the fd with `AT_EMPTY_PATH`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let path = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let file = ring_rt::fs::File::create(&path).await?;
+    /// let meta = file.metadata().await?;
+    /// assert!(meta.is_file() && meta.is_empty());
+    /// # std::fs::remove_file(&path)?;
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub async fn metadata(&self) -> io::Result<Metadata> {
         let op = Statx::new(self.fd, Default::default(), libc::AT_EMPTY_PATH, STATX_MASK);
         let stx = run(self.core.clone(), op, opcode::Statx::CODE).await?;
@@ -234,6 +488,19 @@ impl File {
     }
 
     /// Closes the file and reports the result (dropping it closes too, without waiting).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let path = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let file = ring_rt::fs::File::create(&path).await?;
+    /// file.write_all_at(&b"last words"[..], 0).await.0?;
+    /// file.close().await?; // e.g. an NFS write-back error would show here
+    /// # std::fs::remove_file(&path)?;
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub async fn close(mut self) -> io::Result<()> {
         let fd = std::mem::replace(&mut self.fd, -1);
         run(self.core.clone(), Close { fd }, opcode::Close::CODE).await

@@ -11,7 +11,42 @@ use std::time::{Duration, SystemTime};
 pub(crate) const STATX_MASK: u32 =
     libc::STATX_BASIC_STATS | libc::STATX_BTIME | libc::STATX_DIOALIGN;
 
-/// Metadata of a file, from `statx`.
+/// Metadata of a file, from `statx`: from [`File::metadata`](super::File::metadata),
+/// [`metadata`](super::metadata) or [`symlink_metadata`](super::symlink_metadata).
+///
+/// # Examples
+///
+/// Every accessor:
+///
+/// ```
+/// use std::os::unix::fs::PermissionsExt;
+///
+/// # let path = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+/// # ring_rt::Runtime::new()?.block_on(async {
+/// std::fs::write(&path, "twelve bytes")?;
+/// let meta = ring_rt::fs::metadata(&path).await?;
+/// assert_eq!(meta.len(), 12);
+/// assert!(!meta.is_empty() && meta.is_file() && !meta.is_dir() && !meta.is_symlink());
+/// assert_eq!(meta.mode() & 0o777, meta.permissions().mode() & 0o777);
+/// assert!(meta.modified()? <= std::time::SystemTime::now());
+/// let _ = (meta.accessed()?, meta.changed()?);
+/// match meta.created() {
+///     Ok(birth) => assert!(birth <= meta.modified()?),
+///     Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::Unsupported), // no birth time here
+/// }
+/// let std_meta = std::fs::metadata(&path)?;
+/// use std::os::unix::fs::MetadataExt;
+/// assert_eq!((meta.ino(), meta.dev(), meta.nlink()), (std_meta.ino(), std_meta.dev(), 1));
+/// assert_eq!((meta.uid(), meta.gid()), (std_meta.uid(), std_meta.gid()));
+/// assert!(meta.blksize() > 0);
+/// println!("{} blocks of 512 bytes allocated", meta.blocks());
+/// if let Some((mem_align, offset_align)) = meta.direct_io_align() {
+///     println!("O_DIRECT: buffers aligned to {mem_align}, offsets to {offset_align}");
+/// }
+/// # std::fs::remove_file(&path)?;
+/// # std::io::Result::Ok(()) })?;
+/// # std::io::Result::Ok(())
+/// ```
 #[derive(Clone, Copy)]
 pub struct Metadata {
     stx: libc::statx,

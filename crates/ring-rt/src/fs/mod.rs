@@ -2,6 +2,22 @@
 //! operations (`remove_file`, `rename`, `create_dir`, `metadata`, ...). io_uring 5.6+ for
 //! files; unlinkat/renameat need 5.11 and mkdirat 5.15, and on older kernels those run as
 //! direct syscalls on the loop thread. On epoll every op runs on the blocking pool.
+//!
+//! ```
+//! use ring_rt::fs;
+//!
+//! # fn main() -> std::io::Result<()> {
+//! let dir = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+//! ring_rt::Runtime::new()?.block_on(async {
+//!     fs::create_dir(&dir).await?;
+//!     fs::write(dir.join("a.txt"), &b"contents"[..]).await?;
+//!     fs::rename(dir.join("a.txt"), dir.join("b.txt")).await?;
+//!     assert_eq!(fs::read(dir.join("b.txt")).await?, b"contents");
+//!     fs::remove_file(dir.join("b.txt")).await?;
+//!     fs::remove_dir(&dir).await
+//! })
+//! # }
+//! ```
 
 mod aligned;
 mod file;
@@ -36,11 +52,39 @@ pub(crate) fn cstring(path: &Path) -> io::Result<CString> {
 }
 
 /// Removes a file (or symlink); `NotFound` if absent, `EISDIR` for a directory.
+///
+/// # Examples
+///
+/// ```
+/// # let path = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+/// # ring_rt::Runtime::new()?.block_on(async {
+/// std::fs::write(&path, "")?;
+/// ring_rt::fs::remove_file(&path).await?;
+/// let again = ring_rt::fs::remove_file(&path).await;
+/// assert_eq!(again.unwrap_err().kind(), std::io::ErrorKind::NotFound);
+/// # std::io::Result::Ok(()) })?;
+/// # std::io::Result::Ok(())
+/// ```
 pub async fn remove_file(path: impl AsRef<Path>) -> io::Result<()> {
     unlink(path.as_ref(), 0).await
 }
 
 /// Removes an empty directory; `ENOTEMPTY` if it has entries.
+///
+/// # Examples
+///
+/// ```
+/// # let path = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+/// # ring_rt::Runtime::new()?.block_on(async {
+/// std::fs::create_dir(&path)?;
+/// std::fs::write(path.join("entry"), "")?;
+/// let busy = ring_rt::fs::remove_dir(&path).await;
+/// assert_eq!(busy.unwrap_err().raw_os_error(), Some(libc::ENOTEMPTY));
+/// ring_rt::fs::remove_file(path.join("entry")).await?;
+/// ring_rt::fs::remove_dir(&path).await?;
+/// # std::io::Result::Ok(()) })?;
+/// # std::io::Result::Ok(())
+/// ```
 pub async fn remove_dir(path: impl AsRef<Path>) -> io::Result<()> {
     unlink(path.as_ref(), libc::AT_REMOVEDIR).await
 }
@@ -54,6 +98,22 @@ async fn unlink(path: &Path, flags: i32) -> io::Result<()> {
 }
 
 /// Renames `from` to `to`, replacing `to` if it exists (as `rename(2)`).
+///
+/// # Examples
+///
+/// ```
+/// # let path = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+/// # ring_rt::Runtime::new()?.block_on(async {
+/// let tmp = path.with_extension("tmp");
+/// // Replace a file atomically: write a temporary, then rename it over the target.
+/// std::fs::write(&path, "old")?;
+/// ring_rt::fs::write(&tmp, &b"new"[..]).await?;
+/// ring_rt::fs::rename(&tmp, &path).await?;
+/// assert_eq!(std::fs::read(&path)?, b"new");
+/// # std::fs::remove_file(&path)?;
+/// # std::io::Result::Ok(()) })?;
+/// # std::io::Result::Ok(())
+/// ```
 pub async fn rename(from: impl AsRef<Path>, to: impl AsRef<Path>) -> io::Result<()> {
     let op = RenameAt {
         from: cstring(from.as_ref())?,
@@ -63,6 +123,20 @@ pub async fn rename(from: impl AsRef<Path>, to: impl AsRef<Path>) -> io::Result<
 }
 
 /// Creates a directory (mode `0o777` before the umask); `AlreadyExists` if present.
+///
+/// # Examples
+///
+/// ```
+/// # let path = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+/// # ring_rt::Runtime::new()?.block_on(async {
+/// ring_rt::fs::create_dir(&path).await?;
+/// assert!(ring_rt::fs::metadata(&path).await?.is_dir());
+/// let again = ring_rt::fs::create_dir(&path).await;
+/// assert_eq!(again.unwrap_err().kind(), std::io::ErrorKind::AlreadyExists);
+/// # std::fs::remove_dir(&path)?;
+/// # std::io::Result::Ok(()) })?;
+/// # std::io::Result::Ok(())
+/// ```
 pub async fn create_dir(path: impl AsRef<Path>) -> io::Result<()> {
     let op = MkDirAt {
         path: cstring(path.as_ref())?,
@@ -72,11 +146,38 @@ pub async fn create_dir(path: impl AsRef<Path>) -> io::Result<()> {
 }
 
 /// Metadata of `path`, following symlinks.
+///
+/// # Examples
+///
+/// ```
+/// # let path = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+/// # ring_rt::Runtime::new()?.block_on(async {
+/// std::fs::write(&path, "12345")?;
+/// let meta = ring_rt::fs::metadata(&path).await?;
+/// assert!(meta.is_file());
+/// assert_eq!(meta.len(), 5);
+/// # std::fs::remove_file(&path)?;
+/// # std::io::Result::Ok(()) })?;
+/// # std::io::Result::Ok(())
+/// ```
 pub async fn metadata(path: impl AsRef<Path>) -> io::Result<Metadata> {
     stat(path.as_ref(), 0).await
 }
 
 /// Metadata of `path` itself, not following a final symlink.
+///
+/// # Examples
+///
+/// ```
+/// # let path = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+/// # ring_rt::Runtime::new()?.block_on(async {
+/// std::os::unix::fs::symlink("/", &path)?;
+/// assert!(ring_rt::fs::symlink_metadata(&path).await?.is_symlink());
+/// assert!(ring_rt::fs::metadata(&path).await?.is_dir()); // followed to "/"
+/// # std::fs::remove_file(&path)?;
+/// # std::io::Result::Ok(()) })?;
+/// # std::io::Result::Ok(())
+/// ```
 pub async fn symlink_metadata(path: impl AsRef<Path>) -> io::Result<Metadata> {
     stat(path.as_ref(), libc::AT_SYMLINK_NOFOLLOW).await
 }
@@ -88,6 +189,19 @@ async fn stat(path: &Path, flags: i32) -> io::Result<Metadata> {
 }
 
 /// Reads a whole file.
+///
+/// # Examples
+///
+/// ```
+/// # let path = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+/// # ring_rt::Runtime::new()?.block_on(async {
+/// std::fs::write(&path, "whole file")?;
+/// let data: Vec<u8> = ring_rt::fs::read(&path).await?;
+/// assert_eq!(data, b"whole file");
+/// # std::fs::remove_file(&path)?;
+/// # std::io::Result::Ok(()) })?;
+/// # std::io::Result::Ok(())
+/// ```
 pub async fn read(path: impl AsRef<Path>) -> io::Result<Vec<u8>> {
     let file = File::open(path).await?;
     // The size is a hint: the file may grow or shrink while it is read.
@@ -110,7 +224,21 @@ pub async fn read(path: impl AsRef<Path>) -> io::Result<Vec<u8>> {
     }
 }
 
-/// Writes `data` as the whole content of `path`, creating or truncating it.
+/// Writes `data` (any [`IoBuf`]) as the whole content of `path`, creating or truncating
+/// it.
+///
+/// # Examples
+///
+/// ```
+/// # let path = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+/// # ring_rt::Runtime::new()?.block_on(async {
+/// ring_rt::fs::write(&path, b"bytes".to_vec()).await?;
+/// ring_rt::fs::write(&path, "replaced").await?; // a &'static str is an IoBuf too
+/// assert_eq!(std::fs::read(&path)?, b"replaced");
+/// # std::fs::remove_file(&path)?;
+/// # std::io::Result::Ok(()) })?;
+/// # std::io::Result::Ok(())
+/// ```
 pub async fn write<B: IoBuf>(path: impl AsRef<Path>, data: B) -> io::Result<()> {
     let file = File::create(path).await?;
     let (res, _) = file.write_all_at(data, 0).await;

@@ -11,13 +11,28 @@ use crate::op::fs::{run, OpenAt};
 use crate::runtime::Core;
 
 /// Options for opening a file, as [`std::fs::OpenOptions`], with [`direct`](Self::direct)
-/// for `O_DIRECT`.
+/// for `O_DIRECT`. Each setter takes and returns `&mut Self`, so calls chain and one
+/// value can open many files.
 ///
-/// ```no_run
-/// # ring_rt::Runtime::new().unwrap().block_on(async {
+/// # Examples
+///
+/// ```
 /// use ring_rt::fs::OpenOptions;
-/// let file = OpenOptions::new().append(true).create(true).open("log.txt").await?;
-/// # std::io::Result::Ok(()) }).unwrap();
+///
+/// # fn main() -> std::io::Result<()> {
+/// let path = std::env::temp_dir().join(format!("ring-rt-doc-{}.log", std::process::id()));
+/// ring_rt::Runtime::new()?.block_on(async {
+///     let mut options = OpenOptions::new();
+///     options.append(true).create(true).mode(0o600);
+///     for line in ["one\n", "two\n"] {
+///         let log = options.open(&path).await?;
+///         log.write_all_at(line, 0).await.0?; // O_APPEND: always at the end
+///     }
+///     std::io::Result::Ok(())
+/// })?;
+/// assert_eq!(std::fs::read_to_string(&path)?, "one\ntwo\n");
+/// std::fs::remove_file(&path)
+/// # }
 /// ```
 #[derive(Clone, Debug)]
 pub struct OpenOptions {
@@ -39,7 +54,25 @@ impl Default for OpenOptions {
 }
 
 impl OpenOptions {
-    /// Every option off, mode `0o666` (before the umask).
+    /// Every option off, mode `0o666` (before the umask). Set at least one of read, write
+    /// or append before opening.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let path = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// # std::fs::write(&path, "")?;
+    /// use ring_rt::fs::OpenOptions;
+    ///
+    /// let err = OpenOptions::new().open(&path).await.unwrap_err(); // no access mode
+    /// assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+    /// let file = OpenOptions::new().read(true).open(&path).await?;
+    /// # drop(file);
+    /// # std::fs::remove_file(&path)?;
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn new() -> OpenOptions {
         OpenOptions {
             read: false,
@@ -55,37 +88,83 @@ impl OpenOptions {
     }
 
     /// Open for reading.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let path = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// # std::fs::write(&path, "rw")?;
+    /// let file = ring_rt::fs::OpenOptions::new().read(true).write(true).open(&path).await?;
+    /// file.write_all_at(&b"RW"[..], 0).await.0?;
+    /// let (n, buf) = file.read_at(Vec::with_capacity(2), 0).await;
+    /// assert_eq!((n?, &buf[..]), (2, &b"RW"[..]));
+    /// # std::fs::remove_file(&path)?;
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn read(&mut self, read: bool) -> &mut OpenOptions {
         self.read = read;
         self
     }
 
-    /// Open for writing.
+    /// Open for writing (see [`read`](Self::read) for an example).
     pub fn write(&mut self, write: bool) -> &mut OpenOptions {
         self.write = write;
         self
     }
 
     /// Every write goes to the end of the file (`O_APPEND`; the position given to
-    /// `write_at` is ignored, as Linux does for `pwrite`). Implies write access.
+    /// `write_at` is ignored, as Linux does for `pwrite`). Implies write access. See the
+    /// [type's example](OpenOptions).
     pub fn append(&mut self, append: bool) -> &mut OpenOptions {
         self.append = append;
         self
     }
 
     /// Cut an existing file to length 0 (`O_TRUNC`); needs write access.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let path = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// std::fs::write(&path, "old contents")?;
+    /// let file = ring_rt::fs::OpenOptions::new().write(true).truncate(true).open(&path).await?;
+    /// assert_eq!(file.metadata().await?.len(), 0);
+    /// # std::fs::remove_file(&path)?;
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn truncate(&mut self, truncate: bool) -> &mut OpenOptions {
         self.truncate = truncate;
         self
     }
 
-    /// Create the file if it does not exist (`O_CREAT`); needs write access.
+    /// Create the file if it does not exist (`O_CREAT`); needs write access. See the
+    /// [type's example](OpenOptions).
     pub fn create(&mut self, create: bool) -> &mut OpenOptions {
         self.create = create;
         self
     }
 
     /// Create the file, failing with `AlreadyExists` if it exists (`O_CREAT | O_EXCL`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let path = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let mut options = ring_rt::fs::OpenOptions::new();
+    /// options.write(true).create_new(true);
+    /// let first = options.open(&path).await?;
+    /// let second = options.open(&path).await;
+    /// assert_eq!(second.unwrap_err().kind(), std::io::ErrorKind::AlreadyExists);
+    /// # drop(first);
+    /// # std::fs::remove_file(&path)?;
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn create_new(&mut self, create_new: bool) -> &mut OpenOptions {
         self.create_new = create_new;
         self
@@ -94,18 +173,76 @@ impl OpenOptions {
     /// Bypass the page cache (`O_DIRECT`): buffers, offsets and lengths must then be aligned
     /// as the filesystem requires (see [`AlignedBuf`](super::AlignedBuf) and
     /// [`Metadata::direct_io_align`](super::Metadata::direct_io_align)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let path = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// use ring_rt::fs::{AlignedBuf, OpenOptions};
+    ///
+    /// let mut options = OpenOptions::new();
+    /// options.read(true).write(true).create(true).direct(true);
+    /// let file = match options.open(&path).await {
+    ///     // Some filesystems (tmpfs before 6.6, for one) refuse O_DIRECT.
+    ///     Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+    /// #       std::fs::remove_file(&path).ok();
+    ///         return Ok(());
+    ///     }
+    ///     other => other?,
+    /// };
+    /// let mut buf = AlignedBuf::new(4096)?;
+    /// buf.extend_from_slice(&[7; 4096])?;
+    /// file.write_all_at(buf, 0).await.0?; // aligned address, offset and length
+    /// let (res, buf) = file.read_exact_at(AlignedBuf::new(4096)?, 0).await;
+    /// res?;
+    /// assert_eq!(buf[4095], 7);
+    /// # std::fs::remove_file(&path)?;
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn direct(&mut self, direct: bool) -> &mut OpenOptions {
         self.direct = direct;
         self
     }
 
     /// Extra `open(2)` flags; the access mode bits (`O_ACCMODE`) are ignored, as in std.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let path = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// # std::fs::write(&path, "")?;
+    /// let file = ring_rt::fs::OpenOptions::new()
+    ///     .read(true)
+    ///     .custom_flags(libc::O_NOATIME | libc::O_NOFOLLOW)
+    ///     .open(&path)
+    ///     .await?;
+    /// # drop(file);
+    /// # std::fs::remove_file(&path)?;
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn custom_flags(&mut self, flags: i32) -> &mut OpenOptions {
         self.custom_flags = flags;
         self
     }
 
     /// Permission bits for a newly created file (before the umask).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let path = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let mut options = ring_rt::fs::OpenOptions::new();
+    /// let file = options.write(true).create(true).mode(0o600).open(&path).await?;
+    /// assert_eq!(file.metadata().await?.mode() & 0o077, 0); // private to the owner
+    /// # std::fs::remove_file(&path)?;
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn mode(&mut self, mode: u32) -> &mut OpenOptions {
         self.mode = mode;
         self
@@ -116,6 +253,25 @@ impl OpenOptions {
     /// Errors carry the OS code: `NotFound`, `AlreadyExists` (`create_new`), `EISDIR` for a
     /// directory opened for writing, `InvalidInput` for contradictory options or a path
     /// with a NUL byte.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let path = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// # std::fs::write(&path, "")?;
+    /// use ring_rt::fs::OpenOptions;
+    ///
+    /// let file = OpenOptions::new().read(true).open(&path).await?;
+    /// let missing = OpenOptions::new().read(true).open("/no/such/file").await;
+    /// assert_eq!(missing.unwrap_err().kind(), std::io::ErrorKind::NotFound);
+    /// let nul = OpenOptions::new().read(true).open("bad\0path").await;
+    /// assert_eq!(nul.unwrap_err().kind(), std::io::ErrorKind::InvalidInput);
+    /// # drop(file);
+    /// # std::fs::remove_file(&path)?;
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub async fn open(&self, path: impl AsRef<Path>) -> io::Result<File> {
         let flags = self.flags()?;
         let path = cstring(path.as_ref())?;

@@ -198,6 +198,30 @@ impl Drop for Socket {
 /// Received data as it arrives: multishot recv into the worker's pool where the kernel has
 /// it (6.0+), else one buffer-select recv after another. `next` gives `None` at end of
 /// stream. If the pool runs dry the stream waits for buffers and re-arms: no data is lost.
+///
+/// Made by `recv_stream` on [`TcpStream`](crate::net::TcpStream) and
+/// [`UnixStream`](crate::net::UnixStream). Each chunk is a [`PooledBuf`]; hold few of them
+/// at a time, as a chunk held is a pool buffer out. Dropping the stream cancels its
+/// multishot recv and returns the buffers of any late completions to the pool.
+///
+/// # Examples
+///
+/// ```
+/// # ring_rt::Runtime::new()?.block_on(async {
+/// let (a, b) = ring_rt::net::UnixStream::pair()?;
+/// a.write_all(&b"first "[..]).await.0?;
+/// a.write_all(&b"second"[..]).await.0?;
+/// drop(a); // end of stream for `b`
+///
+/// let mut rx = b.recv_stream();
+/// let mut text = Vec::new();
+/// while let Some(chunk) = rx.next().await {
+///     text.extend_from_slice(&chunk?);
+/// }
+/// assert_eq!(text, b"first second");
+/// # std::io::Result::Ok(()) })?;
+/// # std::io::Result::Ok(())
+/// ```
 pub struct RecvStream<'a> {
     socket: &'a Socket,
     group: Option<BufGroup>,
@@ -218,7 +242,20 @@ impl<'a> RecvStream<'a> {
         }
     }
 
-    /// The next chunk of data, `None` at end of stream.
+    /// The next chunk of data, `None` at end of stream (and after an error).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let (a, b) = ring_rt::net::UnixStream::pair()?;
+    /// a.write_all(&b"ping"[..]).await.0?;
+    /// let mut rx = b.recv_stream();
+    /// let chunk = rx.next().await.expect("not at end")?;
+    /// assert_eq!(&chunk[..], b"ping");
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub async fn next(&mut self) -> Option<io::Result<PooledBuf>> {
         if self.done {
             return None;
@@ -296,7 +333,30 @@ impl Drop for RecvStream<'_> {
 macro_rules! stream_methods {
     () => {
         /// Reads into `buf` (from its start, up to its capacity); returns the count and the
-        /// buffer. The op can be bounded first: `stream.read(buf).timeout(d).await`.
+        /// buffer. The op can be bounded first: `stream.read(buf).timeout(d).await`. `Ok(0)`
+        /// is end of stream (or a buffer with no capacity).
+        ///
+        /// # Examples
+        ///
+        /// Shown on a [`UnixStream`](crate::net::UnixStream) pair;
+        /// [`TcpStream`](crate::net::TcpStream) has the same method.
+        ///
+        /// ```
+        /// use std::time::Duration;
+        ///
+        /// # ring_rt::Runtime::new()?.block_on(async {
+        /// let (a, b) = ring_rt::net::UnixStream::pair()?;
+        /// a.write_all(&b"hello"[..]).await.0?;
+        /// let (n, buf) = b.read(Vec::with_capacity(64)).await;
+        /// assert_eq!(n?, 5);
+        /// assert_eq!(buf, b"hello"); // the bytes read are the Vec's length
+        ///
+        /// // Nothing more arrives: bound the read by a timeout.
+        /// let (res, _buf) = b.read(buf).timeout(Duration::from_millis(10)).await;
+        /// assert_eq!(res.unwrap_err().kind(), std::io::ErrorKind::TimedOut);
+        /// # std::io::Result::Ok(()) })?;
+        /// # std::io::Result::Ok(())
+        /// ```
         pub fn read<B: IoBufMut>(
             &self,
             buf: B,
@@ -304,7 +364,27 @@ macro_rules! stream_methods {
             self.socket.read(buf)
         }
 
-        /// Writes `buf`'s initialised bytes once (possibly partially).
+        /// Writes `buf`'s initialised bytes once (possibly partially); returns the count and
+        /// the buffer. Use [`write_all`](Self::write_all) to send everything.
+        ///
+        /// # Examples
+        ///
+        /// Shown on a [`UnixStream`](crate::net::UnixStream) pair;
+        /// [`TcpStream`](crate::net::TcpStream) has the same method.
+        ///
+        /// ```
+        /// use ring_rt::buf::IoBuf;
+        ///
+        /// # ring_rt::Runtime::new()?.block_on(async {
+        /// let (a, b) = ring_rt::net::UnixStream::pair()?;
+        /// let data = b"header:body".to_vec();
+        /// let (n, slice) = a.write(data.slice(..7)).await; // just "header:"
+        /// assert_eq!(n?, 7);
+        /// let data = slice.into_inner(); // the whole Vec back
+        /// # let _ = (data, b);
+        /// # std::io::Result::Ok(()) })?;
+        /// # std::io::Result::Ok(())
+        /// ```
         pub fn write<B: IoBuf>(
             &self,
             buf: B,
@@ -312,23 +392,108 @@ macro_rules! stream_methods {
             self.socket.write(buf)
         }
 
-        /// Writes all of `buf`'s initialised bytes.
+        /// Writes all of `buf`'s initialised bytes, looping over short writes; `WriteZero` if
+        /// the peer accepts nothing. The buffer comes back on success and on error.
+        ///
+        /// # Examples
+        ///
+        /// Shown on a [`UnixStream`](crate::net::UnixStream) pair;
+        /// [`TcpStream`](crate::net::TcpStream) has the same method.
+        ///
+        /// ```
+        /// # ring_rt::Runtime::new()?.block_on(async {
+        /// let (a, b) = ring_rt::net::UnixStream::pair()?;
+        /// let (res, buf) = a.write_all(vec![b'x'; 1000]).await;
+        /// res?;
+        /// assert_eq!(buf.len(), 1000); // reuse it for the next message
+        /// let mut received = 0;
+        /// while received < 1000 {
+        ///     let (n, _) = b.read(Vec::with_capacity(1000)).await;
+        ///     received += n?;
+        /// }
+        /// # std::io::Result::Ok(()) })?;
+        /// # std::io::Result::Ok(())
+        /// ```
         pub async fn write_all<B: IoBuf>(&self, buf: B) -> (io::Result<()>, B) {
             self.socket.write_all(buf).await
         }
 
         /// Receives into a buffer from the worker's shared pool; `Ok(None)` at end of
-        /// stream. While the connection is idle it holds no buffer.
+        /// stream. While the connection is idle it holds no buffer. Dropping the
+        /// [`PooledBuf`] returns the buffer to the pool.
+        ///
+        /// # Examples
+        ///
+        /// Shown on a [`UnixStream`](crate::net::UnixStream) pair;
+        /// [`TcpStream`](crate::net::TcpStream) has the same method.
+        ///
+        /// ```
+        /// # ring_rt::Runtime::new()?.block_on(async {
+        /// let (a, b) = ring_rt::net::UnixStream::pair()?;
+        /// a.write_all(&b"pooled"[..]).await.0?;
+        /// let buf = b.recv_pooled().await?.expect("data, not end of stream");
+        /// assert_eq!(&buf[..], b"pooled");
+        /// drop(buf); // back to the pool
+        /// drop(a);
+        /// assert!(b.recv_pooled().await?.is_none()); // end of stream
+        /// # std::io::Result::Ok(()) })?;
+        /// # std::io::Result::Ok(())
+        /// ```
         pub async fn recv_pooled(&self) -> io::Result<Option<PooledBuf>> {
             self.socket.recv_pooled().await
         }
 
-        /// Received data as a stream of pooled buffers (multishot recv where available).
+        /// Received data as a stream of pooled buffers (multishot recv where available):
+        /// see [`RecvStream`].
+        ///
+        /// # Examples
+        ///
+        /// An echo loop, shown on a [`UnixStream`](crate::net::UnixStream) pair;
+        /// [`TcpStream`](crate::net::TcpStream) has the same method.
+        ///
+        /// ```
+        /// # ring_rt::Runtime::new()?.block_on(async {
+        /// let (client, server) = ring_rt::net::UnixStream::pair()?;
+        /// let echo = ring_rt::spawn(async move {
+        ///     let mut rx = server.recv_stream();
+        ///     while let Some(Ok(buf)) = rx.next().await {
+        ///         // A pooled buffer is an IoBuf: send it straight back.
+        ///         if server.write_all(buf).await.0.is_err() {
+        ///             break;
+        ///         }
+        ///     }
+        /// });
+        /// client.write_all(&b"echo me"[..]).await.0?;
+        /// let (n, buf) = client.read(vec![0; 16]).await;
+        /// assert_eq!(&buf[..n?], b"echo me");
+        /// drop(client);
+        /// echo.await.unwrap();
+        /// # std::io::Result::Ok(()) })?;
+        /// # std::io::Result::Ok(())
+        /// ```
         pub fn recv_stream(&self) -> RecvStream<'_> {
             RecvStream::new(&self.socket)
         }
 
-        /// Shuts down the read, write or both halves.
+        /// Shuts down the read, write or both halves (`shutdown(2)`); after
+        /// `Shutdown::Write` the peer reads end of stream.
+        ///
+        /// # Examples
+        ///
+        /// Shown on a [`UnixStream`](crate::net::UnixStream) pair;
+        /// [`TcpStream`](crate::net::TcpStream) has the same method.
+        ///
+        /// ```
+        /// use std::net::Shutdown;
+        ///
+        /// # ring_rt::Runtime::new()?.block_on(async {
+        /// let (a, b) = ring_rt::net::UnixStream::pair()?;
+        /// a.shutdown(Shutdown::Write)?;
+        /// let (n, _) = b.read(vec![0; 8]).await;
+        /// assert_eq!(n?, 0);
+        /// # std::io::Result::Ok(()) })?;
+        /// # std::io::Result::Ok(())
+        /// ```
         pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
             self.socket.shutdown(how)
         }

@@ -38,6 +38,15 @@ fn to_inet(addr: SockAddr) -> io::Result<SocketAddr> {
 }
 
 /// Options for [`TcpListener::bind_with`].
+///
+/// # Examples
+///
+/// ```
+/// use ring_rt::net::tcp::ListenOptions;
+///
+/// let opts = ListenOptions { reuse_port: true, backlog: 128, ..ListenOptions::default() };
+/// assert!(opts.reuse_addr);
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct ListenOptions {
     /// `SO_REUSEADDR` (default on).
@@ -60,17 +69,72 @@ impl Default for ListenOptions {
 }
 
 /// A TCP listening socket.
+///
+/// # Examples
+///
+/// An echo round trip on an ephemeral port, both ends in one runtime:
+///
+/// ```
+/// use ring_rt::net::{TcpListener, TcpStream};
+///
+/// # fn main() -> std::io::Result<()> {
+/// ring_rt::Runtime::new()?.block_on(async {
+///     let listener = TcpListener::bind("127.0.0.1:0")?;
+///     let addr = listener.local_addr()?;
+///     let server = ring_rt::spawn(async move {
+///         let (stream, _peer) = listener.accept().await?;
+///         let (n, buf) = stream.read(Vec::with_capacity(64)).await; // len becomes n
+///         let n = n?;
+///         stream.write_all(buf).await.0?;
+///         std::io::Result::Ok(n)
+///     });
+///     let client = TcpStream::connect(addr).await?;
+///     client.write_all(&b"ping"[..]).await.0?;
+///     let (n, buf) = client.read(vec![0; 64]).await;
+///     assert_eq!(&buf[..n?], b"ping");
+///     assert_eq!(server.await.unwrap()?, 4);
+///     Ok(())
+/// })
+/// # }
+/// ```
 pub struct TcpListener {
     socket: Socket,
 }
 
 impl TcpListener {
-    /// Binds with `SO_REUSEADDR` and a backlog of 1024.
+    /// Binds with `SO_REUSEADDR` and a backlog of 1024, and listens. Port 0 picks a free
+    /// port (read it back with [`local_addr`](Self::local_addr)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let listener = ring_rt::net::TcpListener::bind("127.0.0.1:0")?;
+    /// assert_ne!(listener.local_addr()?.port(), 0);
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn bind(addr: impl ToSocketAddrs) -> io::Result<TcpListener> {
         TcpListener::bind_with(addr, ListenOptions::default())
     }
 
     /// Binds with explicit options (e.g. `reuse_port` for one listener per worker).
+    ///
+    /// # Examples
+    ///
+    /// Two listeners on one port, as one per worker would be:
+    ///
+    /// ```
+    /// use ring_rt::net::tcp::{ListenOptions, TcpListener};
+    ///
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let opts = ListenOptions { reuse_port: true, ..ListenOptions::default() };
+    /// let first = TcpListener::bind_with("127.0.0.1:0", opts)?;
+    /// let second = TcpListener::bind_with(first.local_addr()?, opts)?;
+    /// assert_eq!(first.local_addr()?, second.local_addr()?);
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn bind_with(addr: impl ToSocketAddrs, opts: ListenOptions) -> io::Result<TcpListener> {
         let addr = resolve(addr)?;
         let socket = Socket::new(Domain::for_address(addr), Type::STREAM)?;
@@ -84,11 +148,37 @@ impl TcpListener {
     }
 
     /// The bound address.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let listener = ring_rt::net::TcpListener::bind("127.0.0.1:0")?;
+    /// assert!(listener.local_addr()?.ip().is_loopback());
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         to_inet(self.socket.local_addr()?)
     }
 
-    /// Accepts one connection.
+    /// Accepts one connection, with the peer's address. Dropping the future in flight
+    /// cancels the accept, and a connection the kernel accepted anyway is closed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ring_rt::net::{TcpListener, TcpStream};
+    ///
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let listener = TcpListener::bind("127.0.0.1:0")?;
+    /// let client = TcpStream::connect(listener.local_addr()?).await?;
+    /// let (server, peer) = listener.accept().await?;
+    /// assert_eq!(peer, client.local_addr()?);
+    /// assert_eq!(server.peer_addr()?, peer);
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub async fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
         let (fd, addr) = accept_one(&self.socket).await?;
         let stream = TcpStream::from_accepted(&self.socket.core, fd)?;
@@ -96,6 +186,24 @@ impl TcpListener {
     }
 
     /// Connections as they arrive, via one multishot accept where the kernel has it (5.19+).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ring_rt::net::{TcpListener, TcpStream};
+    ///
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let listener = TcpListener::bind("127.0.0.1:0")?;
+    /// let addr = listener.local_addr()?;
+    /// let clients = [TcpStream::connect(addr).await?, TcpStream::connect(addr).await?];
+    /// let mut incoming = listener.incoming();
+    /// for _ in &clients {
+    ///     let stream = incoming.next().await.expect("never None")?;
+    ///     assert_eq!(stream.local_addr()?, addr);
+    /// }
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn incoming(&self) -> Incoming<'_> {
         Incoming {
             socket: &self.socket,
@@ -122,6 +230,37 @@ pub(crate) async fn accept_one(socket: &Socket) -> io::Result<(OwnedFd, SockAddr
 /// On `EMFILE`/`ENFILE` (out of fds) it yields the error and then backs off (10 ms,
 /// doubling to 1 s) before accepting again, so a server at its fd limit keeps serving the
 /// connections it has and resumes accepting once fds free up, without spinning.
+///
+/// Dropping it cancels the multishot accept; connections accepted before the cancel lands
+/// are closed.
+///
+/// # Examples
+///
+/// A server loop that ends after two connections:
+///
+/// ```
+/// use ring_rt::net::{TcpListener, TcpStream};
+///
+/// # ring_rt::Runtime::new()?.block_on(async {
+/// let listener = TcpListener::bind("127.0.0.1:0")?;
+/// let addr = listener.local_addr()?;
+/// let server = ring_rt::spawn(async move {
+///     let mut incoming = listener.incoming();
+///     for _ in 0..2 {
+///         let stream = incoming.next().await.unwrap()?;
+///         stream.write_all(&b"hello"[..]).await.0?;
+///     }
+///     std::io::Result::Ok(())
+/// });
+/// for _ in 0..2 {
+///     let client = TcpStream::connect(addr).await?;
+///     let (n, buf) = client.read(vec![0; 8]).await;
+///     assert_eq!(&buf[..n?], b"hello");
+/// }
+/// server.await.unwrap()?;
+/// # std::io::Result::Ok(()) })?;
+/// # std::io::Result::Ok(())
+/// ```
 pub struct Incoming<'a> {
     socket: &'a Socket,
     multishot: Option<OpId>,
@@ -131,6 +270,22 @@ pub struct Incoming<'a> {
 
 impl Incoming<'_> {
     /// The next connection (or accept error). Never `None` while the listener lives.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ring_rt::net::{TcpListener, TcpStream};
+    ///
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let listener = TcpListener::bind("127.0.0.1:0")?;
+    /// let _client = TcpStream::connect(listener.local_addr()?).await?;
+    /// let mut incoming = listener.incoming();
+    /// if let Some(stream) = incoming.next().await {
+    ///     stream?.set_nodelay(true)?;
+    /// }
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub async fn next(&mut self) -> Option<io::Result<TcpStream>> {
         if let Some(sleep) = self.backoff.take() {
             sleep.await;
@@ -199,6 +354,39 @@ fn is_fd_exhaustion(e: &io::Error) -> bool {
 }
 
 /// A TCP connection.
+///
+/// Reads and writes take owned buffers and give them back with the result. The stream
+/// belongs to the worker that made it (it is `!Send`); dropping it closes the socket.
+/// `read`, `write`, `write_all`, `recv_pooled`, `recv_stream` and `shutdown` are shared
+/// with [`UnixStream`](crate::net::UnixStream) and shown on a Unix pair in their own docs.
+///
+/// # Examples
+///
+/// ```
+/// use std::net::Shutdown;
+/// use ring_rt::net::{TcpListener, TcpStream};
+///
+/// # fn main() -> std::io::Result<()> {
+/// ring_rt::Runtime::new()?.block_on(async {
+///     let listener = TcpListener::bind("127.0.0.1:0")?;
+///     let client = TcpStream::connect(listener.local_addr()?).await?;
+///     let (server, _) = listener.accept().await?;
+///
+///     let (n, _buf) = client.write(&b"request"[..]).await;
+///     assert_eq!(n?, 7);
+///     client.shutdown(Shutdown::Write)?;
+///
+///     // Pooled receives: the worker's pool lends a buffer only once data has arrived.
+///     let mut received = Vec::new();
+///     let mut rx = server.recv_stream();
+///     while let Some(chunk) = rx.next().await {
+///         received.extend_from_slice(&chunk?);
+///     }
+///     assert_eq!(received, b"request");
+///     Ok(())
+/// })
+/// # }
+/// ```
 pub struct TcpStream {
     socket: Socket,
 }
@@ -212,7 +400,20 @@ impl TcpStream {
         })
     }
 
-    /// Connects to `addr`.
+    /// Connects to `addr` (the first address it resolves to).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ring_rt::net::{TcpListener, TcpStream};
+    ///
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let listener = TcpListener::bind("127.0.0.1:0")?;
+    /// let stream = TcpStream::connect(listener.local_addr()?).await?;
+    /// assert_eq!(stream.peer_addr()?, listener.local_addr()?);
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub async fn connect(addr: impl ToSocketAddrs) -> io::Result<TcpStream> {
         let addr = resolve(addr)?;
         let socket = Socket::new(Domain::for_address(addr), Type::STREAM)?;
@@ -222,6 +423,21 @@ impl TcpStream {
 
     /// Connects to `addr`, giving up with `TimedOut` after `timeout` (the connect is
     /// cancelled and the socket closed).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ring_rt::net::{TcpListener, TcpStream};
+    ///
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let listener = TcpListener::bind("127.0.0.1:0")?;
+    /// let addr = listener.local_addr()?;
+    /// let stream = TcpStream::connect_timeout(addr, Duration::from_secs(5)).await?;
+    /// # drop(stream);
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub async fn connect_timeout(
         addr: impl ToSocketAddrs,
         timeout: Duration,
@@ -230,32 +446,94 @@ impl TcpStream {
     }
 
     /// Zero-copy send (6.0+; a plain send elsewhere): the buffer comes back once the
-    /// kernel no longer needs it.
+    /// kernel no longer needs it. Worth it for large buffers (tens of KiB and more).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ring_rt::net::{TcpListener, TcpStream};
+    ///
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let listener = TcpListener::bind("127.0.0.1:0")?;
+    /// let client = TcpStream::connect(listener.local_addr()?).await?;
+    /// let (server, _) = listener.accept().await?;
+    /// let (sent, buf) = client.send_zc(vec![1u8; 64 * 1024]).await;
+    /// let sent = sent?;
+    /// assert!(sent > 0 && buf.len() == 64 * 1024); // the buffer is back, unchanged
+    /// let (n, _) = server.read(Vec::with_capacity(1024)).await;
+    /// assert!(n? > 0);
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub async fn send_zc<B: IoBuf>(&self, buf: B) -> (io::Result<usize>, B) {
         self.socket.send_zc(buf).await
     }
 
-    /// The local address.
+    /// The local address. ([`peer_addr`](Self::peer_addr) is shown with
+    /// [`connect`](Self::connect).)
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ring_rt::net::{TcpListener, TcpStream};
+    ///
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let listener = TcpListener::bind("127.0.0.1:0")?;
+    /// let client = TcpStream::connect(listener.local_addr()?).await?;
+    /// let (server, _) = listener.accept().await?;
+    /// assert_eq!(client.local_addr()?, server.peer_addr()?);
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         to_inet(self.socket.local_addr()?)
     }
 
-    /// The peer's address.
+    /// The peer's address (see [`connect`](Self::connect) for an example).
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
         to_inet(self.socket.peer_addr()?)
     }
 
-    /// Sets `TCP_NODELAY`.
+    /// Sets `TCP_NODELAY` (no Nagle delay for small writes).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ring_rt::net::{TcpListener, TcpStream};
+    ///
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let listener = TcpListener::bind("127.0.0.1:0")?;
+    /// let stream = TcpStream::connect(listener.local_addr()?).await?;
+    /// stream.set_nodelay(true)?;
+    /// assert!(stream.nodelay()?);
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn set_nodelay(&self, nodelay: bool) -> io::Result<()> {
         self.socket.with_socket2(|s| s.set_tcp_nodelay(nodelay))
     }
 
-    /// Reads `TCP_NODELAY`.
+    /// Reads `TCP_NODELAY` (see [`set_nodelay`](Self::set_nodelay) for an example).
     pub fn nodelay(&self) -> io::Result<bool> {
         self.socket.with_socket2(|s| s.tcp_nodelay())
     }
 
-    /// Adopts a connected std stream on the current worker.
+    /// Adopts a connected std stream on the current worker (it is switched to the blocking
+    /// mode the backend wants).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ring_rt::net::TcpStream;
+    ///
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    /// let std_stream = std::net::TcpStream::connect(listener.local_addr()?)?;
+    /// let stream = TcpStream::from_std(std_stream)?;
+    /// stream.write_all(&b"adopted"[..]).await.0?;
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn from_std(stream: std::net::TcpStream) -> io::Result<TcpStream> {
         Ok(TcpStream {
             socket: Socket::from_owned(Core::current_io()?, stream.into())?,
@@ -263,6 +541,24 @@ impl TcpStream {
     }
 
     /// Gives up the fd (left in the current blocking mode).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::os::fd::{AsRawFd, OwnedFd};
+    /// use ring_rt::net::{TcpListener, TcpStream};
+    ///
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let listener = TcpListener::bind("127.0.0.1:0")?;
+    /// let stream = TcpStream::connect(listener.local_addr()?).await?;
+    /// let raw = stream.as_raw_fd();
+    /// let fd: OwnedFd = stream.into_owned_fd();
+    /// assert_eq!(fd.as_raw_fd(), raw);
+    /// let std_stream = std::net::TcpStream::from(fd);
+    /// assert_eq!(std_stream.peer_addr()?, listener.local_addr()?);
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn into_owned_fd(self) -> OwnedFd {
         self.socket.into_owned()
     }

@@ -17,12 +17,43 @@ fn resolve(addr: impl ToSocketAddrs) -> io::Result<SocketAddr> {
 }
 
 /// A UDP socket.
+///
+/// Datagram ops take owned buffers and give them back with the result, like every op.
+///
+/// # Examples
+///
+/// ```
+/// use ring_rt::net::UdpSocket;
+///
+/// # fn main() -> std::io::Result<()> {
+/// ring_rt::Runtime::new()?.block_on(async {
+///     let a = UdpSocket::bind("127.0.0.1:0")?;
+///     let b = UdpSocket::bind("127.0.0.1:0")?;
+///     let (sent, _) = a.send_to(&b"datagram"[..], b.local_addr()?).await;
+///     assert_eq!(sent?, 8);
+///     let (res, buf) = b.recv_from(Vec::with_capacity(1500)).await;
+///     let (n, from) = res?;
+///     assert_eq!((&buf[..n], from), (&b"datagram"[..], a.local_addr()?));
+///     Ok(())
+/// })
+/// # }
+/// ```
 pub struct UdpSocket {
     socket: Socket,
 }
 
 impl UdpSocket {
-    /// Binds to `addr`.
+    /// Binds to `addr`; port 0 picks a free port.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let socket = ring_rt::net::UdpSocket::bind("127.0.0.1:0")?;
+    /// assert_ne!(socket.local_addr()?.port(), 0);
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn bind(addr: impl ToSocketAddrs) -> io::Result<UdpSocket> {
         let addr = resolve(addr)?;
         let socket = Socket::new(Domain::for_address(addr), Type::DGRAM)?;
@@ -31,12 +62,31 @@ impl UdpSocket {
     }
 
     /// Sets the default peer for `send`/`recv` (and filters what `recv` receives).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ring_rt::net::UdpSocket;
+    ///
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let a = UdpSocket::bind("127.0.0.1:0")?;
+    /// let b = UdpSocket::bind("127.0.0.1:0")?;
+    /// a.connect(b.local_addr()?)?;
+    /// b.connect(a.local_addr()?)?;
+    /// assert_eq!(a.peer_addr()?, b.local_addr()?);
+    ///
+    /// a.send(&b"to the peer"[..]).await.0?;
+    /// let (n, buf) = b.recv(vec![0; 64]).await;
+    /// assert_eq!(&buf[..n?], b"to the peer");
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn connect(&self, addr: impl ToSocketAddrs) -> io::Result<()> {
         let addr = resolve(addr)?;
         self.socket.with_socket2(|s| s.connect(&addr.into()))
     }
 
-    /// Sends one datagram to `addr`.
+    /// Sends one datagram to `addr` (see the [type's example](UdpSocket)).
     pub async fn send_to<B: IoBuf>(
         &self,
         buf: B,
@@ -58,7 +108,8 @@ impl UdpSocket {
         .await
     }
 
-    /// Receives one datagram and its sender.
+    /// Receives one datagram and its sender, into `buf`'s capacity (a longer datagram is
+    /// truncated). See the [type's example](UdpSocket).
     pub async fn recv_from<B: IoBufMut>(&self, mut buf: B) -> (io::Result<(usize, SocketAddr)>, B) {
         let hdr = MsgHdr::new(buf.stable_mut_ptr(), buf.bytes_total(), None);
         let (res, buf) = Op::new(
@@ -79,22 +130,24 @@ impl UdpSocket {
         (res, buf)
     }
 
-    /// Sends one datagram to the connected peer.
+    /// Sends one datagram to the connected peer (see [`connect`](Self::connect) for an
+    /// example).
     pub async fn send<B: IoBuf>(&self, buf: B) -> (io::Result<usize>, B) {
         self.socket.write(buf).await
     }
 
-    /// Receives one datagram from the connected peer.
+    /// Receives one datagram from the connected peer (see [`connect`](Self::connect) for an
+    /// example).
     pub async fn recv<B: IoBufMut>(&self, buf: B) -> (io::Result<usize>, B) {
         self.socket.read(buf).await
     }
 
-    /// The bound address.
+    /// The bound address (see [`bind`](Self::bind) for an example).
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         inet(self.socket.local_addr()?)
     }
 
-    /// The connected peer.
+    /// The connected peer (see [`connect`](Self::connect) for an example).
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
         inet(self.socket.peer_addr()?)
     }

@@ -15,12 +15,35 @@ use crate::pool::PooledBuf;
 use crate::runtime::Core;
 
 /// A Unix-domain listening socket.
+///
+/// # Examples
+///
+/// ```
+/// use ring_rt::net::{UnixListener, UnixStream};
+///
+/// # fn main() -> std::io::Result<()> {
+/// let path = std::env::temp_dir().join(format!("ring-rt-doc-{}.sock", std::process::id()));
+/// # let _ = std::fs::remove_file(&path);
+/// ring_rt::Runtime::new()?.block_on(async {
+///     let listener = UnixListener::bind(&path)?;
+///     let client = UnixStream::connect(&path).await?;
+///     let server = listener.accept().await?;
+///     client.write_all(&b"over a path"[..]).await.0?;
+///     let (n, buf) = server.read(vec![0; 32]).await;
+///     assert_eq!(&buf[..n?], b"over a path");
+///     std::io::Result::Ok(())
+/// })?;
+/// std::fs::remove_file(&path) // the socket file outlives the listener
+/// # }
+/// ```
 pub struct UnixListener {
     socket: Socket,
 }
 
 impl UnixListener {
-    /// Binds to the filesystem path `path` and listens.
+    /// Binds to the filesystem path `path` and listens (backlog 1024). The path must not
+    /// exist (`AddrInUse`); the socket file stays after the listener is dropped. See the
+    /// [type's example](UnixListener).
     pub fn bind(path: impl AsRef<Path>) -> io::Result<UnixListener> {
         let socket = Socket::new(Domain::UNIX, Type::STREAM)?;
         let addr = SockAddr::unix(path)?;
@@ -31,7 +54,7 @@ impl UnixListener {
         Ok(UnixListener { socket })
     }
 
-    /// Accepts one connection.
+    /// Accepts one connection (see the [type's example](UnixListener)).
     pub async fn accept(&self) -> io::Result<UnixStream> {
         let (fd, _) = accept_one(&self.socket).await?;
         Ok(UnixStream {
@@ -41,6 +64,22 @@ impl UnixListener {
 }
 
 /// A Unix-domain stream connection.
+///
+/// Shares `read`, `write`, `write_all`, `recv_pooled`, `recv_stream` and `shutdown` with
+/// [`TcpStream`](crate::net::TcpStream); each is shown in its own docs.
+///
+/// # Examples
+///
+/// ```
+/// # ring_rt::Runtime::new()?.block_on(async {
+/// let (a, b) = ring_rt::net::UnixStream::pair()?;
+/// let (res, buf) = a.write_all(b"owned buffer".to_vec()).await;
+/// res?;
+/// let (n, buf) = b.read(buf).await; // reuse the same Vec for the reply
+/// assert_eq!(&buf[..n?], b"owned buffer");
+/// # std::io::Result::Ok(()) })?;
+/// # std::io::Result::Ok(())
+/// ```
 pub struct UnixStream {
     socket: Socket,
 }
@@ -48,14 +87,26 @@ pub struct UnixStream {
 impl UnixStream {
     stream_methods!();
 
-    /// Connects to the socket at `path`.
+    /// Connects to the socket at `path` (see [`UnixListener`] for an example).
     pub async fn connect(path: impl AsRef<Path>) -> io::Result<UnixStream> {
         let socket = Socket::new(Domain::UNIX, Type::STREAM)?;
         socket.connect(SockAddr::unix(path)?).await?;
         Ok(UnixStream { socket })
     }
 
-    /// A connected pair.
+    /// A connected pair, both on the current worker.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let (a, b) = ring_rt::net::UnixStream::pair()?;
+    /// b.write_all(&b"pong"[..]).await.0?;
+    /// let (n, _) = a.read(vec![0; 4]).await;
+    /// assert_eq!(n?, 4);
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn pair() -> io::Result<(UnixStream, UnixStream)> {
         let core = Core::current_io()?;
         let (a, b) = socket2::Socket::pair(Domain::UNIX, Type::STREAM.cloexec(), None)?;

@@ -23,6 +23,30 @@ use crate::runtime::Core;
 type Boxed<T> = Pin<Box<dyn Future<Output = T>>>;
 
 /// Ops that can run as one linked chain: a single op, or a chain followed by an op.
+///
+/// Implemented by ring-rt's chain types only; it shows in signatures as
+/// `Link<'_, (Single<A>, Single<B>)>`, and its `Output` nests as the chain was built:
+/// `((a, b), c)` for `a.link(b).link(c)`.
+///
+/// # Examples
+///
+/// ```
+/// use ring_rt::fs::File;
+///
+/// # let path = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+/// # ring_rt::Runtime::new()?.block_on(async {
+/// let file = File::create(&path).await?;
+/// let chain = file
+///     .write_at(&b"abc"[..], 0)
+///     .link(file.write_at(&b"def"[..], 3))
+///     .link(file.sync_all());
+/// let (((first, _), (second, _)), synced) = chain.await;
+/// assert_eq!((first?, second?), (3, 3));
+/// synced?;
+/// # std::fs::remove_file(&path)?;
+/// # std::io::Result::Ok(()) })?;
+/// # std::io::Result::Ok(())
+/// ```
 pub trait Chain: Unpin + 'static {
     /// What awaiting the chain gives: one output per op, nested as the chain was built.
     type Output;
@@ -38,7 +62,31 @@ pub trait Chain: Unpin + 'static {
     fn run_in_order(self, core: Rc<Core>, failed: bool) -> Boxed<(Self::Output, bool)>;
 }
 
-/// One op of a chain (what [`Pending::link`] wraps).
+/// One op of a chain (what [`Pending::link`] wraps). It only appears in the type of a
+/// [`Link`], e.g. `Link<'_, (Single<A>, Single<B>)>`.
+///
+/// # Examples
+///
+/// Naming a two-op chain's type, to store it before awaiting it:
+///
+/// ```
+/// use ring_rt::op::link::{Chain, Link, Single};
+///
+/// fn run_later<C: Chain>(link: Link<'_, C>) -> Link<'_, C> {
+///     link
+/// }
+///
+/// # let path = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+/// # ring_rt::Runtime::new()?.block_on(async {
+/// let file = ring_rt::fs::File::create(&path).await?;
+/// let link = run_later(file.write_at(&b"x"[..], 0).link(file.sync_data()));
+/// let ((written, _), synced) = link.await;
+/// assert_eq!(written?, 1);
+/// synced?;
+/// # std::fs::remove_file(&path)?;
+/// # std::io::Result::Ok(()) })?;
+/// # std::io::Result::Ok(())
+/// ```
 pub struct Single<T>(T);
 
 /// An op whose completion hands back the op itself with its CQE, unconsumed.
@@ -153,6 +201,28 @@ enum LinkState<C: Chain> {
 
 /// A linked chain of ops: await it for every op's output. Built with [`Pending::link`];
 /// borrows the handles (files, sockets) its ops use, like the ops themselves.
+///
+/// On io_uring the chain is submitted at once (`IOSQE_IO_LINK`) and the kernel starts each
+/// op when the one before succeeds; on epoll the same ops run one after another. Either
+/// way, an op after a failed one completes with `ECANCELED`. Dropping the chain in flight
+/// cancels what is still running.
+///
+/// # Examples
+///
+/// ```
+/// use ring_rt::fs::File;
+///
+/// # let path = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+/// # ring_rt::Runtime::new()?.block_on(async {
+/// std::fs::write(&path, "")?;
+/// let file = File::open(&path).await?; // read-only: the write fails
+/// let ((written, _), synced) = file.write_at(&b"x"[..], 0).link(file.sync_all()).await;
+/// assert_eq!(written.unwrap_err().raw_os_error(), Some(libc::EBADF));
+/// assert_eq!(synced.unwrap_err().raw_os_error(), Some(libc::ECANCELED)); // never ran
+/// # std::fs::remove_file(&path)?;
+/// # std::io::Result::Ok(()) })?;
+/// # std::io::Result::Ok(())
+/// ```
 pub struct Link<'a, C: Chain> {
     core: Rc<Core>,
     state: LinkState<C>,
@@ -172,6 +242,24 @@ impl<'a, C: Chain> Link<'a, C> {
     ///
     /// # Panics
     /// If this chain was already polled.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let path = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let file = ring_rt::fs::File::create(&path).await?;
+    /// let ((header, body), synced) = file
+    ///     .write_at(&b"head"[..], 0)
+    ///     .link(file.write_at(&b"body"[..], 4)) // Pending::link makes the Link
+    ///     .link(file.sync_all()) // Link::link appends to it
+    ///     .await;
+    /// assert_eq!((header.0?, body.0?), (4, 4));
+    /// synced?;
+    /// # std::fs::remove_file(&path)?;
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn link<'b, U: OpDef>(mut self, next: Pending<'b, U>) -> Link<'b, (C, Single<U>)>
     where
         'a: 'b,
@@ -314,7 +402,23 @@ impl OpDef for LinkTimeout {
     }
 }
 
-/// An op bounded by a deadline: see [`Pending::timeout`].
+/// An op bounded by a deadline: see [`Pending::timeout`]. Await it for the op's own output;
+/// past the deadline that output is a `TimedOut` error (with the buffers handed back).
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+///
+/// # ring_rt::Runtime::new()?.block_on(async {
+/// let (a, b) = ring_rt::net::UnixStream::pair()?;
+/// let timed = b.read(vec![0; 16]).timeout(Duration::from_secs(5));
+/// a.write_all(&b"in time"[..]).await.0?;
+/// let (n, _buf) = timed.await;
+/// assert_eq!(n?, 7);
+/// # std::io::Result::Ok(()) })?;
+/// # std::io::Result::Ok(())
+/// ```
 pub struct Timed<'a, T: OpDef> {
     inner: TimedInner<'a, T>,
 }
@@ -360,19 +464,30 @@ impl<T: OpDef> Future for Timed<'_, T> {
 
 /// One op, not yet submitted, borrowing the handle it works on: await it, or first
 /// [`link`](Pending::link) ops after it, or bound it with a [`timeout`](Pending::timeout).
+/// Returned by the ops that can be linked: `read`/`write` on streams, `read_at`,
+/// `write_at`, `sync_all` and `sync_data` on files. Like any op it is submitted on its
+/// first poll, so creating one and dropping it unpolled costs nothing.
 ///
-/// ```no_run
-/// # async fn demo(file: &ring_rt::fs::File) -> std::io::Result<()> {
+/// # Examples
+///
+/// ```
+/// use ring_rt::fs::OpenOptions;
+///
+/// # let path = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+/// # ring_rt::Runtime::new()?.block_on(async {
+/// let file = OpenOptions::new().read(true).write(true).create(true).open(&path).await?;
 /// // write -> fsync -> read as one chain: each runs only if the previous succeeded.
 /// let ((written, synced), read) = file
 ///     .write_at(vec![7u8; 4096], 0)
 ///     .link(file.sync_data())
-///     .link(file.read_at(vec![0u8; 4096], 0))
+///     .link(file.read_at(Vec::with_capacity(4096), 0))
 ///     .await;
 /// written.0?;
 /// synced?;
 /// assert_eq!(read.0?, 4096);
-/// # Ok(()) }
+/// # std::fs::remove_file(&path)?;
+/// # std::io::Result::Ok(()) })?;
+/// # std::io::Result::Ok(())
 /// ```
 pub struct Pending<'a, T: OpDef> {
     op: Op<T>,
@@ -389,6 +504,20 @@ impl<'a, T: OpDef> Pending<'a, T> {
 
     /// Links `next` after this op: it runs only if this op succeeds (else it completes with
     /// `ECANCELED`). Await the chain for both outputs.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let path = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let file = ring_rt::fs::File::create(&path).await?;
+    /// let ((written, _buf), synced) = file.write_at(&b"data"[..], 0).link(file.sync_data()).await;
+    /// assert_eq!(written?, 4);
+    /// synced?;
+    /// # std::fs::remove_file(&path)?;
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn link<'b, U: OpDef>(self, next: Pending<'b, U>) -> Link<'b, (Single<T>, Single<U>)>
     where
         'a: 'b,
@@ -404,6 +533,21 @@ impl<'a, T: OpDef> Pending<'a, T> {
     /// `TimedOut` (`ETIMEDOUT`), handing its buffers back as usual. On io_uring this is a
     /// kernel `LINK_TIMEOUT`; on epoll a readiness wait is abandoned, while a file op already
     /// running on the blocking pool finishes first.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::io::ErrorKind;
+    /// use std::time::Duration;
+    ///
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let (_a, b) = ring_rt::net::UnixStream::pair()?;
+    /// let (res, buf) = b.read(vec![0; 16]).timeout(Duration::from_millis(10)).await;
+    /// assert_eq!(res.unwrap_err().kind(), ErrorKind::TimedOut);
+    /// assert_eq!(buf.len(), 16); // the buffer is back, to retry with
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
     pub fn timeout(self, timeout: Duration) -> Timed<'a, T> {
         let core = self.op.core.clone();
         if core.choice.kind == BackendKind::Epoll {

@@ -35,7 +35,17 @@ pub enum Emulation {
     Blocking(BlockingJob),
 }
 
-/// A syscall to run on the blocking pool.
+/// A syscall to run on the blocking pool (epoll backend): it returns what the kernel would
+/// post as the CQE's result, `>= 0` or `-errno`. Only ring-rt's own ops make these.
+///
+/// # Examples
+///
+/// ```
+/// use ring_rt::op::BlockingJob;
+///
+/// let job: BlockingJob = Box::new(|| -libc::EOPNOTSUPP);
+/// assert_eq!(job(), -libc::EOPNOTSUPP);
+/// ```
 pub type BlockingJob = Box<dyn FnOnce() -> i32 + Send + 'static>;
 
 /// One kind of operation (implemented by ring-rt's own op types only).
