@@ -4,7 +4,7 @@
 //! `ring_rt::compat::HyperTimer`: a client that takes longer than `--header-timeout-ms`
 //! (default 30000) to send a request's headers is disconnected.
 //!
-//! cargo run --release --example hyper --features tokio-io,hyper -- --addr 127.0.0.1:8080
+//! cargo run --release --example hyper -- --addr 127.0.0.1:8080
 //!     [--threads N] [--backend uring|epoll] [--header-timeout-ms N]
 //!
 //! Routes: `GET /` says hello; `POST /echo` streams the request body back; `GET
