@@ -1,12 +1,14 @@
 //! ring-bench: the echo load generator and benchmark drivers comparing ring-rt with tokio.
 
 pub mod cell;
+pub mod crit;
 pub mod echo_bench;
 pub mod idle;
 pub mod json;
 pub mod load;
 pub mod plot;
 pub mod report;
+pub mod seed;
 pub mod server;
 pub mod stats;
 pub mod strace;

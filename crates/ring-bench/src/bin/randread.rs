@@ -1,0 +1,109 @@
+//! `randread --file F [--depth 32] [--secs 10] [--backend uring|epoll] [--size-mib 256]`:
+//! random 4 KiB reads at a fixed queue depth for a fixed time on ring-rt, printing IOPS, to
+//! compare with fio on the same file (`scripts/fio-randread.sh`). Creates F (written data,
+//! not sparse) when it does not exist; uses `O_DIRECT` when the filesystem takes it.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+use std::{env, io};
+
+use ring_bench::crit::{self, Stop, BLOCK_BYTES};
+use ring_rt::BackendKind;
+
+const USAGE: &str =
+    "usage: randread --file F [--depth 32] [--secs 10] [--backend uring|epoll] [--size-mib 256]";
+
+struct Args {
+    file: PathBuf,
+    depth: usize,
+    secs: u64,
+    backend: BackendKind,
+    size_mib: u64,
+}
+
+fn parse_args(mut args: impl Iterator<Item = String>) -> io::Result<Args> {
+    let bad = |msg: String| io::Error::new(io::ErrorKind::InvalidInput, msg);
+    let mut out = Args {
+        file: PathBuf::new(),
+        depth: 32,
+        secs: 10,
+        backend: BackendKind::Uring,
+        size_mib: 256,
+    };
+    while let Some(flag) = args.next() {
+        let value = args
+            .next()
+            .ok_or_else(|| bad(format!("{flag} needs a value")))?;
+        let number = || {
+            value.parse::<u64>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                bad(format!(
+                    "{flag}: expected a positive integer, got {value:?}"
+                ))
+            })
+        };
+        match flag.as_str() {
+            "--file" => out.file = PathBuf::from(&value),
+            "--depth" => out.depth = number()? as usize,
+            "--secs" => out.secs = number()?,
+            "--size-mib" => out.size_mib = number()?,
+            "--backend" => {
+                out.backend = BackendKind::parse(&value)
+                    .ok_or_else(|| bad(format!("--backend: uring or epoll, got {value:?}")))?
+            }
+            _ => return Err(bad(format!("unknown argument {flag:?}"))),
+        }
+    }
+    if out.file.as_os_str().is_empty() {
+        return Err(bad("--file is required".into()));
+    }
+    Ok(out)
+}
+
+fn run(args: &Args) -> io::Result<()> {
+    if !args.file.exists() {
+        crit::ensure_file(&args.file, args.size_mib << 20)?;
+    }
+    let blocks = std::fs::metadata(&args.file)?.len() / BLOCK_BYTES as u64;
+    if blocks == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} is smaller than one 4 KiB block", args.file.display()),
+        ));
+    }
+    let rt = crit::runtime(args.backend)?;
+    let (reads, mode, elapsed) = rt.block_on(async {
+        let (file, mode) = crit::open_for_random_reads(&args.file).await?;
+        let start = Instant::now();
+        let stop = Stop::At(start + Duration::from_secs(args.secs));
+        let reads = crit::random_reads(Rc::new(file), blocks, args.depth, stop).await?;
+        io::Result::Ok((reads, mode, start.elapsed()))
+    })?;
+    let iops = reads as f64 / elapsed.as_secs_f64();
+    println!(
+        "randread backend={} mode={} depth={} reads={reads} secs={:.2} iops={iops:.0}",
+        args.backend,
+        mode.name(),
+        args.depth,
+        elapsed.as_secs_f64()
+    );
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args(env::args().skip(1)) {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("randread: {e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("randread: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
