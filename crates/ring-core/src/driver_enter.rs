@@ -70,8 +70,10 @@ impl Driver {
             Wait::Forever => (1, None),
         };
         if let Some(d) = timeout.filter(|_| !self.has_ext_arg()) {
-            self.push_wait_timeout(d);
             timeout = None;
+            if !self.push_wait_timeout(d) {
+                min_complete = 0;
+            }
         }
         let mut min_wait = None;
         if let (Some(batch), 1) = (self.batch, min_complete) {
@@ -157,14 +159,28 @@ impl Driver {
 
     /// Kernels without `EXT_ARG` (before 5.11) wait with a timeout SQE. `count(1)` makes it
     /// complete as soon as any other CQE arrives, so an early wake leaves nothing armed.
-    fn push_wait_timeout(&mut self, d: Duration) {
+    ///
+    /// Returns whether the wait may block. It must not when making room for the timeout in
+    /// a full SQ submitted early and copied CQEs out (they wait in `scratch`: blocking now
+    /// would sit out the whole timeout with completions in hand), or when there was no
+    /// room at all (a wait without its timeout could block past every deadline).
+    fn push_wait_timeout(&mut self, d: Duration) -> bool {
         *self.wait_ts = timespec(d);
         let ts: *const types::Timespec = &*self.wait_ts;
         let sqe = opcode::Timeout::new(ts)
             .count(1)
             .build()
             .user_data(Reserved::Timeout.to_user_data());
-        self.push(sqe);
+        // The timeout may go ahead of the backlog: it belongs to no chain, and it times
+        // this wait, not an op.
+        let group = [sqe];
+        if !self.try_push(&group) {
+            Metrics::bump(&self.metrics.sq_full);
+            if self.submit_now().is_err() || !self.try_push(&group) {
+                return false;
+            }
+        }
+        self.scratch.is_empty()
     }
 
     /// Dispatches every CQE the kernel has, including ones parked on its overflow list.

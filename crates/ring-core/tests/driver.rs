@@ -52,6 +52,10 @@ fn main() {
             "wait_with_timeout_sqe_without_ext_arg",
             wait_with_timeout_sqe_without_ext_arg,
         ),
+        trial(
+            "wait_timeout_into_full_sq_does_not_sit_on_ready_cqes",
+            wait_timeout_into_full_sq_does_not_sit_on_ready_cqes,
+        ),
         trial("shutdown_reaps_every_orphan", shutdown_reaps_every_orphan),
         trial(
             "batched_wait_gathers_then_gives_up",
@@ -405,6 +409,43 @@ fn wait_with_timeout_sqe_without_ext_arg() -> Outcome {
     driver.turn(Wait::For(Duration::from_secs(3600)))?;
     driver.orphan(id, Box::new(Keep(())));
     turn_until(&mut driver, Duration::from_secs(5), |d| d.in_flight() == 0)?;
+    Ok(Completion::Completed)
+}
+
+/// Without EXT_ARG the wait's timeout is an SQE. When the SQ is full, pushing it submits
+/// first, and the ops that submission completes inline are copied out at once: the wait
+/// must not then block (it did, for the whole timeout, with their CQEs in hand).
+fn wait_timeout_into_full_sq_does_not_sit_on_ready_cqes() -> Outcome {
+    let features = match features() {
+        Ok(f) => f,
+        Err(skip) => return Ok(skip),
+    };
+    let masked = features.masked(&ring_core::probe::FeatureMask::default().hide(Feature::ExtArg));
+    let mut driver = driver_with(masked, 8, 0);
+    let sq_entries = driver.ring_sizes().0 as usize;
+    let ids: Vec<OpId> = (0..sq_entries)
+        .map(|_| driver.submit_op(nop()))
+        .collect::<Result<_, _>>()?;
+    check!(
+        driver.pending_sqes() == sq_entries,
+        "the NOPs should fill the SQ exactly"
+    );
+    let wait = Duration::from_secs(60);
+    let start = std::time::Instant::now();
+    let dispatched = driver.turn(Wait::For(wait))?;
+    let elapsed = start.elapsed();
+    check!(
+        dispatched == sq_entries,
+        "{dispatched} of {sq_entries} NOP completions dispatched by the turn"
+    );
+    // A hang bound, not a speed target: the bug sat out the whole minute.
+    check!(
+        elapsed < wait / 2,
+        "the turn blocked for {elapsed:?} with every completion already copied out"
+    );
+    for id in ids {
+        wait_op(&mut driver, id)?;
+    }
     Ok(Completion::Completed)
 }
 
