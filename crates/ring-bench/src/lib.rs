@@ -9,6 +9,7 @@ pub mod load;
 pub mod plot;
 pub mod report;
 pub mod seed;
+pub mod seed_cli;
 pub mod server;
 pub mod stats;
 pub mod strace;
