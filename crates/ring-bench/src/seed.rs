@@ -105,6 +105,11 @@ pub struct Config {
     pub inflight: usize,
     /// Where the file is created.
     pub dir: PathBuf,
+    /// ring-rt's `Builder::blocking_threads` (io-wq workers on io_uring, the pool on
+    /// epoll): the syncs that may run at once. `None` keeps the runtime's default.
+    pub blocking_threads: Option<usize>,
+    /// ring-rt's `Builder::batch_wait` (6.12+; zero is off).
+    pub batch_wait: Duration,
 }
 
 impl Config {
@@ -182,11 +187,9 @@ fn run_on(variant: Variant, config: &Config, path: &Path) -> io::Result<u64> {
     match variant {
         Variant::Std => run_std(config.pages, path),
         Variant::RingChain | Variant::RingOrdered => {
-            ring::run(ring_rt::BackendKind::Uring, config.pages, depth, path)
+            ring::run(ring_rt::BackendKind::Uring, config, depth, path)
         }
-        Variant::RingEpollChain => {
-            ring::run(ring_rt::BackendKind::Epoll, config.pages, depth, path)
-        }
+        Variant::RingEpollChain => ring::run(ring_rt::BackendKind::Epoll, config, depth, path),
         Variant::TokioFs | Variant::TokioFsTasks => tokio_fs::run(config.pages, depth, path),
     }
 }
@@ -259,6 +262,8 @@ mod tests {
             pages: 256,
             inflight: 16,
             dir: std::env::temp_dir().join("ring-bench-seed-test"),
+            blocking_threads: Some(4),
+            batch_wait: Duration::ZERO,
         }
     }
 

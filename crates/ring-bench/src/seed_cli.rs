@@ -2,17 +2,19 @@
 //! `cargo bench --bench seed_file`: a markdown table of wall times and, with `--strace`,
 //! syscall counts from a separate traced run of each variant.
 //!
-//! [--pages 65536] [--inflight 64] [--variants std,ring-chain,...] [--runs 1] [--strace]
-//! [--dir target/bench-files] [--json FILE]
+//! [--pages 65536] [--inflight 64] [--variants std,ring-chain,...] [--runs 1]
+//! [--blocking-threads N] [--batch-wait-us N] [--strace] [--dir target/bench-files]
+//! [--json FILE]
 
 use std::io;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use crate::seed::report::{self, Row};
 use crate::seed::{self, Config, Variant};
 
-const USAGE: &str = "usage: seed-file [--pages 65536] [--inflight 64] [--variants std,ring-chain,ring-ordered,ring-epoll-chain,tokio-fs,tokio-fs-tasks] [--runs 1] [--strace] [--dir target/bench-files] [--json FILE]";
+const USAGE: &str = "usage: seed-file [--pages 65536] [--inflight 64] [--variants std,ring-chain,ring-ordered,ring-epoll-chain,tokio-fs,tokio-fs-tasks] [--runs 1] [--blocking-threads N (0: ring-rt's default)] [--batch-wait-us N] [--strace] [--dir target/bench-files] [--json FILE]";
 
 struct Args {
     config: Config,
@@ -30,6 +32,8 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Args, String> {
             pages: 65536,
             inflight: 64,
             dir: crate::crit::bench_files_dir(),
+            blocking_threads: None,
+            batch_wait: Duration::ZERO,
         },
         variants: Variant::ALL.to_vec(),
         runs: 1,
@@ -51,6 +55,13 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Args, String> {
             "--dir" => a.config.dir = PathBuf::from(&v),
             "--json" => a.json = Some(PathBuf::from(&v)),
             "--runs" => a.runs = v.parse().map_err(|e| bad(&e))?,
+            "--blocking-threads" => {
+                let n: usize = v.parse().map_err(|e| bad(&e))?;
+                a.config.blocking_threads = (n > 0).then_some(n);
+            }
+            "--batch-wait-us" => {
+                a.config.batch_wait = Duration::from_micros(v.parse().map_err(|e| bad(&e))?)
+            }
             "--child" => a.child = Some(v.parse().map_err(|e| bad(&e))?),
             "--variants" => {
                 a.variants = v

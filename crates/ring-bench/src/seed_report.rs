@@ -71,6 +71,14 @@ pub fn trace(exe: &Path, variant: Variant, config: &Config, out_dir: &Path) -> i
         .args(["--child", variant.name()])
         .args(["--pages", &config.pages.to_string()])
         .args(["--inflight", &config.inflight.to_string()])
+        .args([
+            "--blocking-threads",
+            &config.blocking_threads.unwrap_or(0).to_string(),
+        ])
+        .args([
+            "--batch-wait-us",
+            &config.batch_wait.as_micros().to_string(),
+        ])
         .arg("--dir")
         .arg(&config.dir)
         .stdout(Stdio::null())

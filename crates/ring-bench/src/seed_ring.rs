@@ -12,17 +12,27 @@ use std::rc::Rc;
 use ring_rt::fs::File;
 use ring_rt::BackendKind;
 
-use super::{check_page, fill_page, PAGE_LEN};
+use super::{check_page, fill_page, Config, PAGE_LEN};
 
-/// Runs `pages` pages on a fresh single-worker runtime of `backend`; returns the pages
-/// verified.
-pub(super) fn run(backend: BackendKind, pages: u64, depth: usize, path: &Path) -> io::Result<u64> {
+/// Runs `config.pages` pages on a fresh single-worker runtime of `backend`; returns the
+/// pages verified.
+pub(super) fn run(
+    backend: BackendKind,
+    config: &Config,
+    depth: usize,
+    path: &Path,
+) -> io::Result<u64> {
+    let pages = config.pages;
     // Three SQEs per chain; a ring smaller than that would only make chains wait for room.
     let entries = (depth * 3).next_power_of_two().max(256);
-    let rt = ring_rt::Runtime::builder()
+    let mut builder = ring_rt::Runtime::builder()
         .backend(backend)
         .entries(u32::try_from(entries).unwrap_or(u32::MAX))
-        .build()?;
+        .batch_wait(config.batch_wait);
+    if let Some(threads) = config.blocking_threads {
+        builder = builder.blocking_threads(threads);
+    }
+    let rt = builder.build()?;
     rt.block_on(async {
         let file = ring_rt::fs::OpenOptions::new()
             .read(true)

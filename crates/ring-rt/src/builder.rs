@@ -9,6 +9,7 @@ use ring_core::driver::DriverConfig;
 use ring_core::probe::FeatureMask;
 use ring_core::setup::RingConfig;
 
+use crate::backend::blocking;
 use crate::backend::epoll::EpollBackend;
 use crate::backend::uring::{RecvBuffers, UringBackend};
 use crate::backend::{Backend, BackendKind};
@@ -59,6 +60,7 @@ pub struct Builder {
     pin_workers: bool,
     recv_buffers: RecvBuffers,
     batch_wait: Duration,
+    blocking_threads: Option<usize>,
 }
 
 impl Default for Builder {
@@ -92,6 +94,7 @@ impl Builder {
                 len: 4096,
             },
             batch_wait: DEFAULT_BATCH_WAIT,
+            blocking_threads: None,
         }
     }
 
@@ -242,6 +245,34 @@ impl Builder {
         self
     }
 
+    /// How many threads may run one worker's blocking file ops (`fsync`, reads that miss
+    /// the page cache, `open`) at once. On io_uring this caps the kernel's bounded io-wq
+    /// workers (`IORING_REGISTER_IOWQ_MAX_WORKERS`, 5.15+; older kernels keep their own
+    /// min(SQ entries, 4 x CPUs), with a logged warning); on epoll it sizes the blocking
+    /// pool. The default is 4 per CPU but at least 16, on both backends. Syncs and uncached
+    /// reads run in parallel up to this count and queue beyond it: raise it when many are
+    /// in flight at once, lower it to bound the threads a worker may start.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ring_rt::fs::OpenOptions;
+    ///
+    /// let rt = ring_rt::Runtime::builder().blocking_threads(64).build()?;
+    /// rt.block_on(async {
+    ///     let path = std::env::temp_dir().join(format!("ring-rt-doc-{}", std::process::id()));
+    ///     let file = OpenOptions::new().write(true).create(true).open(&path).await?;
+    ///     file.write_all_at(&b"synced"[..], 0).await.0?;
+    ///     file.sync_data().await?; // one of up to 64 syncs this worker may run at once
+    ///     std::fs::remove_file(&path)
+    /// })?;
+    /// # std::io::Result::Ok(())
+    /// ```
+    pub fn blocking_threads(mut self, threads: usize) -> Builder {
+        self.blocking_threads = Some(threads.max(1));
+        self
+    }
+
     /// Builds the runtime: chooses the backend, sets up worker 0 on this thread and starts
     /// the other workers.
     ///
@@ -297,6 +328,7 @@ impl Builder {
             pin_workers: self.pin_workers,
             recv_buffers: self.recv_buffers,
             batch_wait: self.batch_wait,
+            blocking_threads: self.blocking_threads,
         })
     }
 }
@@ -310,6 +342,7 @@ pub(crate) struct WorkerConfig {
     pin_workers: bool,
     recv_buffers: RecvBuffers,
     batch_wait: Duration,
+    blocking_threads: Option<usize>,
 }
 
 impl WorkerConfig {
@@ -347,17 +380,28 @@ impl WorkerConfig {
         let waker_shared = shared.clone();
         let on_wake = Box::new(move || waker_shared.unparker.reset());
         let backend = UringBackend::new(&config, shared.unparker.fd(), on_wake, self.recv_buffers);
-        match backend.map(|b| b.with_batch_wait(self.batch_wait)) {
+        let backend = backend.map(|b| {
+            b.with_batch_wait(self.batch_wait)
+                .with_blocking_threads(self.blocking_threads(), self.blocking_threads.is_some())
+        });
+        match backend {
             Ok(backend) => Ok((Backend::Uring(backend), choice)),
             Err(err) if self.requested == Some(BackendKind::Uring) => Err(err.into()),
             Err(err) => self.epoll(shared, select::setup_failed(err)),
         }
     }
 
+    /// The blocking-thread cap for either backend: the builder's, else the default.
+    fn blocking_threads(&self) -> usize {
+        self.blocking_threads
+            .unwrap_or_else(blocking::default_threads)
+    }
+
     fn epoll(&self, shared: &Arc<Shared>, choice: Choice) -> io::Result<(Backend, Choice)> {
         let waker_shared = shared.clone();
         let on_wake = Box::new(move || waker_shared.unparker.reset());
-        let backend = EpollBackend::new(shared.unparker.fd(), on_wake, self.recv_buffers)?;
+        let threads = self.blocking_threads();
+        let backend = EpollBackend::new(shared.unparker.fd(), on_wake, self.recv_buffers, threads)?;
         Ok((Backend::Epoll(backend), choice))
     }
 }

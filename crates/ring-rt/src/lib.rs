@@ -97,7 +97,8 @@
 //! profile such as Podman's; EPERM: Docker's default profile or
 //! `kernel.io_uring_disabled`; ENOMEM: a low memlock limit before 5.12) or the kernel lacks
 //! an opcode it needs (the 5.6 set); then it uses epoll, with a bounded thread pool for
-//! files. [`Runtime::backend`] says which one runs and why, including how to enable
+//! files ([`Builder::blocking_threads`] sizes it, and caps io_uring's own io-wq workers
+//! alike). [`Runtime::backend`] says which one runs and why, including how to enable
 //! io_uring. `RING_RT_BACKEND=uring|epoll` or [`Builder::backend`] forces one (the builder
 //! wins over the variable); forcing io_uring where it is unavailable is an error, never a
 //! silent fallback. Both backends run the same op code: the epoll backend produces the

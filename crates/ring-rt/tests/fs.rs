@@ -69,6 +69,10 @@ fn main() {
         ),
         ("std_file_round_trip", std_file_round_trip),
         ("many_reads_in_flight", many_reads_in_flight),
+        (
+            "blocking_threads_caps_concurrent_syncs",
+            blocking_threads_caps_concurrent_syncs,
+        ),
     ])
 }
 
@@ -804,4 +808,62 @@ fn many_reads_in_flight(kind: BackendKind) -> Outcome {
         }
         Ok(Completion::Completed)
     }))?
+}
+
+/// `Builder::blocking_threads(2)`: 16 tasks syncing at once never get more than 2 threads
+/// (io-wq workers of this thread on io_uring, the blocking pool on epoll), and do get one.
+/// Runs on a thread of its own: io-wq belongs to the submitting thread, shared by its rings.
+fn blocking_threads_caps_concurrent_syncs(kind: BackendKind) -> Outcome {
+    std::thread::spawn(move || syncs_under_a_thread_cap(kind, 2))
+        .join()
+        .map_err(|_| Failed::from("the test thread panicked"))?
+}
+
+fn syncs_under_a_thread_cap(kind: BackendKind, cap: usize) -> Outcome {
+    let rt = runtime!(kind, Runtime::builder().blocking_threads(cap));
+    let dir = Scratch::new("blocking-threads", kind)?;
+    // SAFETY: gettid takes no arguments.
+    let tid = unsafe { libc::gettid() };
+    let name = match kind {
+        BackendKind::Uring => format!("iou-wrk-{tid}"),
+        BackendKind::Epoll => "ring-rt-blocking".to_string(),
+    };
+    rt.block_on(bounded(LIMIT, async {
+        let file = Rc::new(open_rw(&dir.path("f")).await?);
+        let syncers: Vec<_> = (0..16u64)
+            .map(|i| ring_rt::spawn(write_and_sync(file.clone(), i * 4096)))
+            .collect();
+        let mut most = 0;
+        while syncers.iter().any(|t| !t.is_finished()) {
+            most = most.max(threads_named(&name)?);
+            sleep(Duration::from_micros(200)).await;
+        }
+        for task in syncers {
+            task.await??;
+        }
+        check!(
+            (1..=cap).contains(&most),
+            "{most} threads named {name} ran the syncs; the cap is {cap}"
+        );
+        Ok(Completion::Completed)
+    }))?
+}
+
+async fn write_and_sync(file: Rc<File>, pos: u64) -> io::Result<()> {
+    for round in 0..8 {
+        file.write_all_at(pattern(pos + round, 4096), pos).await.0?;
+        file.sync_data().await?;
+    }
+    Ok(())
+}
+
+/// Threads of this process whose name is `name` (as the kernel keeps it: 15 bytes at most).
+fn threads_named(name: &str) -> io::Result<usize> {
+    let name = &name[..name.len().min(15)];
+    let mut n = 0;
+    for task in std::fs::read_dir("/proc/self/task")? {
+        let comm = std::fs::read_to_string(task?.path().join("comm")).unwrap_or_default();
+        n += usize::from(comm.trim_end() == name);
+    }
+    Ok(n)
 }

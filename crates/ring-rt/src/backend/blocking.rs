@@ -14,8 +14,13 @@ use ring_core::user_data::OpId;
 
 use crate::op::BlockingJob;
 
-/// Threads per pool (per worker): enough to overlap slow file I/O, few enough not to thrash.
-pub(crate) const THREADS_MAX: usize = 16;
+/// Threads per worker for blocking file ops unless `Builder::blocking_threads` says
+/// otherwise, on both backends: 4 per CPU (io-wq's own default on io_uring), but at least
+/// 16, so that a small machine still overlaps many syncs (one fsync barely uses a CPU).
+pub(crate) fn default_threads() -> usize {
+    let cpus = thread::available_parallelism().map_or(1, |n| n.get());
+    (4 * cpus).max(16)
+}
 
 struct Queue {
     jobs: VecDeque<(OpId, BlockingJob)>,
@@ -36,10 +41,12 @@ struct Inner {
 pub(crate) struct BlockingPool {
     inner: Arc<Inner>,
     handles: Vec<thread::JoinHandle<()>>,
+    /// The most threads this pool starts; jobs beyond them wait in the queue.
+    threads_max: usize,
 }
 
 impl BlockingPool {
-    pub(crate) fn new() -> io::Result<BlockingPool> {
+    pub(crate) fn new(threads_max: usize) -> io::Result<BlockingPool> {
         // SAFETY: eventfd takes no pointers; the result is checked.
         let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
         if fd < 0 {
@@ -61,6 +68,7 @@ impl BlockingPool {
         Ok(BlockingPool {
             inner,
             handles: Vec::new(),
+            threads_max: threads_max.max(1),
         })
     }
 
@@ -73,7 +81,7 @@ impl BlockingPool {
     pub(crate) fn submit(&mut self, id: OpId, job: BlockingJob) -> io::Result<()> {
         let mut q = lock(&self.inner.queue);
         q.jobs.push_back((id, job));
-        let spawn = q.idle == 0 && q.threads < THREADS_MAX;
+        let spawn = q.idle == 0 && q.threads < self.threads_max;
         if spawn {
             q.threads += 1;
         }

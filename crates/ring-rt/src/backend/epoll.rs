@@ -57,6 +57,7 @@ impl EpollBackend {
         wake_fd: RawFd,
         on_wake: Box<dyn Fn()>,
         recv_buffers: RecvBuffers,
+        blocking_threads: usize,
     ) -> io::Result<EpollBackend> {
         // SAFETY: no pointers; the result is checked.
         let epfd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
@@ -69,7 +70,7 @@ impl EpollBackend {
             regs: Vec::new(),
             ops: OpTable::new(),
             metrics: Arc::new(Metrics::default()),
-            pool: BlockingPool::new()?,
+            pool: BlockingPool::new(blocking_threads)?,
             events: vec![libc::epoll_event { events: 0, u64: 0 }; EVENTS_MAX],
             on_wake,
             recv_buffers,

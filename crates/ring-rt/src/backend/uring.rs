@@ -67,6 +67,31 @@ impl UringBackend {
         self
     }
 
+    /// Caps the kernel's bounded io-wq workers for this worker's ring at `threads`: the
+    /// threads that run file ops which cannot complete inline (fsync, reads that miss the
+    /// cache). io-wq belongs to the thread, so the cap covers every ring this worker thread
+    /// creates. Before 5.15 the kernel has no such knob and keeps its own default,
+    /// min(SQ entries, 4 x CPUs); a cap the user asked for then logs a warning.
+    pub(crate) fn with_blocking_threads(self, threads: usize, is_explicit: bool) -> UringBackend {
+        let bounded = u32::try_from(threads.max(1)).unwrap_or(u32::MAX);
+        // [bounded, unbounded]; 0 leaves the unbounded (socket, pipe) count as it is.
+        let mut counts = [bounded, 0];
+        match self
+            .driver
+            .submitter()
+            .register_iowq_max_workers(&mut counts)
+        {
+            Ok(()) => {}
+            Err(err) if is_explicit => {
+                tracing::warn!(target: "ring_rt", threads, error = %err, "io-wq worker cap not set (needs Linux 5.15+); the kernel's default applies")
+            }
+            Err(err) => {
+                tracing::debug!(target: "ring_rt", threads, error = %err, "io-wq worker cap not set (needs Linux 5.15+)")
+            }
+        }
+        self
+    }
+
     pub(crate) fn turn(&mut self, wait: Wait) -> io::Result<()> {
         if self.wake_op.is_none() {
             let poll = opcode::PollAdd::new(types::Fd(self.wake_fd), libc::POLLIN as u32);
