@@ -73,6 +73,10 @@ fn main() {
             "blocking_threads_caps_concurrent_syncs",
             blocking_threads_caps_concurrent_syncs,
         ),
+        (
+            "cached_reads_need_no_helper_thread",
+            cached_reads_need_no_helper_thread,
+        ),
     ])
 }
 
@@ -810,6 +814,68 @@ fn many_reads_in_flight(kind: BackendKind) -> Outcome {
     }))?
 }
 
+/// Reads of data in the page cache complete on the loop thread: io_uring reads it inline,
+/// and the epoll backend tries `RWF_NOWAIT` before its blocking pool. Neither starts a
+/// helper thread, and the bytes (and end of file) are what `pread` gives.
+fn cached_reads_need_no_helper_thread(kind: BackendKind) -> Outcome {
+    std::thread::spawn(move || cached_reads_on_this_thread(kind))
+        .join()
+        .map_err(|_| Failed::from("the test thread panicked"))?
+}
+
+fn cached_reads_on_this_thread(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let dir = Scratch::new("cached-reads", kind)?;
+    let path = dir.path("f");
+    let data = pattern(11, 64 * 4096 + 100);
+    std::fs::write(&path, &data)?; // now in the page cache
+    let name = helper_thread_name(kind);
+    rt.block_on(bounded(LIMIT, async {
+        // Adopted rather than opened, since an open is itself a blocking op on epoll.
+        let file = File::from_std(std::fs::File::open(&path)?)?;
+        for block in 0..65 {
+            let pos = block * 4096;
+            let (res, buf) = file.read_at(Vec::with_capacity(4096), pos as u64).await;
+            let want = &data[pos..(pos + 4096).min(data.len())];
+            check!(res? == want.len(), "read at {pos}: short");
+            check!(buf == want, "read at {pos}: wrong bytes");
+        }
+        let (res, _) = file
+            .read_at(Vec::with_capacity(16), data.len() as u64)
+            .await;
+        check!(res? == 0, "a read at end of file is not 0");
+        let (res, bufs) = file
+            .readv_at(vec![Vec::with_capacity(10), Vec::with_capacity(20)], 5)
+            .await;
+        check!(res? == 30, "readv of cached data is short");
+        check!(bufs.concat() == data[5..35], "readv: wrong bytes");
+        let helpers = threads_named(&name)?;
+        check!(helpers == 0, "{helpers} {name} threads served cached reads");
+        // The fast path checks what a blocking read checks, even for 0 bytes.
+        let write_only = File::from_std(std::fs::OpenOptions::new().write(true).open(&path)?)?;
+        for cap in [0, 16] {
+            let (res, _) = write_only.read_at(Vec::with_capacity(cap), 0).await;
+            let errno = res.err().and_then(|e| e.raw_os_error());
+            check!(
+                errno == Some(libc::EBADF),
+                "a {cap}-byte read of a write-only file gave {errno:?}"
+            );
+        }
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// The threads that would run this thread's blocking file ops: its io-wq workers on
+/// io_uring, the blocking pool on epoll.
+fn helper_thread_name(kind: BackendKind) -> String {
+    // SAFETY: gettid takes no arguments.
+    let tid = unsafe { libc::gettid() };
+    match kind {
+        BackendKind::Uring => format!("iou-wrk-{tid}"),
+        BackendKind::Epoll => "ring-rt-blocking".to_string(),
+    }
+}
+
 /// `Builder::blocking_threads(2)`: 16 tasks syncing at once never get more than 2 threads
 /// (io-wq workers of this thread on io_uring, the blocking pool on epoll), and do get one.
 /// Runs on a thread of its own: io-wq belongs to the submitting thread, shared by its rings.
@@ -822,12 +888,7 @@ fn blocking_threads_caps_concurrent_syncs(kind: BackendKind) -> Outcome {
 fn syncs_under_a_thread_cap(kind: BackendKind, cap: usize) -> Outcome {
     let rt = runtime!(kind, Runtime::builder().blocking_threads(cap));
     let dir = Scratch::new("blocking-threads", kind)?;
-    // SAFETY: gettid takes no arguments.
-    let tid = unsafe { libc::gettid() };
-    let name = match kind {
-        BackendKind::Uring => format!("iou-wrk-{tid}"),
-        BackendKind::Epoll => "ring-rt-blocking".to_string(),
-    };
+    let name = helper_thread_name(kind);
     rt.block_on(bounded(LIMIT, async {
         let file = Rc::new(open_rw(&dir.path("f")).await?);
         let syncers: Vec<_> = (0..16u64)

@@ -51,6 +51,9 @@ pub struct File {
     /// The fd, or -1 once handed away by `into_std`/`close` (then drop closes nothing).
     fd: RawFd,
     core: Rc<Core>,
+    /// epoll backend, file not `O_DIRECT`: reads first try the page cache on the loop
+    /// thread (`RWF_NOWAIT`) and go to the blocking pool only when that would block.
+    is_nowait_read: bool,
 }
 
 /// The largest offset the kernel accepts: `loff_t` is signed, and io_uring reads
@@ -68,6 +71,14 @@ fn kernel_pos(pos: u64) -> u64 {
     }
 }
 
+/// Whether `fd` was opened `O_DIRECT` (an fd whose flags cannot be read counts as direct,
+/// which only costs it the page-cache fast path).
+fn is_direct(fd: RawFd) -> bool {
+    // SAFETY: F_GETFL takes and returns integers only.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    flags < 0 || flags & libc::O_DIRECT != 0
+}
+
 fn check_pos(pos: u64) -> io::Result<()> {
     if pos > POS_MAX {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
@@ -77,9 +88,12 @@ fn check_pos(pos: u64) -> io::Result<()> {
 
 impl File {
     pub(crate) fn from_owned(core: Rc<Core>, fd: OwnedFd) -> File {
+        let is_nowait_read =
+            core.choice.kind == crate::BackendKind::Epoll && !is_direct(fd.as_raw_fd());
         File {
             fd: fd.into_raw_fd(),
             core,
+            is_nowait_read,
         }
     }
 
@@ -221,6 +235,7 @@ impl File {
             fd: self.fd,
             buf,
             pos: kernel_pos(pos),
+            nowait: self.is_nowait_read,
         };
         Pending::new(self.core.clone(), op)
     }
@@ -281,7 +296,7 @@ impl File {
         if let Err(err) = check_pos(pos) {
             return (Err(err), bufs);
         }
-        let op = ReadvAt::new(self.fd, bufs, pos);
+        let op = ReadvAt::new(self.fd, bufs, pos, self.is_nowait_read);
         run(self.core.clone(), op, opcode::Readv::CODE).await
     }
 

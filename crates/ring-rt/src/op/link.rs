@@ -103,6 +103,9 @@ impl<T: OpDef> OpDef for Raw<T> {
     fn try_syscall(&mut self) -> Cqe {
         self.0.try_syscall()
     }
+    fn try_inline(&mut self) -> Option<Cqe> {
+        self.0.try_inline()
+    }
     fn on_more(&mut self, cqe: Cqe) {
         self.0.on_more(cqe)
     }

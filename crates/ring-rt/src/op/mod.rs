@@ -70,6 +70,13 @@ pub trait OpDef: Unpin + 'static {
         Cqe::new(0, -libc::EOPNOTSUPP, 0)
     }
 
+    /// For [`Emulation::Blocking`] ops: an attempt that cannot block, made on the loop
+    /// thread before the op goes to the blocking pool (a read of cached file data with
+    /// `RWF_NOWAIT`). `None` sends the op to the pool, as does the default.
+    fn try_inline(&mut self) -> Option<Cqe> {
+        None
+    }
+
     /// A CQE with `F_MORE` before the final one (e.g. a zero-copy send's result, whose
     /// buffer the kernel holds until the notification CQE).
     fn on_more(&mut self, _cqe: Cqe) {}
@@ -139,18 +146,26 @@ pub(crate) fn error_cqe(err: &io::Error) -> Cqe {
 }
 
 impl<T: OpDef> Op<T> {
-    /// Starts the op on this worker's backend; `Err` carries the output of a failed start.
+    /// Starts the op on this worker's backend; `Err` carries the output of an op that
+    /// already finished: a failed start, or (epoll) a read served inline.
     fn start(&mut self, mut op: T) -> Result<(), T::Output> {
         let mut backend = self.core.backend.borrow_mut();
         let started = match backend.kind() {
             BackendKind::Uring => backend.submit(op.sqe()),
-            BackendKind::Epoll => match op.emulate() {
-                Emulation::Readiness { fd, events } => {
-                    self.state = State::Readiness(op, fd, events);
-                    return Ok(());
+            BackendKind::Epoll => {
+                if let Some(cqe) = op.try_inline() {
+                    // Done without a thread hand-off; "failed to start" returns it at once.
+                    drop(backend);
+                    return Err(op.complete(cqe));
                 }
-                Emulation::Blocking(job) => backend.submit_blocking(job),
-            },
+                match op.emulate() {
+                    Emulation::Readiness { fd, events } => {
+                        self.state = State::Readiness(op, fd, events);
+                        return Ok(());
+                    }
+                    Emulation::Blocking(job) => backend.submit_blocking(job),
+                }
+            }
         };
         drop(backend);
         match started {

@@ -1,6 +1,7 @@
 //! File ops: openat, read/write at an offset (plain and vectored), fsync, fallocate,
 //! ftruncate, close; path ops are in `path`. io_uring 5.6+ (6.9 for ftruncate); every op's
-//! epoll emulation is a blocking job running the equivalent syscall.
+//! epoll emulation is a blocking job running the equivalent syscall, except that a read
+//! first takes what the page cache holds on the loop thread (as io_uring does inline).
 
 mod path;
 
@@ -135,6 +136,8 @@ pub(crate) struct ReadAt<B> {
     pub(crate) fd: RawFd,
     pub(crate) buf: B,
     pub(crate) pos: u64,
+    /// epoll: try `RWF_NOWAIT` on the loop thread first (the file is not `O_DIRECT`).
+    pub(crate) nowait: bool,
 }
 
 impl<B: IoBufMut> OpDef for ReadAt<B> {
@@ -161,6 +164,82 @@ impl<B: IoBufMut> OpDef for ReadAt<B> {
             sys::res(unsafe { libc::pread(fd, ptr as *mut _, len, pos) })
         })
     }
+
+    fn try_inline(&mut self) -> Option<Cqe> {
+        if !self.nowait {
+            return None;
+        }
+        let iov = libc::iovec {
+            iov_base: self.buf.stable_mut_ptr().cast(),
+            iov_len: len_u32(self.buf.bytes_total()) as usize,
+        };
+        read_nowait(self.fd, &[iov], self.pos)
+    }
+}
+
+/// A read that only takes what the page cache already holds (`preadv2` with `RWF_NOWAIT`,
+/// 4.14+), so the loop thread never waits for a disk. It finishes the op only with what a
+/// blocking read would give: everything asked for, or all there is up to end of file (a
+/// short read is continued, and counts once the continuation finds end of file). `EAGAIN`
+/// (not cached) and any error (`EOPNOTSUPP` on a filesystem without `RWF_NOWAIT`) leave the
+/// op to the blocking pool, which reads the whole range again and reports the definitive
+/// result. Never on `O_DIRECT` files: a direct read waits for the device even with
+/// `RWF_NOWAIT`.
+fn read_nowait(fd: RawFd, iov: &[libc::iovec], pos: u64) -> Option<Cqe> {
+    // One blocking read transfers at most MAX_RW_COUNT bytes; so does this one.
+    let want = iov
+        .iter()
+        .map(|v| v.iov_len)
+        .sum::<usize>()
+        .min(RW_COUNT_MAX);
+    let mut rest = std::borrow::Cow::Borrowed(iov);
+    let mut done = 0;
+    // At least one call, even for nothing: a 0-byte read still checks the fd (EBADF on a
+    // write-only file), as the blocking read would.
+    loop {
+        // SAFETY: each iovec points at memory the calling op owns and may write, for its
+        // length (`skip` only trims them); there are at most IOV_MAX.
+        let n = unsafe {
+            libc::preadv2(
+                fd,
+                rest.as_ptr(),
+                rest.len() as libc::c_int,
+                (pos + done as u64) as libc::off_t,
+                libc::RWF_NOWAIT,
+            )
+        };
+        match n {
+            0 => break,
+            n if n > 0 => done += n as usize,
+            _ => return None,
+        }
+        if done >= want {
+            break;
+        }
+        rest = std::borrow::Cow::Owned(skip(iov, done));
+    }
+    Some(Cqe::new(0, done.min(RW_COUNT_MAX) as i32, 0))
+}
+
+/// The kernel's `MAX_RW_COUNT` (`INT_MAX & PAGE_MASK`): the most one read or write moves.
+const RW_COUNT_MAX: usize = 0x7fff_f000;
+
+/// `iov` without its first `n` bytes.
+fn skip(iov: &[libc::iovec], mut n: usize) -> Vec<libc::iovec> {
+    let mut rest = Vec::with_capacity(iov.len());
+    for v in iov {
+        if n >= v.iov_len {
+            n -= v.iov_len;
+            continue;
+        }
+        rest.push(libc::iovec {
+            // SAFETY: `n` < `iov_len`, so the pointer stays inside this iovec's memory.
+            iov_base: unsafe { v.iov_base.cast::<u8>().add(n) }.cast(),
+            iov_len: v.iov_len - n,
+        });
+        n = 0;
+    }
+    rest
 }
 
 /// `pwrite`: write an owned buffer's data at `pos`.
@@ -202,10 +281,12 @@ pub(crate) struct ReadvAt<B> {
     /// Point into `bufs`' heap memory; boxed because the SQE points at them.
     iovecs: Box<[libc::iovec]>,
     pub(crate) pos: u64,
+    /// epoll: try `RWF_NOWAIT` on the loop thread first (the file is not `O_DIRECT`).
+    nowait: bool,
 }
 
 impl<B: IoBufMut> ReadvAt<B> {
-    pub(crate) fn new(fd: RawFd, mut bufs: Vec<B>, pos: u64) -> ReadvAt<B> {
+    pub(crate) fn new(fd: RawFd, mut bufs: Vec<B>, pos: u64, nowait: bool) -> ReadvAt<B> {
         let iovecs = iovecs(
             bufs.iter_mut()
                 .map(|b| (b.stable_mut_ptr(), b.bytes_total())),
@@ -215,6 +296,7 @@ impl<B: IoBufMut> ReadvAt<B> {
             bufs,
             iovecs,
             pos,
+            nowait,
         }
     }
 }
@@ -250,6 +332,13 @@ impl<B: IoBufMut> OpDef for ReadvAt<B> {
             // completion; cnt is their number (at most UIO_MAXIOV).
             sys::res(unsafe { libc::preadv(fd, iov as *const libc::iovec, cnt, pos) })
         })
+    }
+
+    fn try_inline(&mut self) -> Option<Cqe> {
+        if !self.nowait {
+            return None;
+        }
+        read_nowait(self.fd, &self.iovecs, self.pos)
     }
 }
 
@@ -449,7 +538,7 @@ mod tests {
             Vec::with_capacity(4),
             Vec::with_capacity(4),
         ];
-        let op = ReadvAt::new(-1, bufs, 0);
+        let op = ReadvAt::new(-1, bufs, 0, false);
         let (res, bufs) = op.complete(Cqe::new(0, 6, 0));
         assert_eq!(res.unwrap(), 6);
         let lens: Vec<usize> = bufs.iter().map(Vec::len).collect();
@@ -462,6 +551,7 @@ mod tests {
             fd: -1,
             buf: Vec::<u8>::with_capacity(8),
             pos: 0,
+            nowait: false,
         };
         let (res, buf) = op.complete(Cqe::new(0, -libc::EBADF, 0));
         assert_eq!(res.unwrap_err().raw_os_error(), Some(libc::EBADF));
