@@ -24,7 +24,7 @@ pub const LOAD_CPU: usize = 1;
 /// Command-line help.
 pub const USAGE: &str =
     "usage: cargo bench -p ring-bench --bench echo -- [--quick] [--duration SECS] [--warmup SECS]
-    [--conns 1,50,...] [--lens 64,512,...] [--servers ring-uring,ring-epoll,tokio-ct,tokio-mt]
+    [--conns 1,50,...] [--lens 64,512,...] [--servers ring-uring,ring-uring-batch,ring-epoll,tokio-ct,tokio-mt]
     [--idle N] [--strace] [--quiet PCT] [--quiet-wait SECS] [--attempts N] [--port P] [--out DIR]";
 
 /// What to run.
@@ -137,31 +137,42 @@ pub struct Bins {
     pub ring_echo: PathBuf,
 }
 
-/// The four servers, in table order.
+/// The servers, in table order: ring-rt's echo example on io_uring (also with batched waits,
+/// 6.12+) and on epoll, and tokio's two runtimes.
 pub fn servers(bins: &Bins) -> Vec<ServerSpec> {
-    let spec = |name: &str, program: &Path, args: [&str; 2], has_metrics| ServerSpec {
+    let spec = |name: &str, program: &Path, args: &[&str], has_metrics| ServerSpec {
         name: name.to_string(),
         program: program.to_path_buf(),
         args: args.iter().map(|a| a.to_string()).collect(),
         has_metrics,
     };
     vec![
-        spec("ring-uring", &bins.ring_echo, ["--backend", "uring"], true),
-        spec("ring-epoll", &bins.ring_echo, ["--backend", "epoll"], true),
+        spec("ring-uring", &bins.ring_echo, &["--backend", "uring"], true),
+        spec(
+            "ring-uring-batch",
+            &bins.ring_echo,
+            &["--backend", "uring", "--batch-wait-us", BATCH_WAIT_US],
+            true,
+        ),
+        spec("ring-epoll", &bins.ring_echo, &["--backend", "epoll"], true),
         spec(
             "tokio-ct",
             &bins.tokio_echo,
-            ["--flavor", "current_thread"],
+            &["--flavor", "current_thread"],
             false,
         ),
         spec(
             "tokio-mt",
             &bins.tokio_echo,
-            ["--flavor", "multi_thread"],
+            &["--flavor", "multi_thread"],
             false,
         ),
     ]
 }
+
+/// `ring-uring-batch`'s `Builder::batch_wait`, in microseconds: long enough for a busy
+/// loop's next batch to gather, short against a request's latency.
+const BATCH_WAIT_US: &str = "50";
 
 /// Runs the benchmark and writes its outputs.
 pub fn run(opts: &Options, bins: &Bins) -> io::Result<()> {
