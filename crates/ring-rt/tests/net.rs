@@ -40,6 +40,10 @@ fn main() {
         ),
         ("send_zc_round_trip", send_zc_round_trip),
         ("udp_send_to_recv_from", udp_send_to_recv_from),
+        (
+            "short_transfers_never_lose_a_wake_up",
+            short_transfers_never_lose_a_wake_up,
+        ),
         ("unix_listener_and_pair", unix_listener_and_pair),
         ("dropped_accept_leaves_no_fd", dropped_accept_leaves_no_fd),
         (
@@ -366,6 +370,78 @@ fn udp_send_to_recv_from(kind: BackendKind) -> Outcome {
         check!(&buf[..res?] == b"back", "connected recv");
         Ok(Completion::Completed)
     })
+}
+
+/// A short stream read or write tells the epoll backend the socket is drained, so the next
+/// op waits for an event instead of a syscall bound to fail. Nothing may be lost by that:
+/// new data, end of file, a local shutdown (EPIPE), room after a full send buffer, and
+/// datagrams (a short datagram says nothing of the next) all still complete the next op.
+fn short_transfers_never_lose_a_wake_up(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(bounded(Duration::from_secs(20), async {
+        let (a, b) = UnixStream::pair()?;
+        let a = Rc::new(a);
+        a.write_all(b"0123456789".to_vec()).await.0?;
+        let (n, _) = b.read(Vec::with_capacity(64)).await;
+        check!(n? == 10, "first read");
+        let later = a.clone();
+        let writer = ring_rt::spawn(async move {
+            ring_rt::time::sleep(Duration::from_millis(5)).await;
+            later.write_all(b"abcde".to_vec()).await.0
+        });
+        let (n, buf) = b.read(Vec::with_capacity(64)).await;
+        check!(
+            n? == 5 && buf == b"abcde",
+            "data written after a short read"
+        );
+        writer.await??;
+        a.shutdown(Shutdown::Write)?;
+        let (n, _) = b.read(Vec::with_capacity(64)).await;
+        check!(n? == 0, "end of file after a short read");
+
+        // Fill a send buffer until a write comes back short, then make room, then shut the
+        // writing side down locally: each next write must finish.
+        let (c, d) = UnixStream::pair()?;
+        let (n, _) = c.write(vec![7u8; 8 << 20]).await;
+        let sent = n?;
+        check!(
+            sent < 8 << 20,
+            "an 8 MiB write to a socket pair was not short"
+        );
+        let mut drained = 0;
+        while drained < sent {
+            let (n, _) = d.read(Vec::with_capacity(1 << 20)).await;
+            drained += n?;
+        }
+        let (n, _) = c.write(vec![8u8; 100]).await;
+        check!(n? == 100, "a write after the peer made room");
+        let (n, _) = c.write(vec![9u8; 8 << 20]).await;
+        check!(n? < 8 << 20, "the second 8 MiB write was not short");
+        c.shutdown(Shutdown::Write)?;
+        let (res, _) = c.write(vec![1u8; 10]).await;
+        check!(
+            res.as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe),
+            "a write after a local shutdown gave {res:?}, not EPIPE"
+        );
+
+        // Both datagrams queued under one readiness event: the second must not wait for
+        // another.
+        let x = UdpSocket::bind("127.0.0.1:0")?;
+        let y = Rc::new(UdpSocket::bind("127.0.0.1:0")?);
+        x.connect(y.local_addr()?)?;
+        y.connect(x.local_addr()?)?;
+        let receiver = y.clone();
+        let first = ring_rt::spawn(async move { receiver.recv(vec![0u8; 64]).await });
+        ring_rt::yield_now().await; // the first recv is now waiting for readiness
+        x.send(b"one".to_vec()).await.0?;
+        x.send(b"two".to_vec()).await.0?;
+        let (n, buf) = first.await?;
+        check!(&buf[..n?] == b"one", "first datagram");
+        let (n, buf) = y.recv(vec![0u8; 64]).await;
+        check!(&buf[..n?] == b"two", "a datagram after a short one");
+        Ok(Completion::Completed)
+    }))?
 }
 
 fn unix_listener_and_pair(kind: BackendKind) -> Outcome {

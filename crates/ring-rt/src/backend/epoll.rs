@@ -37,6 +37,14 @@ struct Registration {
     registered: bool,
     readers: Vec<Waker>,
     writers: Vec<Waker>,
+    /// Directions (`POLLIN`/`POLLOUT`) a syscall showed drained (a short stream read or
+    /// write) and no event has refilled since: the next op there waits for readiness
+    /// instead of trying a syscall bound to fail with EAGAIN.
+    unready: u32,
+    /// Directions epoll reported closed (peer shutdown, hang-up, error). Sticky: edge
+    /// triggering reports them once, and a drained queue whose peer has shut down gives
+    /// end of file at once rather than EAGAIN, so these are never marked unready.
+    closed: u32,
 }
 
 pub(crate) struct EpollBackend {
@@ -121,6 +129,37 @@ impl EpollBackend {
             push_waker(&mut reg.writers, waker);
         }
         Ok(())
+    }
+
+    /// Records that `fd` has nothing more for `events` until epoll says otherwise (see
+    /// [`Registration::unready`]). Edge-triggered epoll reports any data or room that
+    /// arrives after this, and registering an fd reports its current state, so no wake-up
+    /// is lost.
+    pub(crate) fn mark_unready(&mut self, fd: RawFd, events: u32) {
+        let Ok(index) = usize::try_from(fd) else {
+            return;
+        };
+        if self.regs.len() <= index {
+            self.regs.resize_with(index + 1, Registration::default);
+        }
+        let reg = &mut self.regs[index];
+        reg.unready |= events & !reg.closed;
+    }
+
+    /// Forgets what is known drained on `fd`: after a local `shutdown`, a syscall gives
+    /// `EPIPE` or end of file at once, though epoll need not report anything new.
+    pub(crate) fn clear_unready(&mut self, fd: RawFd) {
+        if let Some(reg) = usize::try_from(fd).ok().and_then(|i| self.regs.get_mut(i)) {
+            reg.unready = 0;
+        }
+    }
+
+    /// Whether `fd` is known to be drained for all of `events`.
+    pub(crate) fn is_unready(&self, fd: RawFd, events: u32) -> bool {
+        usize::try_from(fd)
+            .ok()
+            .and_then(|i| self.regs.get(i))
+            .is_some_and(|reg| reg.unready & events == events)
     }
 
     /// Forgets `fd` (before it is closed), waking anyone still waiting on it.
@@ -220,10 +259,18 @@ impl EpollBackend {
                     return;
                 };
                 let err = (libc::EPOLLERR | libc::EPOLLHUP) as u32;
+                if events & (libc::EPOLLRDHUP as u32 | err) != 0 {
+                    reg.closed |= libc::POLLIN as u32;
+                }
+                if events & err != 0 {
+                    reg.closed |= libc::POLLOUT as u32;
+                }
                 if events & (libc::EPOLLIN | libc::EPOLLRDHUP) as u32 != 0 || events & err != 0 {
+                    reg.unready &= !(libc::POLLIN as u32);
                     reg.readers.drain(..).for_each(Waker::wake);
                 }
                 if events & libc::EPOLLOUT as u32 != 0 || events & err != 0 {
+                    reg.unready &= !(libc::POLLOUT as u32);
                     reg.writers.drain(..).for_each(Waker::wake);
                 }
             }

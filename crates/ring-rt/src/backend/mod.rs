@@ -228,6 +228,28 @@ impl Backend {
         }
     }
 
+    /// epoll: records that `fd` is drained for `events` (see `EpollBackend::mark_unready`).
+    pub(crate) fn mark_unready(&mut self, fd: std::os::fd::RawFd, events: u32) {
+        if let Backend::Epoll(b) = self {
+            b.mark_unready(fd, events);
+        }
+    }
+
+    /// epoll: forgets what is known drained on `fd` (see `EpollBackend::clear_unready`).
+    pub(crate) fn clear_unready(&mut self, fd: std::os::fd::RawFd) {
+        if let Backend::Epoll(b) = self {
+            b.clear_unready(fd);
+        }
+    }
+
+    /// epoll: whether `fd` is known drained for `events` (never on io_uring).
+    pub(crate) fn is_unready(&self, fd: std::os::fd::RawFd, events: u32) -> bool {
+        match self {
+            Backend::Epoll(b) => b.is_unready(fd, events),
+            Backend::Uring(_) => false,
+        }
+    }
+
     /// Parks `waker` until `fd` is ready (epoll backend only).
     pub(crate) fn wait_ready(
         &mut self,

@@ -71,13 +71,24 @@ impl Socket {
         Op::new(self.core.clone(), op).await
     }
 
+    /// A read on a stream socket.
     pub(crate) fn read<B: IoBufMut>(&self, buf: B) -> Pending<'_, Recv<B>> {
+        self.recv_op(buf, true)
+    }
+
+    /// One datagram.
+    pub(crate) fn read_datagram<B: IoBufMut>(&self, buf: B) -> Pending<'_, Recv<B>> {
+        self.recv_op(buf, false)
+    }
+
+    fn recv_op<B: IoBufMut>(&self, buf: B, is_stream: bool) -> Pending<'_, Recv<B>> {
         Pending::new(
             self.core.clone(),
             Recv {
                 fd: self.fd,
                 buf,
                 flags: 0,
+                is_stream,
             },
         )
     }
@@ -156,7 +167,13 @@ impl Socket {
     }
 
     pub(crate) fn shutdown(&self, how: Shutdown) -> io::Result<()> {
-        self.with_socket2(|s| s.shutdown(how))
+        self.with_socket2(|s| s.shutdown(how))?;
+        // Busy only if called from inside a backend turn; then the next op just waits for
+        // an event before its syscall.
+        if let Ok(mut backend) = self.core.backend.try_borrow_mut() {
+            backend.clear_unready(self.fd);
+        }
+        Ok(())
     }
 
     pub(crate) fn local_addr(&self) -> io::Result<SockAddr> {

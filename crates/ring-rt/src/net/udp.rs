@@ -139,7 +139,7 @@ impl UdpSocket {
     /// Receives one datagram from the connected peer (see [`connect`](Self::connect) for an
     /// example).
     pub async fn recv<B: IoBufMut>(&self, buf: B) -> (io::Result<usize>, B) {
-        self.socket.read(buf).await
+        self.socket.read_datagram(buf).await
     }
 
     /// The bound address (see [`bind`](Self::bind) for an example).

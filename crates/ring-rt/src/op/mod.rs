@@ -70,6 +70,14 @@ pub trait OpDef: Unpin + 'static {
         Cqe::new(0, -libc::EOPNOTSUPP, 0)
     }
 
+    /// For [`Emulation::Readiness`] ops: whether this successful result shows the fd has
+    /// nothing more in the op's direction for now (a stream read or write shorter than
+    /// asked), so the next op there waits for readiness instead of trying a syscall that
+    /// would fail with EAGAIN. Never for datagrams or end of file.
+    fn leaves_unready(&self, _cqe: &Cqe) -> bool {
+        false
+    }
+
     /// For [`Emulation::Blocking`] ops: an attempt that cannot block, made on the loop
     /// thread before the op goes to the blocking pool (a read of cached file data with
     /// `RWF_NOWAIT`). `None` sends the op to the pool, as does the default.
@@ -200,25 +208,30 @@ impl<T: OpDef> Op<T> {
         }
     }
 
-    /// epoll: tries the syscall; on EAGAIN waits for readiness and tries again when woken.
+    /// epoll: tries the syscall (unless the fd is known drained); on EAGAIN waits for
+    /// readiness and tries again when woken.
     fn poll_readiness(&mut self, cx: &mut Context<'_>) -> Poll<T::Output> {
         let State::Readiness(op, fd, events) = &mut self.state else {
             unreachable!("poll_readiness is only called in Readiness")
         };
+        let (fd, events) = (*fd, *events);
         let cqe = loop {
-            let cqe = op.try_syscall();
-            if cqe.res == -libc::EINTR {
-                continue;
+            let mut backend = self.core.backend.borrow_mut();
+            if !backend.is_unready(fd, events) {
+                drop(backend);
+                let cqe = op.try_syscall();
+                if cqe.res == -libc::EINTR {
+                    continue;
+                }
+                if cqe.res != -libc::EAGAIN {
+                    if op.leaves_unready(&cqe) {
+                        self.core.backend.borrow_mut().mark_unready(fd, events);
+                    }
+                    break cqe;
+                }
+                backend = self.core.backend.borrow_mut();
             }
-            if cqe.res != -libc::EAGAIN {
-                break cqe;
-            }
-            match self
-                .core
-                .backend
-                .borrow_mut()
-                .wait_ready(*fd, *events, cx.waker())
-            {
+            match backend.wait_ready(fd, events, cx.waker()) {
                 Ok(()) => return Poll::Pending,
                 Err(err) => break error_cqe(&err),
             }

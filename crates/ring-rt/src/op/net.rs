@@ -149,6 +149,9 @@ pub(crate) struct Recv<B> {
     pub(crate) fd: RawFd,
     pub(crate) buf: B,
     pub(crate) flags: i32,
+    /// A stream socket: a short read means its receive queue is empty (see
+    /// `OpDef::leaves_unready`); a datagram says nothing of the next one.
+    pub(crate) is_stream: bool,
 }
 
 impl<B: IoBufMut> OpDef for Recv<B> {
@@ -183,10 +186,20 @@ impl<B: IoBufMut> OpDef for Recv<B> {
             .build()
     }
 
+    fn leaves_unready(&self, cqe: &Cqe) -> bool {
+        self.is_stream && is_short(cqe, self.buf.bytes_total())
+    }
+
     fn complete(self, cqe: Cqe) -> Self::Output {
         // SAFETY: `cqe` is this op's final completion, a read into the start of `buf`.
         unsafe { read_output(&cqe, self.buf) }
     }
+}
+
+/// A transfer that moved something, but less than `len`: on a stream socket, the receive
+/// queue is empty or the send buffer full. (0 is end of file, or nothing asked: no news.)
+fn is_short(cqe: &Cqe, len: usize) -> bool {
+    cqe.res > 0 && (cqe.res as usize) < len
 }
 
 /// `send` from an owned buffer.
@@ -225,6 +238,10 @@ impl<B: IoBuf> OpDef for Send<B> {
         opcode::Send::new(types::Fd(self.fd), self.buf.stable_ptr(), len)
             .flags(self.flags | libc::MSG_NOSIGNAL)
             .build()
+    }
+
+    fn leaves_unready(&self, cqe: &Cqe) -> bool {
+        is_short(cqe, self.buf.bytes_init())
     }
 
     fn complete(self, cqe: Cqe) -> Self::Output {
@@ -306,6 +323,11 @@ impl OpDef for RecvSelect {
 
     fn try_syscall(&mut self) -> Cqe {
         recv_into_group(self.fd, &self.group)
+    }
+
+    fn leaves_unready(&self, cqe: &Cqe) -> bool {
+        // Only stream sockets receive into the pool.
+        is_short(cqe, self.group.buf_len())
     }
 
     fn sqe(&mut self) -> squeue::Entry {
