@@ -2,42 +2,22 @@
 //! running `block_on`, ring-rt (both backends) vs tokio current_thread. ring-rt's `Sleep`
 //! returns at its first poll when the deadline has passed, so this is its fast path.
 
+mod common;
+
 use std::hint::black_box;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use ring_bench::crit;
 
 fn sleep_zero(c: &mut Criterion) {
     let mut group = c.benchmark_group("sleep_zero");
     group.warm_up_time(Duration::from_secs(1));
     group.measurement_time(Duration::from_secs(2));
-    for (kind, label) in crit::BACKENDS {
-        let rt = crit::runtime(kind).expect("ring-rt runtime");
-        group.bench_function(label, |b| {
-            b.iter_custom(|iters| {
-                rt.block_on(async {
-                    let start = Instant::now();
-                    for _ in 0..iters {
-                        ring_rt::time::sleep(black_box(Duration::ZERO)).await;
-                    }
-                    start.elapsed()
-                })
-            })
-        });
-    }
-    let rt = crit::tokio_current_thread().expect("tokio runtime");
-    group.bench_function("tokio/current_thread", |b| {
-        b.iter_custom(|iters| {
-            rt.block_on(async {
-                let start = Instant::now();
-                for _ in 0..iters {
-                    tokio::time::sleep(black_box(Duration::ZERO)).await;
-                }
-                start.elapsed()
-            })
-        })
-    });
+    common::on_each_runtime(
+        &mut group,
+        async |_| ring_rt::time::sleep(black_box(Duration::ZERO)).await,
+        async |_| tokio::time::sleep(black_box(Duration::ZERO)).await,
+    );
     group.finish();
 }
 
