@@ -829,6 +829,14 @@ fn cached_reads_on_this_thread(kind: BackendKind) -> Outcome {
     let path = dir.path("f");
     let data = pattern(11, 64 * 4096 + 100);
     std::fs::write(&path, &data)?; // now in the page cache
+    if !has_nowait_reads(&path)? {
+        return Ok(Completion::ignored_with(format!(
+            "the filesystem of {} cannot read without blocking (RWF_NOWAIT: EOPNOTSUPP, as on \
+             ramfs, and tmpfs of the matrix's 6.1 and 6.12 kernels): every read goes to a \
+             helper thread",
+            dir.0.display()
+        )));
+    }
     let name = helper_thread_name(kind);
     rt.block_on(bounded(LIMIT, async {
         // Adopted rather than opened, since an open is itself a blocking op on epoll.
@@ -863,6 +871,28 @@ fn cached_reads_on_this_thread(kind: BackendKind) -> Outcome {
         }
         Ok(Completion::Completed)
     }))?
+}
+
+/// Whether `path`'s filesystem serves reads without blocking (`RWF_NOWAIT`), which both
+/// io_uring's inline reads and the epoll backend's fast path need.
+fn has_nowait_reads(path: &Path) -> io::Result<bool> {
+    let file = std::fs::File::open(path)?;
+    let mut byte = 0u8;
+    let iov = libc::iovec {
+        iov_base: (&mut byte as *mut u8).cast(),
+        iov_len: 1,
+    };
+    // SAFETY: one iovec over a live local byte; the fd is open for the call.
+    let n = unsafe { libc::preadv2(file.as_raw_fd(), &iov, 1, 0, libc::RWF_NOWAIT) };
+    if n >= 0 {
+        return Ok(true);
+    }
+    let err = io::Error::last_os_error();
+    match err.raw_os_error() {
+        Some(libc::EOPNOTSUPP) => Ok(false),
+        Some(libc::EAGAIN) => Ok(true),
+        _ => Err(err),
+    }
 }
 
 /// The threads that would run this thread's blocking file ops: its io-wq workers on
