@@ -79,6 +79,22 @@ fn is_direct(fd: RawFd) -> bool {
     flags < 0 || flags & libc::O_DIRECT != 0
 }
 
+/// Whether `fd`'s filesystem takes `RWF_NOWAIT` reads, by reading one byte at offset 0:
+/// elsewhere (ramfs, tmpfs before it learned `RWF_NOWAIT`) every read would fail with
+/// `EOPNOTSUPP` before going to the pool, a wasted syscall. A 0-byte probe would not tell:
+/// the kernel answers it before looking at the flag. `EAGAIN` (supported, not cached) and
+/// end of file count as supported; a write-only fd does not matter (its reads fail anyway).
+fn has_nowait_reads(fd: RawFd) -> bool {
+    let mut byte = 0u8;
+    let iov = libc::iovec {
+        iov_base: (&mut byte as *mut u8).cast(),
+        iov_len: 1,
+    };
+    // SAFETY: one iovec over a live local byte.
+    let n = unsafe { libc::preadv2(fd, &iov, 1, 0, libc::RWF_NOWAIT) };
+    n >= 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EAGAIN)
+}
+
 fn check_pos(pos: u64) -> io::Result<()> {
     if pos > POS_MAX {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
@@ -88,8 +104,10 @@ fn check_pos(pos: u64) -> io::Result<()> {
 
 impl File {
     pub(crate) fn from_owned(core: Rc<Core>, fd: OwnedFd) -> File {
-        let is_nowait_read =
-            core.choice.kind == crate::BackendKind::Epoll && !is_direct(fd.as_raw_fd());
+        let raw = fd.as_raw_fd();
+        let is_nowait_read = core.choice.kind == crate::BackendKind::Epoll
+            && !is_direct(raw)
+            && has_nowait_reads(raw);
         File {
             fd: fd.into_raw_fd(),
             core,
