@@ -49,14 +49,23 @@ impl Driver {
         Ok(())
     }
 
-    /// With SQPOLL and nothing to wait for, the kernel thread picks SQEs up by itself:
-    /// enter only to wake it, to flush an overflow, or to run deferred task work.
+    /// Whether a turn that must not wait needs `io_uring_enter` at all (liburing's
+    /// `sq_ring_needs_enter` and `cq_ring_needs_flush`). With SQPOLL the kernel thread picks
+    /// SQEs up by itself; without it, SQEs need an enter, and with nothing to submit an enter
+    /// could only flush an overflow or run pending task work (the completions of
+    /// COOP/DEFER_TASKRUN rings), both of which the ring's flags announce when it has
+    /// TASKRUN_FLAG (5.19). Without that flag nothing says so: enter every turn.
     fn needs_enter(&mut self, wait: Wait) -> bool {
-        if !self.flags.sqpoll || wait != Wait::No {
+        if wait != Wait::No {
             return true;
         }
+        let (sqpoll, taskrun_flag) = (self.flags.sqpoll, self.flags.taskrun_flag);
         let sq = self.ring.submission();
-        sq.need_wakeup() || sq.cq_overflow() || sq.taskrun()
+        let has_news = sq.cq_overflow() || sq.taskrun();
+        if sqpoll {
+            return sq.need_wakeup() || has_news;
+        }
+        !sq.is_empty() || !taskrun_flag || has_news
     }
 
     fn is_cq_ready(&mut self) -> bool {

@@ -56,6 +56,10 @@ fn main() {
             "wait_timeout_into_full_sq_does_not_sit_on_ready_cqes",
             wait_timeout_into_full_sq_does_not_sit_on_ready_cqes,
         ),
+        trial(
+            "no_wait_turns_enter_only_for_news",
+            no_wait_turns_enter_only_for_news,
+        ),
         trial("shutdown_reaps_every_orphan", shutdown_reaps_every_orphan),
         trial(
             "batched_wait_gathers_then_gives_up",
@@ -445,6 +449,54 @@ fn wait_timeout_into_full_sq_does_not_sit_on_ready_cqes() -> Outcome {
     );
     for id in ids {
         wait_op(&mut driver, id)?;
+    }
+    Ok(Completion::Completed)
+}
+
+/// A turn that must not wait enters the kernel only with SQEs to submit or with news the
+/// ring's flags announce (TASKRUN_FLAG: pending task work, i.e. completions): an idle one
+/// costs no syscall, and a completion arriving later is still reaped by such turns.
+fn no_wait_turns_enter_only_for_news() -> Outcome {
+    let features = match features() {
+        Ok(f) => f,
+        Err(skip) => return Ok(skip),
+    };
+    let mut driver = driver_with(features, 8, 0);
+    if !driver.setup_flags().taskrun_flag {
+        return Ok(Completion::ignored_with(
+            "needs IORING_SETUP_TASKRUN_FLAG (Linux 5.19+): without it every turn enters",
+        ));
+    }
+    let enters = |d: &Driver| d.metrics().snapshot().enters;
+    let before = enters(&driver);
+    for _ in 0..100 {
+        driver.turn(Wait::No)?;
+    }
+    check!(
+        enters(&driver) == before,
+        "{} enters for 100 idle turns",
+        enters(&driver) - before
+    );
+    let id = driver.submit_op(nop())?;
+    driver.turn(Wait::No)?;
+    check!(
+        enters(&driver) == before + 1,
+        "a turn with an SQE did not enter once"
+    );
+    wait_op(&mut driver, id)?;
+    // Completes a millisecond later, on the kernel's timer: only the TASKRUN flag says so.
+    let ms = Box::new(types::Timespec::new().nsec(1_000_000));
+    let id = driver.submit_op(long_timeout(&ms))?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        driver.turn(Wait::No)?;
+        if driver.poll_op(id, std::task::Waker::noop()).is_ready() {
+            break;
+        }
+        check!(
+            std::time::Instant::now() < deadline,
+            "a timeout's completion was never reaped by no-wait turns"
+        );
     }
     Ok(Completion::Completed)
 }
