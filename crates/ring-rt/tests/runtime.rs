@@ -67,10 +67,12 @@ fn spawn_join_and_local_tasks(kind: BackendKind) -> Outcome {
 
 fn panic_reaches_join_handle(kind: BackendKind) -> Outcome {
     let rt = runtime!(kind);
-    let err = rt.block_on(async {
-        let task = ring_rt::spawn(async { panic!("boom") });
-        let joined: Result<(), _> = task.await;
-        joined.unwrap_err()
+    let err = support::expecting_panics(|| {
+        rt.block_on(async {
+            let task = ring_rt::spawn(async { panic!("boom") });
+            let joined: Result<(), _> = task.await;
+            joined.unwrap_err()
+        })
     });
     check!(err.is_panic(), "not a panic: {err}");
     check!(err.to_string().contains("boom"), "message lost: {err}");
@@ -286,8 +288,10 @@ fn backend_reports_choice(kind: BackendKind) -> Outcome {
 fn nested_block_on_is_refused(kind: BackendKind) -> Outcome {
     let rt = runtime!(kind);
     let inner = runtime!(kind);
-    let caught = rt.block_on(async {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inner.block_on(async {})))
+    let caught = support::expecting_panics(|| {
+        rt.block_on(async {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inner.block_on(async {})))
+        })
     });
     check!(caught.is_err(), "nested block_on ran");
     Ok(Completion::Completed)

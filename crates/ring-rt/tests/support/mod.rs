@@ -59,6 +59,18 @@ pub fn run(tests: &[(&'static str, TestFn)]) -> ! {
     libtest_mimic::run(&args, trials).exit()
 }
 
+/// Runs `f`, which panics on purpose somewhere inside, without the panic's message and
+/// backtrace in the log: a CI log excerpt picked around the first "panicked" line should
+/// land on a real failure, not on a test proving that panics are caught. Tests run one at
+/// a time (see [`run`]), so swapping the process-wide hook hides no other test's panic.
+pub fn expecting_panics<R>(f: impl FnOnce() -> R) -> R {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    std::panic::set_hook(previous);
+    out.unwrap_or_else(|payload| std::panic::resume_unwind(payload))
+}
+
 /// A runtime forced onto `kind`.
 pub fn runtime(kind: BackendKind) -> Result<Runtime, Completion> {
     runtime_with(kind, Runtime::builder())
