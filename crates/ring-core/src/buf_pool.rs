@@ -34,6 +34,7 @@ use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
 use std::rc::Rc;
 use std::slice;
+use std::task::{Context, Poll, Waker};
 
 use io_uring::{opcode, squeue, Submitter};
 
@@ -111,6 +112,10 @@ struct Group {
     books: RefCell<Books>,
     enobufs: Cell<u64>,
     bad_returns: Cell<u64>,
+    /// Bids given back so far (lease drops and recycles, orphans' included).
+    returns: Cell<u64>,
+    /// Tasks waiting for a bid to come back (see `poll_return`); every return wakes them all.
+    return_waiters: RefCell<Vec<Waker>>,
 }
 
 /// The mutable bookkeeping. Borrowed only inside this module's methods, which never call out,
@@ -236,6 +241,8 @@ impl BufGroup {
             books: RefCell::new(Books::new(count, initial)),
             enobufs: Cell::new(0),
             bad_returns: Cell::new(0),
+            returns: Cell::new(0),
+            return_waiters: RefCell::new(Vec::new()),
         };
         Ok(BufGroup(Rc::new(group)))
     }
@@ -290,6 +297,25 @@ impl BufGroup {
     /// Returns that were refused because the bid was not out: a double return or a bogus bid.
     pub fn bad_returns(&self) -> u64 {
         self.0.bad_returns.get()
+    }
+
+    /// Bids given back so far: lease drops and recycles, including those of orphaned ops'
+    /// late CQEs. Read it before submitting a receive, as the epoch for
+    /// [`poll_return`](Self::poll_return).
+    pub fn returns(&self) -> u64 {
+        self.0.returns.get()
+    }
+
+    /// Ready once a bid has come back since `epoch` (a value of [`returns`](Self::returns));
+    /// otherwise `cx`'s waker is woken by the next return, whoever makes it. A receive that
+    /// got ENOBUFS waits here: the free count cannot tell it when to retry, because bids the
+    /// kernel filled for CQEs not yet reaped count as free while the kernel's ring is empty.
+    pub fn poll_return(&self, epoch: u64, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0.returns.get() != epoch {
+            return Poll::Ready(());
+        }
+        self.0.return_waiters.borrow_mut().push(cx.waker().clone());
+        Poll::Pending
     }
 
     /// Turns a completed buffer-select CQE's bid into a lease over the buffer's first `len`
@@ -477,6 +503,11 @@ impl Group {
             BufMode::User => books.free.push(bid),
             BufMode::Legacy => {}
         }
+        drop(books);
+        self.returns.set(self.returns.get() + 1);
+        // Taken before waking: a woken task may poll `poll_return` again at once.
+        let waiters = std::mem::take(&mut *self.return_waiters.borrow_mut());
+        waiters.into_iter().for_each(Waker::wake);
     }
 
     /// Start of `bid`'s buffer. Callers check `bid < count`; `wrapping_add` keeps the pointer

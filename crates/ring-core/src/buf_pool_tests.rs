@@ -96,6 +96,44 @@ fn double_return_is_counted_not_applied() {
     assert_eq!(group.available(), 2);
 }
 
+/// Counts its wakes.
+struct CountingWake(std::sync::atomic::AtomicUsize);
+
+impl std::task::Wake for CountingWake {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn every_return_wakes_waiters_and_moves_the_epoch() {
+    let group = BufGroup::new_user(4, 1, 64).unwrap();
+    let counter = std::sync::Arc::new(CountingWake(Default::default()));
+    let waker = Waker::from(counter.clone());
+    let mut cx = Context::from_waker(&waker);
+    let woken = || counter.0.load(std::sync::atomic::Ordering::Relaxed);
+    // A lease's drop is a return.
+    let bid = group.take().unwrap();
+    let epoch = group.returns();
+    assert!(group.poll_return(epoch, &mut cx).is_pending());
+    drop(lease(&group, bid, 8).unwrap());
+    assert_eq!((woken(), group.returns()), (1, epoch + 1));
+    assert!(group.poll_return(epoch, &mut cx).is_ready());
+    // So is a recycle (an orphan's late CQE); a refused double return is not.
+    let bid = group.take().unwrap();
+    let epoch = group.returns();
+    assert!(group.poll_return(epoch, &mut cx).is_pending());
+    // SAFETY: a User group checks every bid.
+    unsafe { group.recycle(bid) };
+    // SAFETY: as above; this second return is refused and counted.
+    unsafe { group.recycle(bid) };
+    assert_eq!(
+        (woken(), group.returns(), group.bad_returns()),
+        (2, epoch + 1, 1)
+    );
+    assert!(group.poll_return(epoch + 1, &mut cx).is_pending());
+}
+
 #[test]
 fn kernel_modes_never_take() {
     let legacy = BufGroup::new_legacy(1, 2, 64).unwrap();

@@ -358,8 +358,6 @@ impl WorkerConfig {
             executor: Executor::new(shared),
             backend: std::cell::RefCell::new(backend),
             timers: std::cell::RefCell::new(Timers::default()),
-            buf_waiters: std::cell::RefCell::new(Vec::new()),
-            buf_returns: std::cell::Cell::new(0),
             choice,
         }))
     }

@@ -6,7 +6,6 @@
 
 use std::fmt;
 use std::future::poll_fn;
-use std::future::Future;
 use std::io;
 use std::ops::Deref;
 use std::rc::Rc;
@@ -40,19 +39,19 @@ use crate::runtime::Core;
 /// # std::io::Result::Ok(())
 /// ```
 pub struct PooledBuf {
-    lease: Option<BufLease>,
-    core: Rc<Core>,
+    /// Dropping it gives the bid back to the group, which wakes receives waiting for one.
+    lease: BufLease,
 }
 
 impl PooledBuf {
     /// The received bytes (see the [type's example](PooledBuf)).
     pub fn as_slice(&self) -> &[u8] {
-        self.lease.as_deref().unwrap_or(&[])
+        &self.lease
     }
 
     /// The provided-buffer id this data arrived in (see the [type's example](PooledBuf)).
     pub fn bid(&self) -> Option<u16> {
-        self.lease.as_ref().map(BufLease::bid)
+        Some(self.lease.bid())
     }
 }
 
@@ -73,27 +72,6 @@ impl fmt::Debug for PooledBuf {
     }
 }
 
-impl Drop for PooledBuf {
-    fn drop(&mut self) {
-        drop(self.lease.take());
-        note_return(&self.core);
-    }
-}
-
-/// Records a buffer's return and wakes every receive waiting for one.
-fn note_return(core: &Core) {
-    core.buf_returns.set(core.buf_returns.get().wrapping_add(1));
-    let waiters = std::mem::take(&mut *core.buf_waiters.borrow_mut());
-    for waker in waiters {
-        waker.wake();
-    }
-}
-
-/// The return count to pass to [`wait_for_buffer`]: read it before submitting a receive.
-pub(crate) fn return_epoch(core: &Core) -> u64 {
-    core.buf_returns.get()
-}
-
 // SAFETY: the lease's memory belongs to the group, which lives at least as long as the
 // lease; it does not move, and `len` bytes of it hold received data.
 unsafe impl IoBuf for PooledBuf {
@@ -109,18 +87,13 @@ unsafe impl IoBuf for PooledBuf {
 }
 
 /// Turns a buffer-select completion into a pooled buffer. `Ok(None)` is end of stream.
-pub(crate) fn from_cqe(
-    core: &Rc<Core>,
-    group: &BufGroup,
-    cqe: Cqe,
-) -> io::Result<Option<PooledBuf>> {
+pub(crate) fn from_cqe(group: &BufGroup, cqe: Cqe) -> io::Result<Option<PooledBuf>> {
     let n = match cqe.result() {
         Ok(n) => n as usize,
         Err(err) => {
             if let Some(bid) = cqe.bid() {
                 // SAFETY: the bid comes from this op's CQE, selected from `group`.
                 unsafe { group.recycle(bid) };
-                note_return(core);
             }
             return Err(err);
         }
@@ -134,36 +107,22 @@ pub(crate) fn from_cqe(
     if n == 0 {
         return Ok(None);
     }
-    Ok(Some(PooledBuf {
-        lease: Some(lease),
-        core: core.clone(),
-    }))
+    Ok(Some(PooledBuf { lease }))
 }
 
-/// How long a receive waits after ENOBUFS before it checks again anyway: a buffer returned
-/// by an orphan's late CQE wakes nobody.
-const RECHECK: std::time::Duration = std::time::Duration::from_millis(50);
-
-/// Records an ENOBUFS and waits until a buffer came back since `epoch` (read before the
-/// receive was submitted). A free count is not enough with kernel-selected buffers: bids
-/// the kernel filled for CQEs still queued in another stream's slot count as free here
-/// while the kernel's ring is empty, and retrying on them would spin.
+/// Records an ENOBUFS and waits until a bid came back to `group` since `epoch` (its
+/// [`BufGroup::returns`] read before the receive was submitted), whoever returned it: a
+/// dropped `PooledBuf`, a failed CQE's recycle, or an orphaned receive's late CQE.
 pub(crate) async fn wait_for_buffer(core: &Rc<Core>, group: &BufGroup, epoch: u64) {
     group.record_enobufs();
     Metrics::bump(&core.backend.borrow().metrics().enobufs);
     tracing::debug!(target: "ring_rt", bgid = group.bgid(), buffers = group.count(), "receive pool exhausted (ENOBUFS); waiting for a buffer");
-    let mut recheck = crate::time::sleep(RECHECK);
     poll_fn(|cx| {
         // User-space groups know exactly what is free.
-        let exact = group.mode() == BufMode::User && group.available() > 0;
-        if exact || core.buf_returns.get() != epoch {
+        if group.mode() == BufMode::User && group.available() > 0 {
             return Poll::Ready(());
         }
-        if std::pin::Pin::new(&mut recheck).poll(cx).is_ready() {
-            return Poll::Ready(());
-        }
-        core.buf_waiters.borrow_mut().push(cx.waker().clone());
-        Poll::Pending
+        group.poll_return(epoch, cx)
     })
     .await
 }

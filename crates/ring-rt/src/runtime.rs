@@ -34,11 +34,6 @@ pub struct Core {
     pub(crate) executor: Executor,
     pub(crate) backend: RefCell<Backend>,
     pub(crate) timers: RefCell<Timers>,
-    /// Tasks waiting for a pooled receive buffer to come back (after ENOBUFS).
-    pub(crate) buf_waiters: RefCell<Vec<Waker>>,
-    /// Pooled buffers returned so far: a receive that hit ENOBUFS waits until this moves
-    /// past its value when the receive was submitted.
-    pub(crate) buf_returns: std::cell::Cell<u64>,
     pub(crate) choice: Choice,
 }
 

@@ -32,6 +32,10 @@ fn main() {
             "enobufs_wait_does_not_spin_while_cqes_hold_buffers",
             enobufs_wait_does_not_spin_while_cqes_hold_buffers,
         ),
+        (
+            "enobufs_wait_wakes_on_an_orphans_late_return",
+            enobufs_wait_wakes_on_an_orphans_late_return,
+        ),
         ("sq_full_cancels_are_not_lost", sq_full_cancels_are_not_lost),
         (
             "emfile_on_accept_backs_off_and_recovers",
@@ -194,6 +198,67 @@ fn enobufs_wait_does_not_spin_while_cqes_hold_buffers(kind: BackendKind) -> Outc
             waits <= 8 && cpu_used < idle / 2,
             "stream 2 retried {waits} times and used {cpu_used:?} CPU in {idle:?} while \
              stream 1's unpolled CQEs held the buffers: the ENOBUFS wait spins"
+        );
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// io_uring: a pool of one buffer, filled by a receive whose future is dropped before it
+/// saw its completion: the orphan's release returns the buffer, and that return alone must
+/// wake a receive on another stream that hit ENOBUFS meanwhile. Nothing else wakes it (no
+/// data, no timer), so a return that woke nobody would hang here until the test's limit.
+/// epoll: an unpolled receive holds no buffer, so the other receive never waits.
+fn enobufs_wait_wakes_on_an_orphans_late_return(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Runtime::builder().recv_buffers(1, 64));
+    let rt = &rt;
+    rt.block_on(bounded(LIMIT, async {
+        let (a1, b1) = UnixStream::pair()?;
+        let (a2, b2) = UnixStream::pair()?;
+        let mut orphan = Box::pin(b1.recv_pooled());
+        // Submitted (pending), then its data arrives and takes the only buffer.
+        let first_poll = std::future::poll_fn(|cx| {
+            std::task::Poll::Ready(std::future::Future::poll(orphan.as_mut(), cx))
+        })
+        .await;
+        check!(
+            first_poll.is_pending(),
+            "a receive with no data completed at once"
+        );
+        a1.write_all(&b"taken"[..]).await.0?;
+        sleep(Duration::from_millis(20)).await;
+        a2.write_all(&b"waits"[..]).await.0?;
+        let before = rt.metrics().io;
+        let reader = ring_rt::spawn(async move { b2.recv_pooled().await });
+        sleep(Duration::from_millis(50)).await;
+        let waits = rt.metrics().io.since(&before).enobufs;
+        if kind == BackendKind::Epoll {
+            // The epoll shim takes a buffer in the receive's own poll after readiness: the
+            // unpolled receive never took one, so the second found it free.
+            check!(
+                waits == 0,
+                "ENOBUFS with a receive that was never polled again"
+            );
+            check!(
+                reader.is_finished(),
+                "the second receive waited with a buffer free"
+            );
+        } else {
+            check!(
+                waits > 0,
+                "the second receive never hit ENOBUFS: the test proves nothing"
+            );
+            check!(
+                !reader.is_finished(),
+                "the second receive finished with no buffer free"
+            );
+        }
+        drop(orphan);
+        let got = reader.await??.ok_or("end of stream instead of data")?;
+        check!(got.as_slice() == b"waits", "received {:?}", got.as_slice());
+        drop(got);
+        check!(
+            rt.metrics().recv_buffers_in_use == 0,
+            "a buffer never came home"
         );
         Ok(Completion::Completed)
     }))?

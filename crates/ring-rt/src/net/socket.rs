@@ -133,9 +133,9 @@ impl Socket {
     pub(crate) async fn recv_pooled(&self) -> io::Result<Option<PooledBuf>> {
         let group = self.core.backend.borrow_mut().recv_group()?;
         loop {
-            let epoch = pool::return_epoch(&self.core);
+            let epoch = group.returns();
             let cqe = self.recv_select(&group).await;
-            match pool::from_cqe(&self.core, &group, cqe) {
+            match pool::from_cqe(&group, cqe) {
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
                     pool::wait_for_buffer(&self.core, &group, epoch).await
                 }
@@ -301,7 +301,7 @@ impl<'a> RecvStream<'a> {
             let id = match self.multishot {
                 Some(id) => id,
                 None => {
-                    self.armed_epoch = pool::return_epoch(&core);
+                    self.armed_epoch = group.returns();
                     let id = core
                         .backend
                         .borrow_mut()
@@ -315,7 +315,7 @@ impl<'a> RecvStream<'a> {
             if !cqe.is_more() {
                 self.multishot = None;
             }
-            match pool::from_cqe(&core, &group, cqe) {
+            match pool::from_cqe(&group, cqe) {
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
                     pool::wait_for_buffer(&core, &group, self.armed_epoch).await;
                 }
