@@ -11,8 +11,8 @@ use ring_core::setup::RingConfig;
 
 use crate::backend::blocking;
 use crate::backend::epoll::EpollBackend;
-use crate::backend::uring::{RecvBuffers, UringBackend};
-use crate::backend::{Backend, BackendKind};
+use crate::backend::uring::UringBackend;
+use crate::backend::{Backend, BackendKind, RecvBuffers};
 
 /// The default for [`Builder::batch_wait`].
 const DEFAULT_BATCH_WAIT: Duration = Duration::ZERO;

@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
-use ring_core::buf_pool::BufGroup;
 use ring_core::cqe::Cqe;
 use ring_core::driver::Wait;
 use ring_core::lifecycle::Orphan;
@@ -20,7 +19,7 @@ use ring_core::op_table::{Dispatch, OpTable, Orphaned};
 use ring_core::user_data::OpId;
 
 use super::blocking::BlockingPool;
-use super::uring::RecvBuffers;
+use super::{RecvBuffers, RecvPool};
 use crate::op::BlockingJob;
 
 /// epoll `data` values that are not fds.
@@ -56,8 +55,8 @@ pub(crate) struct EpollBackend {
     pool: BlockingPool,
     events: Vec<libc::epoll_event>,
     on_wake: Box<dyn Fn()>,
-    recv_buffers: RecvBuffers,
-    recv_group: Option<BufGroup>,
+    /// The worker's shared receive group (see `Backend::recv_group`).
+    pub(crate) recv_pool: RecvPool,
 }
 
 impl EpollBackend {
@@ -81,8 +80,7 @@ impl EpollBackend {
             pool: BlockingPool::new(blocking_threads)?,
             events: vec![libc::epoll_event { events: 0, u64: 0 }; EVENTS_MAX],
             on_wake,
-            recv_buffers,
-            recv_group: None,
+            recv_pool: RecvPool::new(recv_buffers),
         };
         backend.ctl(
             libc::EPOLL_CTL_ADD,
@@ -289,22 +287,6 @@ impl EpollBackend {
 
     fn note_in_flight(&self) {
         Metrics::set(&self.metrics.ops_in_flight, self.ops.len() as u64);
-    }
-
-    /// The worker's receive pool: user-space buffer selection (a buffer is taken only
-    /// once a socket is readable).
-    pub(crate) fn recv_group_ref(&self) -> Option<&BufGroup> {
-        self.recv_group.as_ref()
-    }
-
-    pub(crate) fn recv_group(&mut self) -> io::Result<BufGroup> {
-        if let Some(group) = &self.recv_group {
-            return Ok(group.clone());
-        }
-        let RecvBuffers { count, len } = self.recv_buffers;
-        let group = BufGroup::new_user(0, count, len)?;
-        self.recv_group = Some(group.clone());
-        Ok(group)
     }
 }
 

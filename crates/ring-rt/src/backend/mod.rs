@@ -22,6 +22,44 @@ use ring_core::metrics::Metrics;
 use ring_core::probe::Features;
 use ring_core::user_data::OpId;
 
+/// Provided-buffer sizing for a worker's shared receive group.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RecvBuffers {
+    pub(crate) count: u16,
+    pub(crate) len: u32,
+}
+
+/// A worker's shared receive group: created on first use (a worker that never receives
+/// into the pool allocates none), then handed out to every receive.
+pub(crate) struct RecvPool {
+    sizes: RecvBuffers,
+    group: Option<BufGroup>,
+}
+
+impl RecvPool {
+    pub(crate) fn new(sizes: RecvBuffers) -> RecvPool {
+        RecvPool { sizes, group: None }
+    }
+
+    /// The group, if it was created.
+    pub(crate) fn get(&self) -> Option<&BufGroup> {
+        self.group.as_ref()
+    }
+
+    /// The group, made by `create(count, len)` on first use.
+    fn get_or_create(
+        &mut self,
+        create: impl FnOnce(u16, u32) -> io::Result<BufGroup>,
+    ) -> io::Result<BufGroup> {
+        if let Some(group) = &self.group {
+            return Ok(group.clone());
+        }
+        let group = create(self.sizes.count, self.sizes.len)?;
+        self.group = Some(group.clone());
+        Ok(group)
+    }
+}
+
 /// Which mechanism a runtime uses.
 ///
 /// # Examples
@@ -176,16 +214,21 @@ impl Backend {
     /// The worker's shared receive buffer group, created on first use.
     pub(crate) fn recv_group(&mut self) -> io::Result<BufGroup> {
         match self {
-            Backend::Uring(b) => b.recv_group(),
-            Backend::Epoll(b) => b.recv_group(),
+            Backend::Uring(b) => b
+                .recv_pool
+                .get_or_create(|count, len| uring::recv_group(&mut b.driver, count, len)),
+            // User-space buffer selection: a buffer is taken only once a socket is readable.
+            Backend::Epoll(b) => b
+                .recv_pool
+                .get_or_create(|count, len| BufGroup::new_user(0, count, len)),
         }
     }
 
     /// Buffers of the receive pool that are out (0 before the pool is first used).
     pub(crate) fn recv_buffers_in_use(&self) -> usize {
         let group = match self {
-            Backend::Uring(b) => b.recv_group_ref(),
-            Backend::Epoll(b) => b.recv_group_ref(),
+            Backend::Uring(b) => b.recv_pool.get(),
+            Backend::Epoll(b) => b.recv_pool.get(),
         };
         group.map_or(0, |g| g.in_use())
     }

@@ -12,12 +12,7 @@ use ring_core::release::Keep;
 use ring_core::setup::SetupError;
 use ring_core::user_data::OpId;
 
-/// Provided-buffer sizing for a worker's shared receive group.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct RecvBuffers {
-    pub(crate) count: u16,
-    pub(crate) len: u32,
-}
+use super::{RecvBuffers, RecvPool};
 
 pub(crate) struct UringBackend {
     pub(crate) driver: Driver,
@@ -25,8 +20,8 @@ pub(crate) struct UringBackend {
     wake_fd: RawFd,
     /// The armed poll on `wake_fd`, if any.
     wake_op: Option<OpId>,
-    recv_buffers: RecvBuffers,
-    recv_group: Option<BufGroup>,
+    /// The worker's shared receive group (see `Backend::recv_group`).
+    pub(crate) recv_pool: RecvPool,
     /// Called when the eventfd fired, to reset it.
     on_wake: Box<dyn Fn()>,
     /// The longest a blocking wait may linger to gather a batch; zero for never.
@@ -50,8 +45,7 @@ impl UringBackend {
             driver: Driver::new(config)?,
             wake_fd,
             wake_op: None,
-            recv_buffers,
-            recv_group: None,
+            recv_pool: RecvPool::new(recv_buffers),
             on_wake,
             batch_wait: Duration::ZERO,
             last_batch: 0,
@@ -121,25 +115,15 @@ impl UringBackend {
         });
         self.driver.set_batch(batch);
     }
+}
 
-    pub(crate) fn recv_group_ref(&self) -> Option<&BufGroup> {
-        self.recv_group.as_ref()
-    }
-
-    pub(crate) fn recv_group(&mut self) -> io::Result<BufGroup> {
-        if let Some(group) = &self.recv_group {
-            return Ok(group.clone());
-        }
-        let RecvBuffers { count, len } = self.recv_buffers;
-        let group = match self.driver.register_buf_group(count, len) {
-            Ok(group) => group,
-            // Before 5.7 the kernel cannot select buffers: select them in user space after
-            // a readiness poll, as the epoll backend does (still no buffer per idle socket).
-            Err(e) if e.kind() == io::ErrorKind::Unsupported => BufGroup::new_user(0, count, len)?,
-            Err(e) => return Err(e),
-        };
-        self.recv_group = Some(group.clone());
-        Ok(group)
+/// Registers a worker's receive group on its ring: a buffer ring (5.19+) or legacy provided
+/// buffers (5.7+); before 5.7 the kernel cannot select buffers, so they are selected in user
+/// space after a readiness poll, as on epoll (still no buffer per idle socket).
+pub(crate) fn recv_group(driver: &mut Driver, count: u16, len: u32) -> io::Result<BufGroup> {
+    match driver.register_buf_group(count, len) {
+        Err(e) if e.kind() == io::ErrorKind::Unsupported => BufGroup::new_user(0, count, len),
+        other => other,
     }
 }
 

@@ -60,41 +60,30 @@ pub trait CompatIo: sealed::Sealed + 'static {
     fn shutdown_write(&self) -> io::Result<()>;
 }
 
-impl sealed::Sealed for TcpStream {}
+/// A stream socket: reads and writes at its current position, shutdown ends its writes.
+macro_rules! stream_compat_io {
+    ($($stream:ty),+) => {$(
+        impl sealed::Sealed for $stream {}
 
-impl CompatIo for TcpStream {
-    const IS_POSITIONED: bool = false;
+        impl CompatIo for $stream {
+            const IS_POSITIONED: bool = false;
 
-    fn read_owned(self: Rc<Self>, buf: Vec<u8>, _pos: u64) -> ReadOp {
-        Box::pin(async move { self.read(buf).await })
-    }
+            fn read_owned(self: Rc<Self>, buf: Vec<u8>, _pos: u64) -> ReadOp {
+                Box::pin(async move { self.read(buf).await })
+            }
 
-    fn write_all_owned(self: Rc<Self>, buf: Vec<u8>, _pos: u64) -> WriteOp {
-        Box::pin(async move { self.write_all(buf).await })
-    }
+            fn write_all_owned(self: Rc<Self>, buf: Vec<u8>, _pos: u64) -> WriteOp {
+                Box::pin(async move { self.write_all(buf).await })
+            }
 
-    fn shutdown_write(&self) -> io::Result<()> {
-        self.shutdown(Shutdown::Write)
-    }
+            fn shutdown_write(&self) -> io::Result<()> {
+                self.shutdown(Shutdown::Write)
+            }
+        }
+    )+};
 }
 
-impl sealed::Sealed for UnixStream {}
-
-impl CompatIo for UnixStream {
-    const IS_POSITIONED: bool = false;
-
-    fn read_owned(self: Rc<Self>, buf: Vec<u8>, _pos: u64) -> ReadOp {
-        Box::pin(async move { self.read(buf).await })
-    }
-
-    fn write_all_owned(self: Rc<Self>, buf: Vec<u8>, _pos: u64) -> WriteOp {
-        Box::pin(async move { self.write_all(buf).await })
-    }
-
-    fn shutdown_write(&self) -> io::Result<()> {
-        self.shutdown(Shutdown::Write)
-    }
-}
+stream_compat_io!(TcpStream, UnixStream);
 
 impl sealed::Sealed for File {}
 
