@@ -61,6 +61,7 @@ pub struct Builder {
     recv_buffers: RecvBuffers,
     batch_wait: Duration,
     blocking_threads: Option<usize>,
+    spin_before_park: Duration,
 }
 
 impl Default for Builder {
@@ -95,6 +96,7 @@ impl Builder {
             },
             batch_wait: DEFAULT_BATCH_WAIT,
             blocking_threads: None,
+            spin_before_park: Duration::ZERO,
         }
     }
 
@@ -245,6 +247,35 @@ impl Builder {
         self
     }
 
+    /// How long an idle worker keeps polling for completions before it sleeps in the
+    /// kernel (`Duration::ZERO`, the default, sleeps at once). A completion that arrives
+    /// within the spin is run without the cost of a sleep and a wake-up, which matters
+    /// for storage at queue depth: with all reads in flight, a worker that sleeps pays an
+    /// interrupt, a context switch and a cold cache for every few completions. The price
+    /// is CPU: a worker that keeps finding completions within the spin never sleeps, and
+    /// an idle one burns up to this much after each burst. On io_uring (5.19+, with
+    /// `TASKRUN_FLAG`) a spinning turn reads the ring's flags and enters the kernel only
+    /// when they announce completions; on epoll each spinning turn is an `epoll_wait(0)`.
+    /// [`RuntimeMetrics::spin_turns`](crate::RuntimeMetrics::spin_turns) counts them.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let rt = ring_rt::Runtime::builder()
+    ///     .spin_before_park(Duration::from_micros(100))
+    ///     .build()?;
+    /// // A 5 ms sleep spins for 100 us, then parks until the timer is due.
+    /// rt.block_on(ring_rt::time::sleep(Duration::from_millis(5)));
+    /// assert!(rt.metrics().spin_turns > 0);
+    /// # std::io::Result::Ok(())
+    /// ```
+    pub fn spin_before_park(mut self, spin: Duration) -> Builder {
+        self.spin_before_park = spin;
+        self
+    }
+
     /// How many threads may run one worker's blocking file ops (`fsync`, reads that miss
     /// the page cache, `open`) at once. On io_uring this caps the kernel's bounded io-wq
     /// workers (`IORING_REGISTER_IOWQ_MAX_WORKERS`, 5.15+; older kernels keep their own
@@ -329,6 +360,7 @@ impl Builder {
             recv_buffers: self.recv_buffers,
             batch_wait: self.batch_wait,
             blocking_threads: self.blocking_threads,
+            spin_before_park: self.spin_before_park,
         })
     }
 }
@@ -343,6 +375,7 @@ pub(crate) struct WorkerConfig {
     recv_buffers: RecvBuffers,
     batch_wait: Duration,
     blocking_threads: Option<usize>,
+    spin_before_park: Duration,
 }
 
 impl WorkerConfig {
@@ -359,6 +392,8 @@ impl WorkerConfig {
             backend: std::cell::RefCell::new(backend),
             timers: std::cell::RefCell::new(Timers::default()),
             choice,
+            spin: self.spin_before_park,
+            spin_turns: std::cell::Cell::new(0),
         }))
     }
 

@@ -141,6 +141,7 @@
 //! | `COOP_TASKRUN` + `TASKRUN_FLAG`, `SINGLE_ISSUER`, `DEFER_TASKRUN` | 5.19, 6.0, 6.1 | set up without them |
 //! | `O_DIRECT` alignment in statx ([`fs::Metadata::direct_io_align`]) | 6.1 | `None` |
 //! | batched waits ([`Builder::batch_wait`], `MIN_TIMEOUT`) | 6.12 | one completion wakes the loop |
+//! | spinning before a sleep ([`Builder::spin_before_park`]) without a syscall per spin (`TASKRUN_FLAG`) | 5.19 | an `io_uring_enter` per spinning turn |
 //!
 //! `cargo xtask probe` prints what this kernel has, and which of it ring-rt uses.
 //!

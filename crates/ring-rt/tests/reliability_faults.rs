@@ -15,7 +15,7 @@ use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use ring_rt::net::{TcpListener, UnixStream};
 use ring_rt::time::sleep;
 use ring_rt::{BackendKind, Runtime};
-use support::{bounded, open_fds, pattern, Outcome, TestFn};
+use support::{bounded, cpu_time, open_fds, pattern, Outcome, TestFn};
 
 const LIMIT: Duration = Duration::from_secs(20);
 /// The child trial run with a lowered fd limit, and the env var naming its backend.
@@ -62,16 +62,6 @@ fn main() {
         Trial::ignorable_test(EMFILE_CHILD, child_accept_at_fd_limit).with_ignored_flag(true),
     );
     libtest_mimic::run(&args, trials).exit()
-}
-
-/// CPU time (user + system) this process has used.
-fn cpu_time() -> Duration {
-    // SAFETY: rusage is plain data; all-zero is a valid value.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid pointer to a live rusage.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
 /// 4 pooled buffers of 64 B, all leased by the reader: the next chunk waits, without

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use libtest_mimic::Completion;
 use ring_rt::time::{interval, sleep, timeout};
 use ring_rt::{BackendKind, Runtime};
-use support::Outcome;
+use support::{thread_cpu_time, Outcome};
 
 fn main() {
     support::run(&[
@@ -31,6 +31,14 @@ fn main() {
         ("backend_reports_choice", backend_reports_choice),
         ("nested_block_on_is_refused", nested_block_on_is_refused),
         ("signal_wait_works_repeatedly", signal_wait_works_repeatedly),
+        (
+            "spinning_loop_runs_io_timers_and_remote_wakes",
+            spinning_loop_runs_io_timers_and_remote_wakes,
+        ),
+        (
+            "spinning_loop_parks_after_its_spin",
+            spinning_loop_parks_after_its_spin,
+        ),
     ])
 }
 
@@ -313,5 +321,80 @@ fn signal_wait_works_repeatedly(kind: BackendKind) -> Outcome {
         let signo = got.map_err(|_| format!("round {round}: signal never arrived"))???;
         check!(signo == libc::SIGUSR2, "round {round}: got signal {signo}");
     }
+    Ok(Completion::Completed)
+}
+
+/// A loop that spins for longer than anything here takes still completes socket reads
+/// that arrive mid-spin, fires timers and takes wakes from other threads: the spin turns
+/// the backend and notices ready tasks and due timers instead of waiting for its end.
+fn spinning_loop_runs_io_timers_and_remote_wakes(kind: BackendKind) -> Outcome {
+    let builder = Runtime::builder().spin_before_park(Duration::from_secs(30));
+    let rt = runtime!(kind, builder);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    let peer = std::thread::spawn(move || -> std::io::Result<()> {
+        let (mut conn, _) = listener.accept()?;
+        std::thread::sleep(Duration::from_millis(20));
+        std::io::Write::write_all(&mut conn, b"late bytes")
+    });
+    let got = rt.block_on(timeout(Duration::from_secs(10), async {
+        let stream = ring_rt::net::TcpStream::connect(addr).await?;
+        let (n, buf) = stream.read(vec![0u8; 64]).await;
+        let read = buf[..n?].to_vec();
+        sleep(Duration::from_millis(5)).await;
+        let woken = ring_rt::spawn(value_from_thread(7, Duration::from_millis(5)));
+        std::io::Result::Ok((read, woken.await.unwrap()))
+    }));
+    peer.join().expect("peer thread")?;
+    let (read, woken) = got.map_err(|_| "the spinning loop never finished")??;
+    check!(read == b"late bytes", "read {read:?}");
+    check!(woken == 7, "woken with {woken}");
+    check!(rt.metrics().spin_turns > 0, "the loop never spun");
+    Ok(Completion::Completed)
+}
+
+/// `value`, set `delay` from now by another thread, which then wakes the awaiting task.
+async fn value_from_thread(value: u32, delay: Duration) -> u32 {
+    type Slot = (Option<u32>, Option<std::task::Waker>);
+    let slot = std::sync::Arc::new(std::sync::Mutex::new(Slot::default()));
+    let theirs = slot.clone();
+    let thread = std::thread::spawn(move || {
+        std::thread::sleep(delay);
+        let mut slot = theirs.lock().unwrap();
+        slot.0 = Some(value);
+        if let Some(waker) = slot.1.take() {
+            waker.wake();
+        }
+    });
+    // One lock covers the value and the waker, so no wake can fall between the two.
+    let got = std::future::poll_fn(|cx| {
+        let mut slot = slot.lock().unwrap();
+        match slot.0 {
+            Some(v) => std::task::Poll::Ready(v),
+            None => {
+                slot.1 = Some(cx.waker().clone());
+                std::task::Poll::Pending
+            }
+        }
+    })
+    .await;
+    thread.join().expect("waking thread");
+    got
+}
+
+/// A short spin gives way to a real sleep: over a 300 ms timer the loop spins for 2 ms and
+/// parks, so the thread uses far less CPU than the wait lasts (a loop that never parked
+/// would use about all of it).
+fn spinning_loop_parks_after_its_spin(kind: BackendKind) -> Outcome {
+    let builder = Runtime::builder().spin_before_park(Duration::from_millis(2));
+    let rt = runtime!(kind, builder);
+    let (cpu_before, start) = (thread_cpu_time(), Instant::now());
+    rt.block_on(sleep(Duration::from_millis(300)));
+    let (cpu, wall) = (thread_cpu_time() - cpu_before, start.elapsed());
+    check!(rt.metrics().spin_turns > 0, "the loop never spun");
+    check!(
+        cpu < wall / 3,
+        "the loop used {cpu:?} of CPU over a {wall:?} sleep: it kept spinning"
+    );
     Ok(Completion::Completed)
 }

@@ -1,7 +1,9 @@
-//! `randread --file F [--depth 32] [--secs 10] [--backend uring|epoll] [--size-mib 256]`:
-//! random 4 KiB reads at a fixed queue depth for a fixed time on ring-rt, printing IOPS, to
-//! compare with fio on the same file (`scripts/fio-randread.sh`). Creates F (written data,
-//! not sparse) when it does not exist; uses `O_DIRECT` when the filesystem takes it.
+//! `randread --file F [--depth 32] [--secs 10] [--backend uring|epoll] [--size-mib 256]
+//! [--spin-us N]`: random 4 KiB reads at a fixed queue depth for a fixed time on ring-rt,
+//! printing IOPS and the CPU it used, to compare with fio on the same file
+//! (`scripts/fio-randread.sh`). `--spin-us` sets `Builder::spin_before_park`. Creates F
+//! (written data, not sparse) when it does not exist; uses `O_DIRECT` when the filesystem
+//! takes it.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,8 +14,8 @@ use std::{env, io};
 use ring_bench::crit::{self, Stop, BLOCK_BYTES};
 use ring_rt::BackendKind;
 
-const USAGE: &str =
-    "usage: randread --file F [--depth 32] [--secs 10] [--backend uring|epoll] [--size-mib 256]";
+const USAGE: &str = "usage: randread --file F [--depth 32] [--secs 10] [--backend uring|epoll] \
+                     [--size-mib 256] [--spin-us 0]";
 
 struct Args {
     file: PathBuf,
@@ -21,6 +23,7 @@ struct Args {
     secs: u64,
     backend: BackendKind,
     size_mib: u64,
+    spin_us: u64,
 }
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> io::Result<Args> {
@@ -31,6 +34,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> io::Result<Args> {
         secs: 10,
         backend: BackendKind::Uring,
         size_mib: 256,
+        spin_us: 0,
     };
     while let Some(flag) = args.next() {
         let value = args
@@ -48,6 +52,11 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> io::Result<Args> {
             "--depth" => out.depth = number()? as usize,
             "--secs" => out.secs = number()?,
             "--size-mib" => out.size_mib = number()?,
+            "--spin-us" => {
+                out.spin_us = value
+                    .parse()
+                    .map_err(|_| bad(format!("--spin-us: expected microseconds, got {value:?}")))?
+            }
             "--backend" => {
                 out.backend = BackendKind::parse(&value)
                     .ok_or_else(|| bad(format!("--backend: uring or epoll, got {value:?}")))?
@@ -72,7 +81,11 @@ fn run(args: &Args) -> io::Result<()> {
             format!("{} is smaller than one 4 KiB block", args.file.display()),
         ));
     }
-    let rt = crit::runtime(args.backend)?;
+    let rt = ring_rt::Runtime::builder()
+        .backend(args.backend)
+        .spin_before_park(Duration::from_micros(args.spin_us))
+        .build()?;
+    let cpu_before = ring_bench::stats::self_cpu();
     let (reads, mode, elapsed) = rt.block_on(async {
         let (file, mode) = crit::open_for_random_reads(&args.file).await?;
         let start = Instant::now();
@@ -80,13 +93,16 @@ fn run(args: &Args) -> io::Result<()> {
         let reads = crit::random_reads(Rc::new(file), blocks, args.depth, stop).await?;
         io::Result::Ok((reads, mode, start.elapsed()))
     })?;
+    let cpu = ring_bench::stats::self_cpu().saturating_sub(cpu_before);
     let iops = reads as f64 / elapsed.as_secs_f64();
     println!(
-        "randread backend={} mode={} depth={} reads={reads} secs={:.2} iops={iops:.0}",
+        "randread backend={} mode={} depth={} spin_us={} reads={reads} secs={:.2} iops={iops:.0} cpu_pct={:.0}",
         args.backend,
         mode.name(),
         args.depth,
-        elapsed.as_secs_f64()
+        args.spin_us,
+        elapsed.as_secs_f64(),
+        100.0 * cpu.as_secs_f64() / elapsed.as_secs_f64()
     );
     Ok(())
 }

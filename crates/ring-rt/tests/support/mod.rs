@@ -94,6 +94,25 @@ pub fn open_fds() -> usize {
         .unwrap_or(0)
 }
 
+/// CPU time (user + system) this process has used.
+pub fn cpu_time() -> Duration {
+    rusage_cpu(libc::RUSAGE_SELF)
+}
+
+/// CPU time (user + system) the calling thread has used.
+pub fn thread_cpu_time() -> Duration {
+    rusage_cpu(libc::RUSAGE_THREAD)
+}
+
+fn rusage_cpu(who: libc::c_int) -> Duration {
+    // SAFETY: rusage is plain data; all-zero is a valid value.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a live rusage, and a `who` getrusage knows.
+    unsafe { libc::getrusage(who, &mut ru) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
 /// Bounds a whole test body: a hang becomes a failure, not a stuck CI.
 pub async fn bounded<T>(
     limit: Duration,
