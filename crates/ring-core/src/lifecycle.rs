@@ -3,7 +3,7 @@
 //! ```text
 //!  Submitted --poll--> Waiting(waker) --CQE--> Completed(cqe) --poll--> freed (final CQE)
 //!      |                    |                        |
-//!      |                    +--CQE with F_MORE--> Multishot{queue} --poll--> ... final CQE --> freed
+//!      |                    +--CQE with F_MORE--> Multishot(queue) --poll--> ... final CQE --> freed
 //!      +--future dropped--> Orphaned(memory) --late CQEs: reap each--> final CQE --> freed
 //! ```
 //! A slot is freed only by its final CQE (one without `F_MORE`): until then the kernel may
@@ -34,15 +34,21 @@ pub enum Lifecycle {
     Waiting(Waker),
     /// One CQE arrived and is waiting to be polled (the common, allocation-free case).
     Completed(Cqe),
-    /// More than one CQE is queued (multishot ops, zero-copy send notifications).
-    Multishot {
-        /// CQEs not yet polled, oldest first.
-        cqes: VecDeque<Cqe>,
-        /// The consumer's waker, if it is waiting.
-        waker: Option<Waker>,
-    },
+    /// More than one CQE was queued at once (multishot ops, zero-copy send notifications).
+    /// Boxed, so every other slot of the op table stays small: an idle connection's recv
+    /// slot is 40 bytes, not 64. An op enters this state at most once.
+    Multishot(Box<CqeQueue>),
     /// The future was dropped while the kernel still owns the op.
     Orphaned(Box<dyn Orphan>),
+}
+
+/// A multishot op's CQEs not yet polled, and its consumer.
+#[derive(Default)]
+pub struct CqeQueue {
+    /// CQEs not yet polled, oldest first.
+    pub cqes: VecDeque<Cqe>,
+    /// The consumer's waker, if it is waiting.
+    pub waker: Option<Waker>,
 }
 
 /// What a CQE did to a slot.
@@ -77,9 +83,9 @@ impl Lifecycle {
                     OnCqe::ReapedFinal
                 };
             }
-            Lifecycle::Multishot { cqes, waker } => {
-                cqes.push_back(cqe);
-                wake(waker.take());
+            Lifecycle::Multishot(queue) => {
+                queue.cqes.push_back(cqe);
+                wake(queue.waker.take());
                 return OnCqe::Queued;
             }
             _ => {}
@@ -88,10 +94,10 @@ impl Lifecycle {
         match previous {
             Lifecycle::Waiting(waker) => waker.wake(),
             Lifecycle::Completed(first) => {
-                *self = Lifecycle::Multishot {
+                *self = Lifecycle::Multishot(Box::new(CqeQueue {
                     cqes: VecDeque::from([first, cqe]),
                     waker: None,
-                };
+                }));
             }
             _ => {}
         }
@@ -107,10 +113,10 @@ impl Lifecycle {
                 *self = Lifecycle::Submitted;
                 Poll::Ready(cqe)
             }
-            Lifecycle::Multishot { cqes, waker: slot } => match cqes.pop_front() {
+            Lifecycle::Multishot(queue) => match queue.cqes.pop_front() {
                 Some(cqe) => Poll::Ready(cqe),
                 None => {
-                    store_waker(slot, waker);
+                    store_waker(&mut queue.waker, waker);
                     Poll::Pending
                 }
             },
@@ -128,7 +134,7 @@ impl Lifecycle {
     pub fn on_drop(&mut self, mut orphan: Box<dyn Orphan>) -> OnDrop {
         let queued: Vec<Cqe> = match std::mem::replace(self, Lifecycle::Submitted) {
             Lifecycle::Completed(cqe) => vec![cqe],
-            Lifecycle::Multishot { cqes, .. } => cqes.into(),
+            Lifecycle::Multishot(queue) => queue.cqes.into(),
             Lifecycle::Submitted | Lifecycle::Waiting(_) => Vec::new(),
             Lifecycle::Orphaned(_) => unreachable!("an op is orphaned once, by its only future"),
         };
@@ -148,7 +154,7 @@ impl Lifecycle {
         match self {
             Lifecycle::Submitted | Lifecycle::Waiting(_) | Lifecycle::Orphaned(_) => true,
             Lifecycle::Completed(cqe) => cqe.is_more(),
-            Lifecycle::Multishot { cqes, .. } => cqes.back().is_none_or(Cqe::is_more),
+            Lifecycle::Multishot(queue) => queue.cqes.back().is_none_or(Cqe::is_more),
         }
     }
 
@@ -177,10 +183,10 @@ impl fmt::Debug for Lifecycle {
             Lifecycle::Submitted => f.write_str("Submitted"),
             Lifecycle::Waiting(_) => f.write_str("Waiting"),
             Lifecycle::Completed(cqe) => f.debug_tuple("Completed").field(cqe).finish(),
-            Lifecycle::Multishot { cqes, waker } => f
+            Lifecycle::Multishot(queue) => f
                 .debug_struct("Multishot")
-                .field("queued", &cqes.len())
-                .field("waiting", &waker.is_some())
+                .field("queued", &queue.cqes.len())
+                .field("waiting", &queue.waker.is_some())
                 .finish(),
             Lifecycle::Orphaned(_) => f.write_str("Orphaned"),
         }

@@ -244,50 +244,51 @@ pub(crate) trait RawTask {
     fn cancel(self: Pin<&mut Self>);
 }
 
-struct Task<F: Future> {
-    future: Option<Pin<Box<F>>>,
-    state: Rc<RefCell<JoinState<F::Output>>>,
+pin_project_lite::pin_project! {
+    /// A spawned future, inline, and the output slot its `JoinHandle` reads: one allocation
+    /// per spawn, pinned as a whole (`Pin<Box<dyn RawTask>>`).
+    struct Task<F: Future> {
+        // `None` once the future finished, panicked or was cancelled: it is dropped in
+        // place then, so its in-flight ops become orphans at once.
+        #[pin]
+        future: Option<F>,
+        state: Rc<RefCell<JoinState<F::Output>>>,
+    }
 }
 
-impl<F: Future> Task<F> {
-    fn finish(&mut self, result: Result<F::Output, JoinError>) {
-        self.future = None;
-        let mut state = self.state.borrow_mut();
-        state.result = Some(result);
-        state.finished = true;
-        if let Some(waker) = state.waker.take() {
-            drop(state);
-            waker.wake();
-        }
+/// Stores a task's result for its `JoinHandle` and wakes whoever awaits it.
+fn finish<T>(state: &RefCell<JoinState<T>>, result: Result<T, JoinError>) {
+    let mut state = state.borrow_mut();
+    state.result = Some(result);
+    state.finished = true;
+    if let Some(waker) = state.waker.take() {
+        drop(state);
+        waker.wake();
     }
 }
 
 impl<F: Future> RawTask for Task<F> {
     fn poll_task(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        // `Task` is Unpin (its future is boxed), so this is a plain &mut.
-        let this = self.get_mut();
-        let Some(future) = this.future.as_mut() else {
+        let mut this = self.project();
+        let Some(future) = this.future.as_mut().as_pin_mut() else {
             return Poll::Ready(());
         };
-        match catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
-            Ok(Poll::Pending) => Poll::Pending,
-            Ok(Poll::Ready(output)) => {
-                this.finish(Ok(output));
-                Poll::Ready(())
-            }
-            Err(payload) => {
-                this.finish(Err(JoinError::Panic(payload)));
-                Poll::Ready(())
-            }
-        }
+        let result = match catch_unwind(AssertUnwindSafe(|| future.poll(cx))) {
+            Ok(Poll::Pending) => return Poll::Pending,
+            Ok(Poll::Ready(output)) => Ok(output),
+            Err(payload) => Err(JoinError::Panic(payload)),
+        };
+        this.future.set(None);
+        finish(this.state, result);
+        Poll::Ready(())
     }
 
     fn cancel(self: Pin<&mut Self>) {
-        let this = self.get_mut();
+        let mut this = self.project();
         if this.future.is_some() {
             // Drop the future first: its in-flight ops become orphans now.
-            this.future = None;
-            this.finish(Err(JoinError::Cancelled));
+            this.future.set(None);
+            finish(this.state, Err(JoinError::Cancelled));
         }
     }
 }
@@ -303,7 +304,7 @@ pub(crate) fn new_task<F: Future + 'static>(
         waker: None,
     }));
     let task = Task {
-        future: Some(Box::pin(future)),
+        future: Some(future),
         state: state.clone(),
     };
     (Box::pin(task), JoinHandle { state, header })
