@@ -36,7 +36,7 @@ pub enum Lifecycle {
     Completed(Cqe),
     /// More than one CQE was queued at once (multishot ops, zero-copy send notifications).
     /// Boxed, so every other slot of the op table stays small: an idle connection's recv
-    /// slot is 40 bytes, not 64. An op enters this state at most once.
+    /// slot is 32 bytes, not 56. An op enters this state at most once.
     Multishot(Box<CqeQueue>),
     /// The future was dropped while the kernel still owns the op.
     Orphaned(Box<dyn Orphan>),
