@@ -1,7 +1,7 @@
 //! The socket under every stream and datagram type: an fd on one worker, closed through
 //! that worker's backend so the close is ordered after ops already queued on the fd.
 
-use std::future::poll_fn;
+use std::future::{poll_fn, Future};
 use std::io;
 use std::net::Shutdown;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
@@ -104,9 +104,15 @@ impl Socket {
         )
     }
 
-    pub(crate) async fn write_all<B: IoBuf>(&self, buf: B) -> (io::Result<()>, B) {
+    /// Not an `async fn`: each async layer stores its arguments once more (rustc keeps an
+    /// async fn's arguments beside the future it awaits), and every connection's task holds
+    /// this future's state while it writes.
+    pub(crate) fn write_all<B: IoBuf>(
+        &self,
+        buf: B,
+    ) -> impl Future<Output = (io::Result<()>, B)> + '_ {
         let total = buf.bytes_init();
-        transfer_all(buf, total, write_zero, |slice, _| self.write(slice)).await
+        transfer_all(buf, total, write_zero, move |slice, _| self.write(slice))
     }
 
     pub(crate) async fn send_zc<B: IoBuf>(&self, buf: B) -> (io::Result<usize>, B) {
@@ -431,8 +437,11 @@ macro_rules! stream_methods {
         /// # std::io::Result::Ok(()) })?;
         /// # std::io::Result::Ok(())
         /// ```
-        pub async fn write_all<B: IoBuf>(&self, buf: B) -> (io::Result<()>, B) {
-            self.socket.write_all(buf).await
+        pub fn write_all<B: IoBuf>(
+            &self,
+            buf: B,
+        ) -> impl std::future::Future<Output = (io::Result<()>, B)> + '_ {
+            self.socket.write_all(buf)
         }
 
         /// Receives into a buffer from the worker's shared pool; `Ok(None)` at end of
@@ -456,8 +465,10 @@ macro_rules! stream_methods {
         /// # std::io::Result::Ok(()) })?;
         /// # std::io::Result::Ok(())
         /// ```
-        pub async fn recv_pooled(&self) -> io::Result<Option<PooledBuf>> {
-            self.socket.recv_pooled().await
+        pub fn recv_pooled(
+            &self,
+        ) -> impl std::future::Future<Output = io::Result<Option<PooledBuf>>> + '_ {
+            self.socket.recv_pooled()
         }
 
         /// Received data as a stream of pooled buffers (multishot recv where available):
