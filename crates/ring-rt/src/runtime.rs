@@ -84,16 +84,12 @@ impl Core {
     /// One loop turn: wait for I/O (not at all if work is ready, and only after spinning
     /// if `Builder::spin_before_park` asks for it), then fire due timers.
     fn turn(&self) {
-        let wait = if self.executor.has_ready() {
-            Wait::No
-        } else {
-            match self.timers.borrow().next_deadline() {
-                Some(deadline) => Wait::For(deadline.saturating_duration_since(Instant::now())),
-                None => Wait::Forever,
-            }
-        };
-        if wait == Wait::No || !self.spin_finds_work() {
+        let wait = self.next_wait();
+        if wait == Wait::No || self.spin.is_zero() {
             self.backend_turn(wait);
+        } else if !self.spin_finds_work() {
+            // The spin took time: the next timer is that much closer.
+            self.backend_turn(self.next_wait());
         }
         let due = self.timers.borrow_mut().take_expired(Instant::now());
         for waker in due {
@@ -109,9 +105,6 @@ impl Core {
     /// is ready or a timer is due (the caller then skips its wait), false when the spin ran
     /// out and the loop should park.
     fn spin_finds_work(&self) -> bool {
-        if self.spin.is_zero() {
-            return false;
-        }
         let start = Instant::now();
         loop {
             self.backend_turn(Wait::No);
@@ -129,6 +122,18 @@ impl Core {
                 return false;
             }
             std::hint::spin_loop();
+        }
+    }
+
+    /// How long the next turn may wait: not at all if work is ready, else until the next
+    /// timer is due (or for I/O alone).
+    fn next_wait(&self) -> Wait {
+        if self.executor.has_ready() {
+            return Wait::No;
+        }
+        match self.timers.borrow().next_deadline() {
+            Some(deadline) => Wait::For(deadline.saturating_duration_since(Instant::now())),
+            None => Wait::Forever,
         }
     }
 

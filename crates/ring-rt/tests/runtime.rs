@@ -39,6 +39,10 @@ fn main() {
             "spinning_loop_parks_after_its_spin",
             spinning_loop_parks_after_its_spin,
         ),
+        (
+            "spinning_loop_fires_timers_on_time",
+            spinning_loop_fires_timers_on_time,
+        ),
     ])
 }
 
@@ -395,6 +399,22 @@ fn spinning_loop_parks_after_its_spin(kind: BackendKind) -> Outcome {
     check!(
         cpu < wall / 3,
         "the loop used {cpu:?} of CPU over a {wall:?} sleep: it kept spinning"
+    );
+    Ok(Completion::Completed)
+}
+
+/// A spin that runs out before the next timer is due leaves a shorter wait: a 300 ms sleep
+/// behind a 200 ms spin ends after about 300 ms, not 500 (a wait computed before the spin
+/// would add the spin to every timer).
+fn spinning_loop_fires_timers_on_time(kind: BackendKind) -> Outcome {
+    let builder = Runtime::builder().spin_before_park(Duration::from_millis(200));
+    let rt = runtime!(kind, builder);
+    let start = Instant::now();
+    rt.block_on(sleep(Duration::from_millis(300)));
+    let elapsed = start.elapsed();
+    check!(
+        elapsed < Duration::from_millis(450),
+        "a 300 ms sleep took {elapsed:?} behind a 200 ms spin: the spin delayed the timer"
     );
     Ok(Completion::Completed)
 }
