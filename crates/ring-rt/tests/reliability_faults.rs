@@ -11,11 +11,11 @@ use std::process::Command;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use libtest_mimic::{Arguments, Completion, Failed, Trial};
+use libtest_mimic::{Arguments, Completion, Trial};
 use ring_rt::net::{TcpListener, UnixStream};
 use ring_rt::time::sleep;
 use ring_rt::{BackendKind, Runtime};
-use support::{bounded, cpu_time, open_fds, pattern, Outcome, TestFn};
+use support::{bounded, cpu_time, open_fds, pattern, wait_for, Outcome, TestFn};
 
 const LIMIT: Duration = Duration::from_secs(20);
 /// The child trial run with a lowered fd limit, and the env var naming its backend.
@@ -327,18 +327,6 @@ fn sq_full_cancels_are_not_lost(kind: BackendKind) -> Outcome {
         );
         Ok(Completion::Completed)
     }))?
-}
-
-/// Polls `done` every millisecond until it holds, failing after `limit`.
-async fn wait_for(limit: Duration, mut done: impl FnMut() -> bool) -> Result<(), Failed> {
-    let deadline = Instant::now() + limit;
-    while !done() {
-        if Instant::now() > deadline {
-            return Err(format!("condition not reached within {limit:?}").into());
-        }
-        sleep(Duration::from_millis(1)).await;
-    }
-    Ok(())
 }
 
 /// Runs [`child_accept_at_fd_limit`] in a child process (its fd limit is lowered there).

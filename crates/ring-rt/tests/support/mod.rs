@@ -113,6 +113,18 @@ fn rusage_cpu(who: libc::c_int) -> Duration {
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
+/// Polls `done` every millisecond until it holds, failing after `limit`.
+pub async fn wait_for(limit: Duration, mut done: impl FnMut() -> bool) -> Result<(), Failed> {
+    let deadline = std::time::Instant::now() + limit;
+    while !done() {
+        if std::time::Instant::now() > deadline {
+            return Err(format!("condition not reached within {limit:?}").into());
+        }
+        ring_rt::time::sleep(Duration::from_millis(1)).await;
+    }
+    Ok(())
+}
+
 /// Bounds a whole test body: a hang becomes a failure, not a stuck CI.
 pub async fn bounded<T>(
     limit: Duration,
