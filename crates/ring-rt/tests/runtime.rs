@@ -403,18 +403,18 @@ fn spinning_loop_parks_after_its_spin(kind: BackendKind) -> Outcome {
     Ok(Completion::Completed)
 }
 
-/// A spin that runs out before the next timer is due leaves a shorter wait: a 300 ms sleep
-/// behind a 200 ms spin ends after about 300 ms, not 500 (a wait computed before the spin
-/// would add the spin to every timer).
+/// A spin that runs out before the next timer is due leaves a shorter wait: a 1 s sleep
+/// behind an 800 ms spin ends after about 1 s, not 1.8 s (a wait computed before the spin
+/// would add the spin to every timer). The bound leaves 400 ms for a slow (emulated) CPU.
 fn spinning_loop_fires_timers_on_time(kind: BackendKind) -> Outcome {
-    let builder = Runtime::builder().spin_before_park(Duration::from_millis(200));
-    let rt = runtime!(kind, builder);
+    let (spin, nap) = (Duration::from_millis(800), Duration::from_secs(1));
+    let rt = runtime!(kind, Runtime::builder().spin_before_park(spin));
     let start = Instant::now();
-    rt.block_on(sleep(Duration::from_millis(300)));
+    rt.block_on(sleep(nap));
     let elapsed = start.elapsed();
     check!(
-        elapsed < Duration::from_millis(450),
-        "a 300 ms sleep took {elapsed:?} behind a 200 ms spin: the spin delayed the timer"
+        elapsed < nap + spin / 2,
+        "a {nap:?} sleep took {elapsed:?} behind a {spin:?} spin: the spin delayed the timer"
     );
     Ok(Completion::Completed)
 }
