@@ -73,6 +73,12 @@
 //! `select`-style code; [`op::link::Pending::timeout`] instead bounds one op in the kernel
 //! and hands its buffer back.
 //!
+//! A read dropped after the kernel completed it, but before its future saw the result,
+//! takes the bytes it read with it: with completion I/O the kernel has already copied them
+//! into the op's buffer. To race receiving against something else without that risk, use
+//! [`net::RecvStream::next`]: its receive in flight belongs to the stream, not to the
+//! future, so a dropped `next` loses nothing.
+//!
 //! ```
 //! use std::time::Duration;
 //!

@@ -5,13 +5,10 @@
 //! a buffer to come back instead of failing; every such wait is counted as ENOBUFS.
 
 use std::fmt;
-use std::future::poll_fn;
 use std::io;
 use std::ops::Deref;
-use std::rc::Rc;
-use std::task::Poll;
 
-use ring_core::buf_pool::{BufGroup, BufLease, BufMode};
+use ring_core::buf_pool::{BufGroup, BufLease};
 use ring_core::cqe::Cqe;
 use ring_core::metrics::Metrics;
 
@@ -110,19 +107,11 @@ pub(crate) fn from_cqe(group: &BufGroup, cqe: Cqe) -> io::Result<Option<PooledBu
     Ok(Some(PooledBuf { lease }))
 }
 
-/// Records an ENOBUFS and waits until a bid came back to `group` since `epoch` (its
-/// [`BufGroup::returns`] read before the receive was submitted), whoever returned it: a
-/// dropped `PooledBuf`, a failed CQE's recycle, or an orphaned receive's late CQE.
-pub(crate) async fn wait_for_buffer(core: &Rc<Core>, group: &BufGroup, epoch: u64) {
+/// Records an ENOBUFS (group count, worker metric, debug event). The receive then waits
+/// until a bid comes back to the group, whoever returns it: a dropped `PooledBuf`, a failed
+/// CQE's recycle, or an orphaned receive's late CQE.
+pub(crate) fn record_enobufs(core: &Core, group: &BufGroup) {
     group.record_enobufs();
     Metrics::bump(&core.backend.borrow().metrics().enobufs);
     tracing::debug!(target: "ring_rt", bgid = group.bgid(), buffers = group.count(), "receive pool exhausted (ENOBUFS); waiting for a buffer");
-    poll_fn(|cx| {
-        // User-space groups know exactly what is free.
-        if group.mode() == BufMode::User && group.available() > 0 {
-            return Poll::Ready(());
-        }
-        group.poll_return(epoch, cx)
-    })
-    .await
 }

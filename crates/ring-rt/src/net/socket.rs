@@ -6,22 +6,17 @@ use std::io;
 use std::net::Shutdown;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
-use std::task::Context;
 
-use ring_core::buf_pool::{BufGroup, BufMode};
 use ring_core::probe::Feature;
-use ring_core::release::RecycleBid;
-use ring_core::user_data::OpId;
 use socket2::{Domain, SockAddr, Type};
 
+use super::recv_stream::RecvStream;
 use crate::backend::{Backend, BackendKind};
 use crate::buf::{transfer_all, write_zero, IoBuf, IoBufMut};
 use crate::op::link::Pending;
-use crate::op::net::{
-    recv_into_group, recv_multi_sqe, Connect, PollIn, Recv, RecvSelect, Send, SendZc,
-};
+use crate::op::net::{Connect, Recv, Send, SendZc};
 use crate::op::Op;
-use crate::pool::{self, PooledBuf};
+use crate::pool::PooledBuf;
 use crate::runtime::Core;
 
 pub(crate) struct Socket {
@@ -136,40 +131,11 @@ impl Socket {
         .await
     }
 
-    pub(crate) async fn recv_pooled(&self) -> io::Result<Option<PooledBuf>> {
-        let group = self.core.backend.borrow_mut().recv_group()?;
-        loop {
-            let epoch = group.returns();
-            let cqe = self.recv_select(&group).await;
-            match pool::from_cqe(&group, cqe) {
-                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
-                    pool::wait_for_buffer(&self.core, &group, epoch).await
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                other => return other,
-            }
-        }
-    }
-
-    /// One buffer-select recv: the kernel picks the buffer, or, for a user-space group
-    /// (epoll, or io_uring before 5.7), a buffer is taken once the socket is readable.
-    async fn recv_select(&self, group: &BufGroup) -> ring_core::cqe::Cqe {
-        if group.mode() != BufMode::User || self.is_epoll() {
-            let op = RecvSelect {
-                fd: self.fd,
-                group: group.clone(),
-            };
-            return Op::new(self.core.clone(), op).await;
-        }
-        loop {
-            if let Err(e) = Op::new(self.core.clone(), PollIn { fd: self.fd }).await {
-                return crate::op::error_cqe(&e);
-            }
-            let cqe = recv_into_group(self.fd, group);
-            if cqe.res != -libc::EAGAIN {
-                return cqe;
-            }
-        }
+    /// One chunk from the worker's pool: a receive stream that never goes multishot, so
+    /// nothing stays armed once the chunk is in.
+    pub(crate) fn recv_pooled(&self) -> impl Future<Output = io::Result<Option<PooledBuf>>> + '_ {
+        let mut rx = RecvStream::single_shot(self);
+        poll_fn(move |cx| rx.poll_chunk(cx))
     }
 
     pub(crate) fn shutdown(&self, how: Shutdown) -> io::Result<()> {
@@ -214,140 +180,6 @@ impl Drop for Socket {
     fn drop(&mut self) {
         if self.fd >= 0 {
             crate::backend::close_fd(&self.core, self.fd);
-        }
-    }
-}
-
-/// Received data as it arrives: multishot recv into the worker's pool where the kernel has
-/// it (6.0+), else one buffer-select recv after another. `next` gives `None` at end of
-/// stream. If the pool runs dry the stream waits for buffers and re-arms: no data is lost.
-///
-/// Made by `recv_stream` on [`TcpStream`](crate::net::TcpStream) and
-/// [`UnixStream`](crate::net::UnixStream). Each chunk is a [`PooledBuf`]; hold few of them
-/// at a time, as a chunk held is a pool buffer out. Dropping the stream cancels its
-/// multishot recv and returns the buffers of any late completions to the pool.
-///
-/// # Examples
-///
-/// ```
-/// # ring_rt::Runtime::new()?.block_on(async {
-/// let (a, b) = ring_rt::net::UnixStream::pair()?;
-/// a.write_all(&b"first "[..]).await.0?;
-/// a.write_all(&b"second"[..]).await.0?;
-/// drop(a); // end of stream for `b`
-///
-/// let mut rx = b.recv_stream();
-/// let mut text = Vec::new();
-/// while let Some(chunk) = rx.next().await {
-///     text.extend_from_slice(&chunk?);
-/// }
-/// assert_eq!(text, b"first second");
-/// # std::io::Result::Ok(()) })?;
-/// # std::io::Result::Ok(())
-/// ```
-pub struct RecvStream<'a> {
-    socket: &'a Socket,
-    group: Option<BufGroup>,
-    multishot: Option<OpId>,
-    /// The pool's return count when the multishot recv was last armed.
-    armed_epoch: u64,
-    done: bool,
-}
-
-impl<'a> RecvStream<'a> {
-    pub(crate) fn new(socket: &'a Socket) -> RecvStream<'a> {
-        RecvStream {
-            socket,
-            group: None,
-            multishot: None,
-            armed_epoch: 0,
-            done: false,
-        }
-    }
-
-    /// The next chunk of data, `None` at end of stream (and after an error).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # ring_rt::Runtime::new()?.block_on(async {
-    /// let (a, b) = ring_rt::net::UnixStream::pair()?;
-    /// a.write_all(&b"ping"[..]).await.0?;
-    /// let mut rx = b.recv_stream();
-    /// let chunk = rx.next().await.expect("not at end")?;
-    /// assert_eq!(&chunk[..], b"ping");
-    /// # std::io::Result::Ok(()) })?;
-    /// # std::io::Result::Ok(())
-    /// ```
-    pub async fn next(&mut self) -> Option<io::Result<PooledBuf>> {
-        if self.done {
-            return None;
-        }
-        let out = self.next_inner().await.transpose();
-        if !matches!(out, Some(Ok(_))) {
-            self.done = true;
-        }
-        out
-    }
-
-    async fn next_inner(&mut self) -> io::Result<Option<PooledBuf>> {
-        let core = self.socket.core.clone();
-        let group = match &self.group {
-            Some(g) => g.clone(),
-            None => {
-                let g = core.backend.borrow_mut().recv_group()?;
-                self.group = Some(g.clone());
-                g
-            }
-        };
-        if !self.is_multishot() {
-            return self.socket.recv_pooled().await;
-        }
-        loop {
-            let id = match self.multishot {
-                Some(id) => id,
-                None => {
-                    self.armed_epoch = group.returns();
-                    let id = core
-                        .backend
-                        .borrow_mut()
-                        .submit(recv_multi_sqe(self.socket.fd, &group))?;
-                    *self.multishot.insert(id)
-                }
-            };
-            let cqe =
-                poll_fn(|cx: &mut Context<'_>| core.backend.borrow_mut().poll(id, cx.waker()))
-                    .await?;
-            if !cqe.is_more() {
-                self.multishot = None;
-            }
-            match pool::from_cqe(&group, cqe) {
-                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
-                    pool::wait_for_buffer(&core, &group, self.armed_epoch).await;
-                }
-                other => return other,
-            }
-        }
-    }
-
-    fn is_multishot(&self) -> bool {
-        let backend = self.socket.core.backend.borrow();
-        backend
-            .features()
-            .is_some_and(|f| f.has(Feature::MultishotRecv))
-    }
-}
-
-impl Drop for RecvStream<'_> {
-    fn drop(&mut self) {
-        if let (Some(id), Some(group)) = (self.multishot.take(), self.group.take()) {
-            // SAFETY: the multishot recv selects from `group`.
-            let orphan = Box::new(unsafe { RecycleBid::new(group) });
-            match self.socket.core.backend.try_borrow_mut() {
-                Ok(mut backend) => backend.orphan(id, orphan),
-                // Dropped mid-turn: keep the bids' group forever rather than lose track.
-                Err(_) => std::mem::forget(orphan),
-            }
         }
     }
 }

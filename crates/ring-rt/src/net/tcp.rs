@@ -13,7 +13,8 @@ use ring_core::release::CloseFd;
 use ring_core::user_data::OpId;
 use socket2::{Domain, SockAddr, Type};
 
-use super::socket::{socket_traits, stream_methods, RecvStream, Socket};
+use super::recv_stream::RecvStream;
+use super::socket::{socket_traits, stream_methods, Socket};
 use crate::buf::{IoBuf, IoBufMut};
 use crate::op::link::Pending;
 use crate::op::net::{Accept, AcceptMulti, AddrOut};

@@ -6,7 +6,8 @@ use std::path::Path;
 
 use socket2::{Domain, SockAddr, Type};
 
-use super::socket::{socket_traits, stream_methods, RecvStream, Socket};
+use super::recv_stream::RecvStream;
+use super::socket::{socket_traits, stream_methods, Socket};
 use super::tcp::accept_one;
 use crate::buf::{IoBuf, IoBufMut};
 use crate::op::link::Pending;
