@@ -367,11 +367,13 @@ fn hyper_timer_reset_moves_deadline_in_place(kind: BackendKind) -> Outcome {
     let rt = runtime!(kind);
     rt.block_on(async {
         let timer = HyperTimer::new();
+        let base = rt.metrics().tasks_alive;
         let mut sleep = timer.sleep(Duration::from_secs(60));
         check!(poll_once(&mut sleep).is_pending(), "a 60 s sleep was ready");
         let alive = rt.metrics().tasks_alive;
         let start = Instant::now();
-        timer.reset(&mut sleep, start + Duration::from_millis(5));
+        // 50 ms: long enough that the next line polls before it even on an emulated CPU.
+        timer.reset(&mut sleep, start + Duration::from_millis(50));
         check!(
             poll_once(&mut sleep).is_pending(),
             "ready before its deadline"
@@ -381,8 +383,8 @@ fn hyper_timer_reset_moves_deadline_in_place(kind: BackendKind) -> Outcome {
             "reset spawned another task"
         );
         (&mut sleep).await;
-        check!(start.elapsed() >= Duration::from_millis(5), "fired early");
-        let rearmed = Instant::now() + Duration::from_millis(5);
+        check!(start.elapsed() >= Duration::from_millis(50), "fired early");
+        let rearmed = Instant::now() + Duration::from_millis(50);
         timer.reset(&mut sleep, rearmed);
         check!(
             poll_once(&mut sleep).is_pending(),
@@ -391,19 +393,28 @@ fn hyper_timer_reset_moves_deadline_in_place(kind: BackendKind) -> Outcome {
         sleep.await;
         check!(Instant::now() >= rearmed, "re-armed sleep fired early");
 
+        // The sleep's own poll fires once its deadline has passed, which on a slow machine
+        // (a VM under emulation) can come before its task's timer turn; the task then ends
+        // at a later turn. Counting from a known base keeps a task that is still ending
+        // from being taken for the next one.
+        let ended = support::wait_for(Duration::from_secs(5), || rt.metrics().tasks_alive == base);
+        check!(
+            ended.await.is_ok(),
+            "the first sleep's timer task did not end with its sleep"
+        );
+
         // Later (hyper's per-request case): the task's timer fires first and re-arms.
         let mut sleep = timer.sleep(Duration::from_millis(5));
         check!(poll_once(&mut sleep).is_pending(), "a 5 ms sleep was ready");
-        let alive = rt.metrics().tasks_alive;
+        check!(
+            rt.metrics().tasks_alive == base + 1,
+            "a pending sleep did not get one timer task"
+        );
         let later = Instant::now() + Duration::from_millis(30);
         timer.reset(&mut sleep, later);
         sleep.await;
         check!(Instant::now() >= later, "fired at the old deadline");
-        // The sleep's own poll fires once its deadline has passed, which on a slow machine
-        // (a VM under emulation) can come before the task's timer turn; the task ends then.
-        let ended = support::wait_for(Duration::from_secs(5), || {
-            rt.metrics().tasks_alive == alive - 1
-        });
+        let ended = support::wait_for(Duration::from_secs(5), || rt.metrics().tasks_alive == base);
         check!(
             ended.await.is_ok(),
             "the timer task did not end with its sleep"
