@@ -404,13 +404,16 @@ fn hyper_timer_reset_moves_deadline_in_place(kind: BackendKind) -> Outcome {
         );
 
         // Later (hyper's per-request case): the task's timer fires first and re-arms.
-        let mut sleep = timer.sleep(Duration::from_millis(5));
-        check!(poll_once(&mut sleep).is_pending(), "a 5 ms sleep was ready");
+        let mut sleep = timer.sleep(Duration::from_millis(50));
+        check!(
+            poll_once(&mut sleep).is_pending(),
+            "a 50 ms sleep was ready"
+        );
         check!(
             rt.metrics().tasks_alive == base + 1,
             "a pending sleep did not get one timer task"
         );
-        let later = Instant::now() + Duration::from_millis(30);
+        let later = Instant::now() + Duration::from_millis(100);
         timer.reset(&mut sleep, later);
         sleep.await;
         check!(Instant::now() >= later, "fired at the old deadline");

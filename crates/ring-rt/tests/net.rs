@@ -12,6 +12,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use libtest_mimic::Completion;
+use ring_rt::buf::IoBuf;
 use ring_rt::net::{TcpListener, TcpStream, UdpSocket, UnixListener, UnixStream};
 use ring_rt::time::{sleep, timeout};
 use ring_rt::{BackendKind, FeatureMask, Runtime};
@@ -46,6 +47,10 @@ fn main() {
         (
             "short_transfers_never_lose_a_wake_up",
             short_transfers_never_lose_a_wake_up,
+        ),
+        (
+            "write_all_sends_every_byte_over_short_writes",
+            write_all_sends_every_byte_over_short_writes,
         ),
         ("unix_listener_and_pair", unix_listener_and_pair),
         ("dropped_accept_leaves_no_fd", dropped_accept_leaves_no_fd),
@@ -447,6 +452,48 @@ fn short_transfers_never_lose_a_wake_up(kind: BackendKind) -> Outcome {
         check!(&buf[..n?] == b"one", "first datagram");
         let (n, buf) = y.recv(vec![0u8; 64]).await;
         check!(&buf[..n?] == b"two", "a datagram after a short one");
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// `write_all` of more than a socket pair's buffer holds (an 8 MiB write comes back short,
+/// see above) re-issues the send for the unwritten tail until every byte is out, starting
+/// at the slice's offset, and hands the whole buffer back.
+fn write_all_sends_every_byte_over_short_writes(kind: BackendKind) -> Outcome {
+    const LEN: usize = 8 << 20;
+    const SKIP: usize = 3;
+    let rt = runtime!(kind);
+    rt.block_on(bounded(Duration::from_secs(20), async {
+        let (a, b) = UnixStream::pair()?;
+        let reader = ring_rt::spawn(async move {
+            let mut got = Vec::with_capacity(LEN);
+            loop {
+                let (n, buf) = b.read(Vec::with_capacity(1 << 20)).await;
+                if n? == 0 {
+                    return std::io::Result::Ok(got);
+                }
+                got.extend_from_slice(&buf);
+            }
+        });
+        let data: Vec<u8> = (0..LEN).map(|i| (i % 251) as u8).collect();
+        let (res, slice) = a.write_all(data.slice(SKIP..)).await;
+        res?;
+        let data = slice.into_inner();
+        check!(
+            data.len() == LEN,
+            "the buffer came back with {} bytes",
+            data.len()
+        );
+        drop(a);
+        let got = reader.await??;
+        check!(
+            got.len() == LEN - SKIP,
+            "received {} of {} bytes",
+            got.len(),
+            LEN - SKIP
+        );
+        let first_bad = got.iter().zip(&data[SKIP..]).position(|(x, y)| x != y);
+        check!(first_bad.is_none(), "byte {first_bad:?} differs");
         Ok(Completion::Completed)
     }))?
 }

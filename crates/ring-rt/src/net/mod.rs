@@ -5,6 +5,7 @@ mod socket;
 pub mod tcp;
 pub mod udp;
 pub mod unix;
+mod write_all;
 
 pub use recv_stream::{RecvNext, RecvStream};
 pub use tcp::{Incoming, TcpListener, TcpStream};

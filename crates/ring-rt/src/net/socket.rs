@@ -11,8 +11,9 @@ use ring_core::probe::Feature;
 use socket2::{Domain, SockAddr, Type};
 
 use super::recv_stream::RecvStream;
+use super::write_all::WriteAll;
 use crate::backend::{Backend, BackendKind};
-use crate::buf::{transfer_all, write_zero, IoBuf, IoBufMut};
+use crate::buf::{IoBuf, IoBufMut};
 use crate::op::link::Pending;
 use crate::op::net::{Connect, Recv, Send, SendZc};
 use crate::op::Op;
@@ -99,15 +100,10 @@ impl Socket {
         )
     }
 
-    /// Not an `async fn`: each async layer stores its arguments once more (rustc keeps an
-    /// async fn's arguments beside the future it awaits), and every connection's task holds
+    /// A hand-written future ([`WriteAll`]), not an `async fn`: every connection's task holds
     /// this future's state while it writes.
-    pub(crate) fn write_all<B: IoBuf>(
-        &self,
-        buf: B,
-    ) -> impl Future<Output = (io::Result<()>, B)> + '_ {
-        let total = buf.bytes_init();
-        transfer_all(buf, total, write_zero, move |slice, _| self.write(slice))
+    pub(crate) fn write_all<B: IoBuf>(&self, buf: B) -> WriteAll<'_, B> {
+        WriteAll::new(self, buf)
     }
 
     pub(crate) async fn send_zc<B: IoBuf>(&self, buf: B) -> (io::Result<usize>, B) {
