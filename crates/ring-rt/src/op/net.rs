@@ -560,7 +560,7 @@ fn connect_step(fd: RawFd, addr: &SockAddr, started: &mut bool) -> Cqe {
 /// connection holds none), recv into it, and report its bid as the kernel would.
 pub(crate) fn recv_into_group(fd: RawFd, group: &BufGroup) -> Cqe {
     let Some(bid) = group.take() else {
-        group.record_enobufs();
+        // Counted where the CQE is handled (`pool::record_enobufs`), as a kernel's is.
         return Cqe::new(0, -libc::ENOBUFS, 0);
     };
     let Some((ptr, len)) = group.buf_ptr(bid) else {
