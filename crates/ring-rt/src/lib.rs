@@ -79,6 +79,10 @@
 //! [`net::RecvStream::next`]: its receive in flight belongs to the stream, not to the
 //! future, so a dropped `next` loses nothing.
 //!
+//! A write or `write_all` dropped in flight may already have sent part of its buffer
+//! (`write_all` sends it in pieces when the socket takes less): how much reached the peer
+//! is then unknown, so a stream protocol should treat the connection as broken.
+//!
 //! ```
 //! use std::time::Duration;
 //!
