@@ -361,14 +361,30 @@ where
     while done < total {
         let (res, slice) = step(buf.slice(done..total), done).await;
         buf = slice.into_inner();
-        match res {
-            Ok(0) => return (Err(on_zero(done, total)), buf),
-            Ok(n) => done += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+        match advance(res, done, total, on_zero) {
+            Ok(moved) => done = moved,
             Err(e) => return (Err(e), buf),
         }
     }
     (Ok(()), buf)
+}
+
+/// One step of a transfer-all loop ([`transfer_all`], stream `write_all`): the bytes moved
+/// so far after a step that started at `done` and gave `res`, or the error that ends the
+/// loop. `EINTR` moves nothing and goes on; a step that moved nothing ends it with
+/// `on_zero(done, total)`.
+pub(crate) fn advance(
+    res: std::io::Result<usize>,
+    done: usize,
+    total: usize,
+    on_zero: fn(usize, usize) -> std::io::Error,
+) -> std::io::Result<usize> {
+    match res {
+        Ok(0) => Err(on_zero(done, total)),
+        Ok(n) => Ok(done + n),
+        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(done),
+        Err(e) => Err(e),
+    }
 }
 
 /// The `on_zero` of writes: the kernel accepted nothing.

@@ -475,7 +475,7 @@ fn write_all_sends_every_byte_over_short_writes(kind: BackendKind) -> Outcome {
                 got.extend_from_slice(&buf);
             }
         });
-        let data: Vec<u8> = (0..LEN).map(|i| (i % 251) as u8).collect();
+        let data = pattern(7, LEN);
         let (res, slice) = a.write_all(data.slice(SKIP..)).await;
         res?;
         let data = slice.into_inner();

@@ -13,7 +13,7 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
 use super::socket::Socket;
-use crate::buf::{IoBuf, Slice};
+use crate::buf::{advance, write_zero, IoBuf, Slice};
 use crate::op::net::Send;
 use crate::op::Op;
 
@@ -60,16 +60,14 @@ impl<B: IoBuf> Future for WriteAll<'_, B> {
             let (res, slice) = ready!(Pin::new(&mut *op).poll(cx));
             let (done, total) = (slice.begin(), slice.end());
             let buf = slice.into_inner();
-            let written = match res {
-                Ok(0) => return Poll::Ready((Err(io::ErrorKind::WriteZero.into()), buf)),
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => 0,
+            let done = match advance(res, done, total, write_zero) {
+                Ok(moved) => moved,
                 Err(e) => return Poll::Ready((Err(e), buf)),
             };
-            if done + written >= total {
+            if done >= total {
                 return Poll::Ready((Ok(()), buf));
             }
-            *op = send(socket, buf.slice(done + written..total));
+            *op = send(socket, buf.slice(done..total));
         }
     }
 }
