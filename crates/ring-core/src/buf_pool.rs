@@ -28,6 +28,7 @@
 
 use std::alloc::{self, Layout};
 use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::fmt;
 use std::io;
 use std::ops::{Deref, DerefMut};
@@ -114,8 +115,29 @@ struct Group {
     bad_returns: Cell<u64>,
     /// Bids given back so far (lease drops and recycles, orphans' included).
     returns: Cell<u64>,
-    /// Tasks waiting for a bid to come back (see `poll_return`); every return wakes them all.
-    return_waiters: RefCell<Vec<Waker>>,
+    /// Receives waiting for a bid to come back ([`ReturnWait`]); each return wakes one.
+    waiters: RefCell<Waiters>,
+}
+
+/// The queue of [`ReturnWait`]s, in the order they started waiting.
+#[derive(Default)]
+struct Waiters {
+    /// Tickets waiting for a return, oldest first, with the waker to wake.
+    queue: VecDeque<(u64, Waker)>,
+    /// Tickets a return has woken whose owner has not yet seen it: a woken waiter dropped
+    /// before it used its turn passes the turn on (see `ReturnWait`'s drop).
+    woken: Vec<u64>,
+    /// The next ticket to hand out.
+    next_ticket: u64,
+}
+
+impl Waiters {
+    /// Wakes the longest-waiting receive, if any, for one returned bid.
+    fn wake_one(&mut self) -> Option<Waker> {
+        let (ticket, waker) = self.queue.pop_front()?;
+        self.woken.push(ticket);
+        Some(waker)
+    }
 }
 
 /// The mutable bookkeeping. Borrowed only inside this module's methods, which never call out,
@@ -242,7 +264,7 @@ impl BufGroup {
             enobufs: Cell::new(0),
             bad_returns: Cell::new(0),
             returns: Cell::new(0),
-            return_waiters: RefCell::new(Vec::new()),
+            waiters: RefCell::new(Waiters::default()),
         };
         Ok(BufGroup(Rc::new(group)))
     }
@@ -301,21 +323,19 @@ impl BufGroup {
 
     /// Bids given back so far: lease drops and recycles, including those of orphaned ops'
     /// late CQEs. Read it before submitting a receive, as the epoch for
-    /// [`poll_return`](Self::poll_return).
+    /// [`wait_return`](Self::wait_return).
     pub fn returns(&self) -> u64 {
         self.0.returns.get()
     }
 
-    /// Ready once a bid has come back since `epoch` (a value of [`returns`](Self::returns));
-    /// otherwise `cx`'s waker is woken by the next return, whoever makes it. A receive that
-    /// got ENOBUFS waits here: the free count cannot tell it when to retry, because bids the
-    /// kernel filled for CQEs not yet reaped count as free while the kernel's ring is empty.
-    pub fn poll_return(&self, epoch: u64, cx: &mut Context<'_>) -> Poll<()> {
-        if self.0.returns.get() != epoch {
-            return Poll::Ready(());
+    /// A wait for a bid to come back, for a receive that got ENOBUFS and was submitted when
+    /// [`returns`](Self::returns) read `epoch`: see [`ReturnWait`].
+    pub fn wait_return(&self, epoch: u64) -> ReturnWait {
+        ReturnWait {
+            group: self.clone(),
+            epoch,
+            ticket: None,
         }
-        self.0.return_waiters.borrow_mut().push(cx.waker().clone());
-        Poll::Pending
     }
 
     /// Turns a completed buffer-select CQE's bid into a lease over the buffer's first `len`
@@ -505,9 +525,12 @@ impl Group {
         }
         drop(books);
         self.returns.set(self.returns.get() + 1);
-        // Taken before waking: a woken task may poll `poll_return` again at once.
-        let waiters = std::mem::take(&mut *self.return_waiters.borrow_mut());
-        waiters.into_iter().for_each(Waker::wake);
+        // One bid, one receive woken. Taken out before waking: a woken task may poll again
+        // at once.
+        let waker = self.waiters.borrow_mut().wake_one();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
     }
 
     /// Start of `bid`'s buffer. Callers check `bid < count`; `wrapping_add` keeps the pointer
@@ -517,6 +540,101 @@ impl Group {
             .base
             .as_ptr()
             .wrapping_add(usize::from(bid) * self.buf_len as usize)
+    }
+}
+
+/// A receive's wait for a bid to come back after ENOBUFS, from [`BufGroup::wait_return`].
+///
+/// The free count cannot say when to retry: bids the kernel filled for CQEs not yet reaped
+/// count as free while the kernel's ring is empty. So a starved receive waits for a return
+/// instead, whoever makes it (a dropped lease, a failed CQE's recycle, an orphan's late
+/// CQE). Waits queue in order and each returned bid wakes one of them: N starved receives
+/// cost N wake-ups, not N per return. A wait dropped after it was woken but before it saw
+/// it passes the wake to the next one, so a returned bid is never left with nobody woken.
+///
+/// # Examples
+///
+/// ```
+/// use std::task::{Context, Poll, Waker};
+/// use ring_core::buf_pool::BufGroup;
+///
+/// let group = BufGroup::new_user(0, 1, 64)?;
+/// let bid = group.take().expect("the one buffer");
+/// let mut wait = group.wait_return(group.returns()); // a receive found none free
+/// let mut cx = Context::from_waker(Waker::noop());
+/// assert!(wait.poll(&mut cx).is_pending());
+/// // SAFETY: a User group checks every bid.
+/// unsafe { group.recycle(bid) };
+/// assert!(wait.poll(&mut cx).is_ready()); // retry the receive now
+/// # std::io::Result::Ok(())
+/// ```
+pub struct ReturnWait {
+    group: BufGroup,
+    /// `returns` when the receive was submitted: a return since then ends the wait at once.
+    epoch: u64,
+    /// The place in the group's queue, once this wait has queued.
+    ticket: Option<u64>,
+}
+
+impl ReturnWait {
+    /// Ready once a bid came back for this wait; otherwise `cx`'s waker is woken by the
+    /// return that is this wait's turn.
+    pub fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut waiters = self.group.0.waiters.borrow_mut();
+        let Some(ticket) = self.ticket else {
+            if self.group.0.returns.get() != self.epoch {
+                return Poll::Ready(());
+            }
+            let ticket = waiters.next_ticket;
+            waiters.next_ticket += 1;
+            waiters.queue.push_back((ticket, cx.waker().clone()));
+            self.ticket = Some(ticket);
+            return Poll::Pending;
+        };
+        if let Some(i) = waiters.woken.iter().position(|&t| t == ticket) {
+            waiters.woken.swap_remove(i);
+            self.ticket = None;
+            self.epoch = self.group.0.returns.get();
+            return Poll::Ready(());
+        }
+        if let Some((_, waker)) = waiters.queue.iter_mut().find(|(t, _)| *t == ticket) {
+            if !waker.will_wake(cx.waker()) {
+                *waker = cx.waker().clone();
+            }
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for ReturnWait {
+    fn drop(&mut self) {
+        let Some(ticket) = self.ticket else {
+            return;
+        };
+        let mut waiters = self.group.0.waiters.borrow_mut();
+        if let Some(i) = waiters.queue.iter().position(|(t, _)| *t == ticket) {
+            waiters.queue.remove(i);
+            return;
+        }
+        if let Some(i) = waiters.woken.iter().position(|&t| t == ticket) {
+            // Woken for a bid it will not use: the next waiter gets the turn.
+            waiters.woken.swap_remove(i);
+            let next = waiters.wake_one();
+            drop(waiters);
+            if let Some(waker) = next {
+                waker.wake();
+            }
+        }
+    }
+}
+
+impl fmt::Debug for ReturnWait {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReturnWait")
+            .field("bgid", &self.group.bgid())
+            .field("epoch", &self.epoch)
+            .field("queued", &self.ticket.is_some())
+            .finish()
     }
 }
 

@@ -3,6 +3,7 @@
 
 use super::*;
 use proptest::prelude::*;
+use std::task::{Context, Waker};
 
 /// Leases a User-mode bid; every bid is checked against `take` there.
 fn lease(group: &BufGroup, bid: u16, len: usize) -> io::Result<BufLease> {
@@ -106,7 +107,7 @@ impl std::task::Wake for CountingWake {
 }
 
 #[test]
-fn every_return_wakes_waiters_and_moves_the_epoch() {
+fn every_return_ends_a_wait_and_moves_the_epoch() {
     let group = BufGroup::new_user(4, 1, 64).unwrap();
     let counter = std::sync::Arc::new(CountingWake(Default::default()));
     let waker = Waker::from(counter.clone());
@@ -114,24 +115,100 @@ fn every_return_wakes_waiters_and_moves_the_epoch() {
     let woken = || counter.0.load(std::sync::atomic::Ordering::Relaxed);
     // A lease's drop is a return.
     let bid = group.take().unwrap();
+    let mut wait = group.wait_return(group.returns());
+    assert!(wait.poll(&mut cx).is_pending());
     let epoch = group.returns();
-    assert!(group.poll_return(epoch, &mut cx).is_pending());
     drop(lease(&group, bid, 8).unwrap());
     assert_eq!((woken(), group.returns()), (1, epoch + 1));
-    assert!(group.poll_return(epoch, &mut cx).is_ready());
+    assert!(wait.poll(&mut cx).is_ready());
     // So is a recycle (an orphan's late CQE); a refused double return is not.
     let bid = group.take().unwrap();
-    let epoch = group.returns();
-    assert!(group.poll_return(epoch, &mut cx).is_pending());
+    let mut wait = group.wait_return(group.returns());
+    assert!(wait.poll(&mut cx).is_pending());
     // SAFETY: a User group checks every bid.
     unsafe { group.recycle(bid) };
     // SAFETY: as above; this second return is refused and counted.
     unsafe { group.recycle(bid) };
+    assert_eq!((woken(), group.bad_returns()), (2, 1));
+    assert!(wait.poll(&mut cx).is_ready());
+    // A return between the receive's start and its wait ends the wait at once.
+    let epoch = group.returns();
+    let bid = group.take().unwrap();
+    // SAFETY: as above.
+    unsafe { group.recycle(bid) };
+    assert!(group.wait_return(epoch).poll(&mut cx).is_ready());
+}
+
+fn counting_wakers(n: usize) -> Vec<std::sync::Arc<CountingWake>> {
+    (0..n)
+        .map(|_| std::sync::Arc::new(CountingWake(Default::default())))
+        .collect()
+}
+
+fn wakes(counters: &[std::sync::Arc<CountingWake>]) -> Vec<usize> {
+    counters
+        .iter()
+        .map(|c| c.0.load(std::sync::atomic::Ordering::Relaxed))
+        .collect()
+}
+
+/// 100 starved receives, each polled twice: one return wakes one of them (the first to
+/// wait), not 200 (one per poll, each woken by every return).
+#[test]
+fn one_return_wakes_one_waiter_in_order() {
+    let group = BufGroup::new_user(4, 2, 64).unwrap();
+    let (a, b) = (group.take().unwrap(), group.take().unwrap());
+    let counters = counting_wakers(100);
+    let epoch = group.returns();
+    let mut waits: Vec<ReturnWait> = (0..100).map(|_| group.wait_return(epoch)).collect();
+    for _ in 0..2 {
+        for (wait, c) in waits.iter_mut().zip(&counters) {
+            let waker = Waker::from(c.clone());
+            assert!(wait.poll(&mut Context::from_waker(&waker)).is_pending());
+        }
+    }
+    // SAFETY: a User group checks every bid.
+    unsafe { group.recycle(a) };
+    let after_one = wakes(&counters);
     assert_eq!(
-        (woken(), group.returns(), group.bad_returns()),
-        (2, epoch + 1, 1)
+        after_one.iter().sum::<usize>(),
+        1,
+        "one return, one wake-up"
     );
-    assert!(group.poll_return(epoch + 1, &mut cx).is_pending());
+    assert_eq!(after_one[0], 1, "the longest-waiting receive goes first");
+    // SAFETY: as above.
+    unsafe { group.recycle(b) };
+    assert_eq!(wakes(&counters)[..3], [1, 1, 0]);
+    let waker = Waker::noop();
+    let mut cx = Context::from_waker(waker);
+    assert!(waits[0].poll(&mut cx).is_ready());
+    assert!(waits[1].poll(&mut cx).is_ready());
+    assert!(waits[2].poll(&mut cx).is_pending());
+}
+
+/// A wait that was woken and then dropped without retrying hands its turn on: the returned
+/// bid does not sit free while the next starved receive sleeps.
+#[test]
+fn a_dropped_woken_wait_passes_its_turn_on() {
+    let group = BufGroup::new_user(4, 1, 64).unwrap();
+    let bid = group.take().unwrap();
+    let counters = counting_wakers(3);
+    let epoch = group.returns();
+    let mut waits: Vec<ReturnWait> = (0..3).map(|_| group.wait_return(epoch)).collect();
+    for (wait, c) in waits.iter_mut().zip(&counters) {
+        let waker = Waker::from(c.clone());
+        assert!(wait.poll(&mut Context::from_waker(&waker)).is_pending());
+    }
+    // The second leaves before any return: it gives up its place.
+    drop(waits.remove(1));
+    // SAFETY: a User group checks every bid.
+    unsafe { group.recycle(bid) };
+    assert_eq!(wakes(&counters), [1, 0, 0]);
+    // The first, woken, is dropped without using its turn: the third gets it.
+    drop(waits.remove(0));
+    assert_eq!(wakes(&counters), [1, 0, 1]);
+    let waker = Waker::noop();
+    assert!(waits[0].poll(&mut Context::from_waker(waker)).is_ready());
 }
 
 #[test]

@@ -15,15 +15,18 @@ use std::time::Duration;
 use io_uring::{opcode, squeue, types, IoUring};
 
 use crate::cqe::Cqe;
-use crate::lifecycle::Orphan;
+use crate::lifecycle::{Deferred, Orphan};
 use crate::metrics::Metrics;
 use crate::op_table::{Dispatch, OpTable, Orphaned};
 use crate::probe::{Feature, Features};
+use crate::register_buf::RegisteredBufs;
 use crate::setup::{self, RingConfig, SetupError, SetupFlags};
 use crate::user_data::{OpId, Reserved};
 
 #[path = "driver_enter.rs"]
 mod enter;
+
+pub use enter::{drain_until, SHUTDOWN_WAIT};
 #[path = "driver_groups.rs"]
 mod groups;
 
@@ -59,7 +62,8 @@ pub struct DriverConfig {
 ///     }
 /// };
 /// let mut driver = Driver::new(&DriverConfig { ring: RingConfig::default(), features })?;
-/// let id = driver.submit_op(opcode::Nop::new().build())?;
+/// // SAFETY: a NOP points at no memory.
+/// let id = unsafe { driver.submit_op(opcode::Nop::new().build())? };
 /// assert_eq!(driver.in_flight(), 1);
 /// driver.turn(Wait::Forever)?; // submits the NOP and waits for its CQE
 /// match driver.poll_op(id, Waker::noop()) {
@@ -80,8 +84,10 @@ pub struct Driver {
     /// SQE groups (a single SQE or a whole link chain) that found the SQ full; submitted
     /// first, in order, by the next turn.
     backlog: VecDeque<Vec<squeue::Entry>>,
-    /// CQEs copied out of the ring before dispatch, so dispatch never holds the CQ.
-    scratch: Vec<Cqe>,
+    /// CQEs copied out of the ring before dispatch, so dispatch never holds the CQ. Taken
+    /// from the front one at a time: a panic in the middle (an orphan's release) leaves the
+    /// rest for the next turn, never dispatching one twice.
+    scratch: VecDeque<Cqe>,
     /// Buffer groups registered on this ring; kept alive until the ring is gone.
     groups: groups::Groups,
     /// The wait timeout for kernels without `EXT_ARG`; the kernel copies it at submission.
@@ -90,6 +96,9 @@ pub struct Driver {
     overflow_seen: u64,
     /// How blocking waits gather several CQEs per enter; `None` waits for the first.
     batch: Option<Batch>,
+    /// The registered buffer table's pool, kept alive while the kernel may use it: until
+    /// `unregister_buffers` or the ring is gone (after shutdown has reaped every op).
+    registered_bufs: Option<RegisteredBufs>,
 }
 
 impl Driver {
@@ -105,11 +114,12 @@ impl Driver {
             ops: OpTable::with_capacity(cq_entries),
             metrics: Arc::new(Metrics::default()),
             backlog: VecDeque::new(),
-            scratch: Vec::with_capacity(cq_entries),
+            scratch: VecDeque::with_capacity(cq_entries),
             groups: groups::Groups::default(),
             wait_ts: Box::new(types::Timespec::new()),
             overflow_seen: 0,
             batch: None,
+            registered_bufs: None,
         })
     }
 
@@ -146,17 +156,28 @@ impl Driver {
 
     /// Inserts an op and pushes its SQE; the returned id is what the future polls. See the
     /// [type's example](Driver).
-    pub fn submit_op(&mut self, sqe: squeue::Entry) -> io::Result<OpId> {
+    ///
+    /// # Safety
+    /// Every pointer in `sqe` (buffers, iovecs, addresses, paths, timespecs) must stay valid
+    /// for the kernel to read or write until the op's final CQE: while its future lives,
+    /// and after that through the orphan given to [`orphan`](Self::orphan). Its fd (or
+    /// fixed-file slot, or registered buffer index) must be one the caller may use until
+    /// then. This is the io-uring crate's contract for pushing an SQE.
+    pub unsafe fn submit_op(&mut self, sqe: squeue::Entry) -> io::Result<OpId> {
         self.provide_queued();
         let id = self.ops.insert()?;
-        self.push(sqe.user_data(id.to_user_data()));
+        // SAFETY: the caller's contract for `sqe`; the user_data is the driver's own.
+        unsafe { self.push(sqe.user_data(id.to_user_data())) };
         self.note_in_flight();
         Ok(id)
     }
 
     /// Inserts one op per SQE and pushes them as one `IO_LINK` chain, contiguously in the
     /// same submission (a chain split across submissions would be cut short by the kernel).
-    pub fn submit_chain(&mut self, sqes: Vec<squeue::Entry>) -> io::Result<Vec<OpId>> {
+    ///
+    /// # Safety
+    /// As for [`submit_op`](Self::submit_op), for every SQE of the chain.
+    pub unsafe fn submit_chain(&mut self, sqes: Vec<squeue::Entry>) -> io::Result<Vec<OpId>> {
         if sqes.len() > self.ring.params().sq_entries() as usize {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -178,8 +199,54 @@ impl Driver {
     }
 
     /// Pushes one SQE whose `user_data` is already set (an op's, or a [`Reserved`] value).
-    pub fn push(&mut self, sqe: squeue::Entry) {
+    ///
+    /// # Safety
+    /// As for [`submit_op`](Self::submit_op): what the SQE points at stays valid until the
+    /// kernel is done with it. An SQE tagged with a reserved value has no op to keep its
+    /// memory, so it must point at none (a `CLOSE`, a `NOP`, a cancel) or at memory that
+    /// outlives the ring.
+    pub unsafe fn push(&mut self, sqe: squeue::Entry) {
         self.push_group(vec![sqe]);
+    }
+
+    /// Bounds how many CQEs multishot op `id` may queue unpolled before the driver cancels
+    /// it (see [`OpTable::bound_queue`]); its owner re-arms it once drained.
+    pub fn bound_queue(&mut self, id: OpId, max: u16) {
+        self.ops.bound_queue(id, max);
+    }
+
+    /// Moves the wakers to wake and the finished orphans to drop that dispatch and orphaning
+    /// produced into `out`. Run it once the driver is no longer borrowed: a waker, or the
+    /// destructor of a buffer an orphan kept, may call back into the driver's owner.
+    pub fn take_deferred(&mut self, out: &mut Deferred) {
+        self.ops.take_deferred(out);
+    }
+
+    /// True when wakers or orphans wait in the deferred queue.
+    pub fn has_deferred(&self) -> bool {
+        self.ops.has_deferred()
+    }
+
+    /// Registers `count` chunks of `chunk_len` bytes as the ring's fixed buffers (see
+    /// [`RegisteredBufs`]) and keeps the pool alive for as long as the kernel may use it:
+    /// until [`unregister_buffers`](Self::unregister_buffers) or until the ring is gone.
+    /// A ring holds one buffer table: a second registration is the kernel's EBUSY.
+    pub fn register_buffers(&mut self, count: u16, chunk_len: usize) -> io::Result<RegisteredBufs> {
+        // SAFETY: the pool is stored in `registered_bufs` below, which is dropped only by
+        // `unregister_buffers` (after the kernel unregistered the table) or with the driver,
+        // after its ring (declared first, so dropped first) and after shutdown reaped every
+        // op; an op in flight on a chunk holds that chunk's `FixedBuf`, and the pool with it.
+        let bufs = unsafe { RegisteredBufs::register(&self.ring.submitter(), count, chunk_len)? };
+        self.registered_bufs = Some(bufs.clone());
+        Ok(bufs)
+    }
+
+    /// Unregisters the fixed buffers. Live `FixedBuf`s keep their memory, but new fixed ops
+    /// on them fail. Nothing registered is an error (the kernel's ENXIO).
+    pub fn unregister_buffers(&mut self) -> io::Result<()> {
+        self.ring.submitter().unregister_buffers()?;
+        self.registered_bufs = None;
+        Ok(())
     }
 
     /// Polls op `id` for its next CQE (see [`OpTable::poll`], and the
@@ -193,11 +260,13 @@ impl Driver {
     }
 
     /// The future of op `id` was dropped: `orphan` keeps its memory until the final CQE,
-    /// and a cancel is pushed if the op is still in the kernel.
+    /// and a cancel is pushed if the op is still in the kernel. An orphan that is already
+    /// done is deferred (see [`take_deferred`](Self::take_deferred)), not dropped here.
     pub fn orphan(&mut self, id: OpId, orphan: Box<dyn Orphan>) {
         match self.ops.orphan(id, orphan) {
             Ok(Orphaned::NeedsCancel) => self.cancel(id),
             Ok(Orphaned::Freed) => Metrics::bump(&self.metrics.orphans_reaped),
+            Ok(Orphaned::AlreadyOrphaned) => {}
             Err(_) => Metrics::bump(&self.metrics.stale_cqes),
         }
         self.note_in_flight();
@@ -215,7 +284,8 @@ impl Driver {
         let sqe = opcode::AsyncCancel::new(id.to_user_data())
             .build()
             .user_data(Reserved::Cancel.to_user_data());
-        self.push(sqe);
+        // SAFETY: a cancel carries no pointer, only the target's user_data.
+        unsafe { self.push(sqe) };
         Metrics::bump(&self.metrics.cancels_sent);
     }
 
@@ -260,10 +330,11 @@ impl Driver {
             return false;
         }
         for sqe in group {
-            // SAFETY: every SQE reaching the driver was built by an op whose memory (buffers,
-            // paths, timespecs) is owned by its op-table slot or future until the final CQE,
-            // or, for the driver's own SQEs, by the driver itself (`wait_ts`, cancel targets
-            // carry no pointers). Space was checked above, so the push cannot fail.
+            // SAFETY: every SQE reaching here came through `submit_op`, `submit_chain` or
+            // `push`, whose callers promised that what it points at lives until its final
+            // CQE, or is one of the driver's own (a cancel, a provide of a group the driver
+            // keeps until its ring is gone, a wait timeout in `wait_ts`, which the driver
+            // owns). Space was checked above, so the push cannot fail.
             let pushed = unsafe { sq.push(sqe) };
             debug_assert!(pushed.is_ok(), "space was checked");
         }
@@ -283,12 +354,21 @@ impl Driver {
     /// Routes every CQE in `scratch` and counts what happened. Returns how many were for
     /// ops (the driver's own, like wait timeouts, are not counted).
     fn dispatch_scratch(&mut self) -> usize {
-        let n = self.scratch.len();
-        Metrics::add(&self.metrics.cqes_reaped, n as u64);
         let mut for_ops = 0;
-        for i in 0..n {
-            match self.ops.complete(self.scratch[i]) {
+        while let Some(cqe) = self.scratch.pop_front() {
+            Metrics::bump(&self.metrics.cqes_reaped);
+            // SAFETY: every CQE in `scratch` was copied out of this ring's CQ, posted by the
+            // kernel for the op its user_data names.
+            match unsafe { self.ops.complete(cqe) } {
                 Dispatch::Delivered => for_ops += 1,
+                Dispatch::QueueFull => {
+                    for_ops += 1;
+                    if let crate::user_data::UserData::Op(id) =
+                        crate::user_data::decode(cqe.user_data)
+                    {
+                        self.cancel(id);
+                    }
+                }
                 Dispatch::Reaped { .. } => {
                     for_ops += 1;
                     Metrics::bump(&self.metrics.orphans_reaped);
@@ -297,7 +377,6 @@ impl Driver {
                 Dispatch::Stale | Dispatch::Unknown => Metrics::bump(&self.metrics.stale_cqes),
             }
         }
-        self.scratch.clear();
         self.note_in_flight();
         for_ops
     }
@@ -341,6 +420,6 @@ impl Drop for Driver {
     /// Cancels everything in flight and waits for every CQE: closing the ring does not prove
     /// the kernel is done with an op's memory, the final CQE does.
     fn drop(&mut self) {
-        self.shutdown();
+        self.drain(std::time::Instant::now() + SHUTDOWN_WAIT);
     }
 }

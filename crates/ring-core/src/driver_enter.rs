@@ -17,8 +17,15 @@ const ENTER_EXT_ARG: u32 = 1 << 3;
 
 /// How often one turn re-enters after EBUSY/EAGAIN before giving the caller back control.
 const BUSY_RETRIES_MAX: u32 = 8;
-/// How long dropping a driver waits for cancelled ops to post their final CQEs.
-const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
+/// How long a shutdown waits for cancelled ops to post their final CQEs (the epoll
+/// backend's blocking jobs too): past it their memory is leaked rather than freed.
+pub const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
+
+/// A shutdown's drain, for both backends: calls `turn` (one loop turn, answering whether
+/// ops still await their final completion) until it says none do or `deadline` passes.
+pub fn drain_until(deadline: Instant, mut turn: impl FnMut() -> bool) {
+    while Instant::now() < deadline && turn() {}
+}
 
 impl Driver {
     /// One loop turn: submit everything pending with one `io_uring_enter`, wait as asked
@@ -35,7 +42,7 @@ impl Driver {
         if self.needs_enter(wait) {
             self.enter(wait)?;
         }
-        let dispatched = self.drain()?;
+        let dispatched = self.reap_cqes()?;
         // A backlog left over means the SQ filled during this turn: get it in now.
         self.flush_backlog();
         Ok(dispatched)
@@ -47,6 +54,18 @@ impl Driver {
         self.enter(Wait::No)?;
         self.copy_cqes();
         Ok(())
+    }
+
+    /// Submits what was pushed (the backlog included), without waiting and without
+    /// dispatching: for SQEs pushed while no loop turns, such as the `CLOSE` of a socket
+    /// dropped outside the loop, which the peer should see now. The next turn dispatches
+    /// what completed. Nothing pushed: no syscall.
+    pub fn submit(&mut self) -> io::Result<()> {
+        self.flush_backlog();
+        if self.ring.submission().is_empty() {
+            return Ok(());
+        }
+        self.submit_now()
     }
 
     /// Whether a turn that must not wait needs `io_uring_enter` at all (liburing's
@@ -109,7 +128,7 @@ impl Driver {
                 // (EBUSY) or an allocation failed transiently (EAGAIN). Draining frees CQ
                 // space and flushes the overflow; then retry without waiting.
                 Some(libc::EBUSY) | Some(libc::EAGAIN) => {
-                    self.drain()?;
+                    self.reap_cqes()?;
                     (min_complete, timeout, min_wait) = (0, None, None);
                 }
                 // The kernel had to drop overflowed CQEs it could not allocate room for.
@@ -193,7 +212,7 @@ impl Driver {
     }
 
     /// Dispatches every CQE the kernel has, including ones parked on its overflow list.
-    pub(super) fn drain(&mut self) -> io::Result<usize> {
+    pub(super) fn reap_cqes(&mut self) -> io::Result<usize> {
         let mut total = 0;
         loop {
             self.copy_cqes();
@@ -249,21 +268,22 @@ impl Driver {
         }
     }
 
-    /// Cancels every op and waits for every final CQE. If some op never completes within
-    /// [`SHUTDOWN_WAIT`], its memory is leaked rather than freed under the kernel.
-    pub(super) fn shutdown(&mut self) {
+    /// Cancels every op and waits until `deadline` for every final CQE. An op that has not
+    /// completed by then keeps its memory for ever (leaked rather than freed under the
+    /// kernel). The driver stays usable; what the CQEs woke or finished is deferred
+    /// ([`take_deferred`](Driver::take_deferred)).
+    pub fn drain(&mut self, deadline: Instant) {
         for id in self.ops.ids() {
             self.cancel(id);
         }
-        let deadline = Instant::now() + SHUTDOWN_WAIT;
-        while self.ops.awaiting_kernel() > 0 && Instant::now() < deadline {
-            if self.turn(Wait::For(Duration::from_millis(50))).is_err() {
-                break;
-            }
-        }
+        drain_until(deadline, || {
+            self.ops.awaiting_kernel() > 0
+                && self.turn(Wait::For(Duration::from_millis(50))).is_ok()
+        });
         if self.ops.awaiting_kernel() > 0 {
             std::mem::forget(std::mem::take(&mut self.ops));
             self.groups.leak();
+            std::mem::forget(self.registered_bufs.take());
         }
     }
 }
@@ -292,8 +312,11 @@ impl GeteventsArg {
     }
 }
 
-fn timespec(d: Duration) -> types::Timespec {
+/// `d` as the kernel's timespec. Its `tv_sec` is signed: a longer wait (`Duration::MAX`,
+/// say) would be negative, which the kernel refuses (EINVAL) or reads as already past, so
+/// it is cut to `i64::MAX` seconds, far beyond any real deadline.
+pub(crate) fn timespec(d: Duration) -> types::Timespec {
     types::Timespec::new()
-        .sec(d.as_secs())
+        .sec(d.as_secs().min(i64::MAX as u64))
         .nsec(d.subsec_nanos())
 }

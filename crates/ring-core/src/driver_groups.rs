@@ -101,7 +101,9 @@ impl Driver {
 
     fn provide(&mut self, group: &BufGroup) {
         for (sqe, run) in group.take_provide_sqes() {
-            let Ok(id) = self.submit_op(sqe) else {
+            // SAFETY: the SQE points into `group`'s memory, which `Groups::list` keeps until
+            // the driver is dropped, after its ring and after shutdown reaped every op.
+            let Ok(id) = (unsafe { self.submit_op(sqe) }) else {
                 // Only an op table with 2^32 entries refuses: put the run back for later.
                 group.provide_failed(run.bid, run.nbufs);
                 continue;

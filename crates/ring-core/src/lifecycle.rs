@@ -8,6 +8,10 @@
 //! ```
 //! A slot is freed only by its final CQE (one without `F_MORE`): until then the kernel may
 //! still write into the op's memory, so an orphan keeps that memory alive.
+//!
+//! Nothing here runs code that is not ring-core's while a slot changes: a waker to wake and
+//! an orphan to drop go into [`Deferred`], which the table's owner runs once it has let go
+//! of the table.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -24,6 +28,65 @@ use crate::cqe::Cqe;
 pub trait Orphan {
     /// Releases what one late CQE produced.
     fn reap(&mut self, cqe: &Cqe);
+}
+
+/// What applying CQEs and drops leaves to run once the caller no longer holds the op
+/// table: wakers to wake and finished orphans to drop. Both may run code that is not
+/// ring-core's (a waker's `wake`, the destructor of a buffer an orphan kept), and that code
+/// may reach back into whatever holds the table, so it must not run inside it. The owner
+/// takes this out ([`OpTable::take_deferred`](crate::op_table::OpTable::take_deferred)),
+/// lets go of the table, then calls [`run`](Deferred::run).
+///
+/// `run` takes one item at a time: if a waker or a destructor panics, the items after it
+/// stay queued for the next `run`, so none is lost and none runs twice.
+#[derive(Default)]
+pub struct Deferred {
+    /// Wakers of ops whose CQE arrived, oldest first.
+    wakers: VecDeque<Waker>,
+    /// Orphans whose final CQE arrived: their memory may be freed now.
+    orphans: VecDeque<Box<dyn Orphan>>,
+}
+
+impl Deferred {
+    /// Queues a wake-up.
+    pub fn wake(&mut self, waker: Waker) {
+        self.wakers.push_back(waker);
+    }
+
+    /// Queues an orphan whose final CQE arrived, to be dropped.
+    pub fn drop_later(&mut self, orphan: Box<dyn Orphan>) {
+        self.orphans.push_back(orphan);
+    }
+
+    /// True when nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.wakers.is_empty() && self.orphans.is_empty()
+    }
+
+    /// Moves everything queued in `other` to the end of this queue.
+    pub fn append(&mut self, other: &mut Deferred) {
+        self.wakers.append(&mut other.wakers);
+        self.orphans.append(&mut other.orphans);
+    }
+
+    /// Wakes every queued waker, then drops every queued orphan, one at a time.
+    pub fn run(&mut self) {
+        while let Some(waker) = self.wakers.pop_front() {
+            waker.wake();
+        }
+        while let Some(orphan) = self.orphans.pop_front() {
+            drop(orphan);
+        }
+    }
+}
+
+impl fmt::Debug for Deferred {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Deferred")
+            .field("wakers", &self.wakers.len())
+            .field("orphans", &self.orphans.len())
+            .finish()
+    }
 }
 
 /// The state of one op-table slot.
@@ -54,11 +117,11 @@ pub struct CqeQueue {
 /// What a CQE did to a slot.
 #[derive(Debug, PartialEq, Eq)]
 pub enum OnCqe {
-    /// The CQE is queued for the op's future.
+    /// The CQE is queued for the op's future (whose waker, if it waits, is in `Deferred`).
     Queued,
     /// An orphan reaped the CQE; more are coming.
     Reaped,
-    /// An orphan reaped the final CQE: free the slot.
+    /// An orphan reaped the final CQE (the orphan is in `Deferred`, to drop): free the slot.
     ReapedFinal,
 }
 
@@ -67,32 +130,59 @@ pub enum OnCqe {
 pub enum OnDrop {
     /// The op is still in the kernel: send `ASYNC_CANCEL`; the slot stays until its final CQE.
     NeedsCancel,
-    /// Every CQE had arrived and was reaped: free the slot now.
+    /// Every CQE had arrived and was reaped: free the slot now (the orphan is in `Deferred`).
     Finished,
+    /// The op was already orphaned (its future was dropped twice over, e.g. by a second
+    /// owner of its id): the second orphan's memory is kept too, until the final CQE, and
+    /// only the first one reaps. No new cancel is needed.
+    AlreadyOrphaned,
+}
+
+/// A second orphan attached to an op that already had one: both memories are kept until
+/// the final CQE; only the first releases what the CQEs produced (an fd is closed once).
+struct KeptAlso {
+    first: Box<dyn Orphan>,
+    _also: Box<dyn Orphan>,
+}
+
+impl Orphan for KeptAlso {
+    fn reap(&mut self, cqe: &Cqe) {
+        self.first.reap(cqe);
+    }
 }
 
 impl Lifecycle {
-    /// Applies one CQE. Wakes the waiting future, if any.
-    pub fn on_cqe(&mut self, cqe: Cqe) -> OnCqe {
+    /// Applies one CQE. The waiting future's waker, or the orphan the final CQE finished,
+    /// goes into `deferred`.
+    ///
+    /// # Safety
+    /// `cqe` must be a completion the kernel (or a backend standing in for it) posted for
+    /// this op: an orphan acts on it (closes the fd in `res`, returns the buffer id in
+    /// `flags`), so a made-up CQE could close an fd or return a buffer someone else owns.
+    pub unsafe fn on_cqe(&mut self, cqe: Cqe, deferred: &mut Deferred) -> OnCqe {
         match self {
             Lifecycle::Orphaned(orphan) => {
                 orphan.reap(&cqe);
-                return if cqe.is_more() {
-                    OnCqe::Reaped
-                } else {
-                    OnCqe::ReapedFinal
-                };
+                if cqe.is_more() {
+                    return OnCqe::Reaped;
+                }
+                if let Lifecycle::Orphaned(orphan) = std::mem::replace(self, Lifecycle::Submitted) {
+                    deferred.drop_later(orphan);
+                }
+                return OnCqe::ReapedFinal;
             }
             Lifecycle::Multishot(queue) => {
                 queue.cqes.push_back(cqe);
-                wake(queue.waker.take());
+                if let Some(waker) = queue.waker.take() {
+                    deferred.wake(waker);
+                }
                 return OnCqe::Queued;
             }
             _ => {}
         }
         let previous = std::mem::replace(self, Lifecycle::Completed(cqe));
         match previous {
-            Lifecycle::Waiting(waker) => waker.wake(),
+            Lifecycle::Waiting(waker) => deferred.wake(waker),
             Lifecycle::Completed(first) => {
                 *self = Lifecycle::Multishot(Box::new(CqeQueue {
                     cqes: VecDeque::from([first, cqe]),
@@ -106,6 +196,10 @@ impl Lifecycle {
 
     /// Takes the next CQE for the future, or stores its waker. A returned CQE without
     /// `F_MORE` is the last one: the caller frees the slot.
+    ///
+    /// # Panics
+    /// On an orphaned op: its future is gone, so nothing may poll it (the op table answers
+    /// such a poll with an error before it gets here).
     pub fn poll_next(&mut self, waker: &Waker) -> Poll<Cqe> {
         match self {
             Lifecycle::Completed(cqe) => {
@@ -125,27 +219,44 @@ impl Lifecycle {
                 *self = Lifecycle::Waiting(waker.clone());
                 Poll::Pending
             }
-            Lifecycle::Orphaned(_) => unreachable!("an orphaned op has no future left to poll it"),
+            Lifecycle::Orphaned(_) => panic!("an orphaned op has no future left to poll it"),
         }
     }
 
     /// The future was dropped: hand `orphan` the op's memory. CQEs that already arrived are
-    /// reaped now; if the final one is among them the slot can be freed at once.
-    pub fn on_drop(&mut self, mut orphan: Box<dyn Orphan>) -> OnDrop {
+    /// reaped now; if the final one is among them the slot can be freed at once, and the
+    /// orphan goes into `deferred` to be dropped.
+    pub fn on_drop(&mut self, mut orphan: Box<dyn Orphan>, deferred: &mut Deferred) -> OnDrop {
         let queued: Vec<Cqe> = match std::mem::replace(self, Lifecycle::Submitted) {
             Lifecycle::Completed(cqe) => vec![cqe],
             Lifecycle::Multishot(queue) => queue.cqes.into(),
             Lifecycle::Submitted | Lifecycle::Waiting(_) => Vec::new(),
-            Lifecycle::Orphaned(_) => unreachable!("an op is orphaned once, by its only future"),
+            Lifecycle::Orphaned(first) => {
+                *self = Lifecycle::Orphaned(Box::new(KeptAlso {
+                    first,
+                    _also: orphan,
+                }));
+                return OnDrop::AlreadyOrphaned;
+            }
         };
         for cqe in &queued {
             orphan.reap(cqe);
         }
         if queued.last().is_some_and(|cqe| !cqe.is_more()) {
+            deferred.drop_later(orphan);
             return OnDrop::Finished;
         }
         *self = Lifecycle::Orphaned(orphan);
         OnDrop::NeedsCancel
+    }
+
+    /// CQEs queued for the future and not yet polled.
+    pub fn queued(&self) -> usize {
+        match self {
+            Lifecycle::Completed(_) => 1,
+            Lifecycle::Multishot(queue) => queue.cqes.len(),
+            _ => 0,
+        }
     }
 
     /// True while the kernel may still post a CQE for this op (its final one has not
@@ -161,12 +272,6 @@ impl Lifecycle {
     /// True once the future is gone and only the kernel's late CQEs are awaited.
     pub fn is_orphaned(&self) -> bool {
         matches!(self, Lifecycle::Orphaned(_))
-    }
-}
-
-fn wake(waker: Option<Waker>) {
-    if let Some(waker) = waker {
-        waker.wake();
     }
 }
 

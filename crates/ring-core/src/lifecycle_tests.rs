@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::cqe::F_MORE;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -34,12 +34,29 @@ fn cqe(res: i32, flags: u32) -> Cqe {
     Cqe::new(0, res, flags)
 }
 
+/// Applies `cqe` and runs what it deferred, as the table's owner would after letting go.
+fn apply(op: &mut Lifecycle, cqe: Cqe) -> OnCqe {
+    let mut deferred = Deferred::default();
+    // SAFETY: the tests' orphans only record what they reap; no fd or bid is real.
+    let out = unsafe { op.on_cqe(cqe, &mut deferred) };
+    deferred.run();
+    out
+}
+
+/// Drops the future of `op`, running what that deferred.
+fn drop_future(op: &mut Lifecycle, orphan: Box<dyn Orphan>) -> OnDrop {
+    let mut deferred = Deferred::default();
+    let out = op.on_drop(orphan, &mut deferred);
+    deferred.run();
+    out
+}
+
 #[test]
 fn single_shot_wakes_once_and_delivers() {
     let (count, waker) = counting_waker();
     let mut op = Lifecycle::Submitted;
     assert_eq!(op.poll_next(&waker), Poll::Pending);
-    assert_eq!(op.on_cqe(cqe(5, 0)), OnCqe::Queued);
+    assert_eq!(apply(&mut op, cqe(5, 0)), OnCqe::Queued);
     assert_eq!(count.0.load(Ordering::SeqCst), 1);
     assert_eq!(op.poll_next(&waker), Poll::Ready(cqe(5, 0)));
 }
@@ -48,7 +65,7 @@ fn single_shot_wakes_once_and_delivers() {
 fn completion_before_first_poll_is_kept() {
     let (_, waker) = counting_waker();
     let mut op = Lifecycle::Submitted;
-    op.on_cqe(cqe(3, 0));
+    apply(&mut op, cqe(3, 0));
     assert_eq!(op.poll_next(&waker), Poll::Ready(cqe(3, 0)));
 }
 
@@ -66,9 +83,9 @@ fn slots_stay_small() {
 fn multishot_queues_until_final() {
     let (count, waker) = counting_waker();
     let mut op = Lifecycle::Submitted;
-    op.on_cqe(cqe(1, F_MORE));
-    op.on_cqe(cqe(2, F_MORE));
-    op.on_cqe(cqe(3, 0));
+    apply(&mut op, cqe(1, F_MORE));
+    apply(&mut op, cqe(2, F_MORE));
+    apply(&mut op, cqe(3, 0));
     assert!(matches!(op, Lifecycle::Multishot(_)));
     assert_eq!(op.poll_next(&waker), Poll::Ready(cqe(1, F_MORE)));
     assert_eq!(op.poll_next(&waker), Poll::Ready(cqe(2, F_MORE)));
@@ -80,10 +97,10 @@ fn multishot_queues_until_final() {
 fn multishot_consumer_is_woken_per_cqe() {
     let (count, waker) = counting_waker();
     let mut op = Lifecycle::Submitted;
-    op.on_cqe(cqe(1, F_MORE));
+    apply(&mut op, cqe(1, F_MORE));
     assert_eq!(op.poll_next(&waker), Poll::Ready(cqe(1, F_MORE)));
     assert_eq!(op.poll_next(&waker), Poll::Pending);
-    op.on_cqe(cqe(2, F_MORE));
+    apply(&mut op, cqe(2, F_MORE));
     assert_eq!(count.0.load(Ordering::SeqCst), 1);
 }
 
@@ -92,12 +109,12 @@ fn drop_in_flight_orphans_and_reaps_late_cqes() {
     let seen = Rc::new(RefCell::new(Vec::new()));
     let mut op = Lifecycle::Submitted;
     assert_eq!(
-        op.on_drop(Box::new(Recorder(seen.clone()))),
+        drop_future(&mut op, Box::new(Recorder(seen.clone()))),
         OnDrop::NeedsCancel
     );
     assert!(op.is_orphaned());
-    assert_eq!(op.on_cqe(cqe(9, F_MORE)), OnCqe::Reaped);
-    assert_eq!(op.on_cqe(cqe(-libc::ECANCELED, 0)), OnCqe::ReapedFinal);
+    assert_eq!(apply(&mut op, cqe(9, F_MORE)), OnCqe::Reaped);
+    assert_eq!(apply(&mut op, cqe(-libc::ECANCELED, 0)), OnCqe::ReapedFinal);
     assert_eq!(*seen.borrow(), vec![9, -libc::ECANCELED]);
 }
 
@@ -105,9 +122,9 @@ fn drop_in_flight_orphans_and_reaps_late_cqes() {
 fn drop_after_completion_reaps_immediately() {
     let seen = Rc::new(RefCell::new(Vec::new()));
     let mut op = Lifecycle::Submitted;
-    op.on_cqe(cqe(7, 0));
+    apply(&mut op, cqe(7, 0));
     assert_eq!(
-        op.on_drop(Box::new(Recorder(seen.clone()))),
+        drop_future(&mut op, Box::new(Recorder(seen.clone()))),
         OnDrop::Finished
     );
     assert_eq!(*seen.borrow(), vec![7]);
@@ -117,13 +134,13 @@ fn drop_after_completion_reaps_immediately() {
 fn drop_with_queued_multishot_cqes_reaps_them_and_waits_for_final() {
     let seen = Rc::new(RefCell::new(Vec::new()));
     let mut op = Lifecycle::Submitted;
-    op.on_cqe(cqe(1, F_MORE));
-    op.on_cqe(cqe(2, F_MORE));
+    apply(&mut op, cqe(1, F_MORE));
+    apply(&mut op, cqe(2, F_MORE));
     assert_eq!(
-        op.on_drop(Box::new(Recorder(seen.clone()))),
+        drop_future(&mut op, Box::new(Recorder(seen.clone()))),
         OnDrop::NeedsCancel
     );
-    assert_eq!(op.on_cqe(cqe(3, 0)), OnCqe::ReapedFinal);
+    assert_eq!(apply(&mut op, cqe(3, 0)), OnCqe::ReapedFinal);
     assert_eq!(*seen.borrow(), vec![1, 2, 3]);
 }
 
@@ -134,4 +151,73 @@ fn same_waker_is_not_cloned_again() {
     assert_eq!(op.poll_next(&waker), Poll::Pending);
     assert_eq!(op.poll_next(&waker), Poll::Pending);
     assert!(matches!(op, Lifecycle::Waiting(_)));
+}
+
+#[test]
+fn wakes_and_finished_orphans_are_deferred_to_the_owner() {
+    let (count, waker) = counting_waker();
+    let mut op = Lifecycle::Submitted;
+    assert_eq!(op.poll_next(&waker), Poll::Pending);
+    let mut deferred = Deferred::default();
+    // SAFETY: no orphan is attached; nothing acts on the CQE.
+    let out = unsafe { op.on_cqe(cqe(5, 0), &mut deferred) };
+    assert_eq!(out, OnCqe::Queued);
+    assert_eq!(count.0.load(Ordering::SeqCst), 0, "woken inside the table");
+    deferred.run();
+    assert_eq!(count.0.load(Ordering::SeqCst), 1);
+
+    struct DropFlag(Rc<Cell<bool>>);
+    impl Orphan for DropFlag {
+        fn reap(&mut self, _cqe: &Cqe) {}
+    }
+    impl Drop for DropFlag {
+        fn drop(&mut self) {
+            self.0.set(true);
+        }
+    }
+    let dropped = Rc::new(Cell::new(false));
+    let mut op = Lifecycle::Submitted;
+    assert_eq!(
+        op.on_drop(Box::new(DropFlag(dropped.clone())), &mut deferred),
+        OnDrop::NeedsCancel
+    );
+    // SAFETY: the orphan releases nothing real.
+    let out = unsafe { op.on_cqe(cqe(-libc::ECANCELED, 0), &mut deferred) };
+    assert_eq!(out, OnCqe::ReapedFinal);
+    assert!(
+        !dropped.get(),
+        "the orphan's memory was freed inside the table"
+    );
+    deferred.run();
+    assert!(dropped.get());
+}
+
+#[test]
+fn a_second_orphan_keeps_both_memories_and_reaps_once() {
+    let seen = Rc::new(RefCell::new(Vec::new()));
+    let second = Rc::new(RefCell::new(Vec::new()));
+    let mut op = Lifecycle::Submitted;
+    assert_eq!(
+        drop_future(&mut op, Box::new(Recorder(seen.clone()))),
+        OnDrop::NeedsCancel
+    );
+    assert_eq!(
+        drop_future(&mut op, Box::new(Recorder(second.clone()))),
+        OnDrop::AlreadyOrphaned
+    );
+    assert!(op.is_orphaned());
+    assert_eq!(apply(&mut op, cqe(4, 0)), OnCqe::ReapedFinal);
+    assert_eq!((seen.borrow().len(), second.borrow().len()), (1, 0));
+}
+
+#[test]
+fn queued_counts_unpolled_cqes() {
+    let (_, waker) = counting_waker();
+    let mut op = Lifecycle::Submitted;
+    assert_eq!(op.queued(), 0);
+    apply(&mut op, cqe(1, F_MORE));
+    apply(&mut op, cqe(2, F_MORE));
+    assert_eq!(op.queued(), 2);
+    assert!(op.poll_next(&waker).is_ready());
+    assert_eq!(op.queued(), 1);
 }

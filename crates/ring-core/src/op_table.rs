@@ -10,11 +10,16 @@ use std::task::{Poll, Waker};
 use slab::Slab;
 
 use crate::cqe::Cqe;
-use crate::lifecycle::{Lifecycle, OnCqe, OnDrop, Orphan};
+use crate::lifecycle::{Deferred, Lifecycle, OnCqe, OnDrop, Orphan};
 use crate::user_data::{self, OpId, Reserved, UserData};
 
 struct Slot {
     generation: u32,
+    /// The most CQEs a multishot op may queue unpolled before it is cancelled (0: no
+    /// bound). Set by [`OpTable::bound_queue`]; the op is re-armed by its owner once drained.
+    queue_max: u16,
+    /// `queue_max` was reached and the caller was told to cancel (told once).
+    is_capped: bool,
     state: Lifecycle,
 }
 
@@ -24,13 +29,19 @@ pub struct OpTable {
     /// Stamped on the next insert; wraps, skipping nothing: a stale CQE would need 2^32
     /// inserts between its op's completion and its arrival to be misdelivered.
     next_generation: u32,
+    /// Wakers and finished orphans the last calls produced, for the owner to run once it
+    /// has let go of the table ([`take_deferred`](Self::take_deferred)).
+    deferred: Deferred,
 }
 
 /// What [`OpTable::complete`] did with one CQE.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Dispatch {
-    /// Queued for the op's future (which was woken if waiting).
+    /// Queued for the op's future (whose waker, if it waits, is now deferred).
     Delivered,
+    /// Queued, and the op now holds as many unpolled CQEs as its bound allows
+    /// ([`OpTable::bound_queue`]): the caller must cancel it (pushing `ASYNC_CANCEL`).
+    QueueFull,
     /// Reaped by an orphan; `freed` when it was the final CQE.
     Reaped {
         /// The slot was freed.
@@ -51,6 +62,8 @@ pub enum Orphaned {
     NeedsCancel,
     /// Already complete: released and freed.
     Freed,
+    /// Already orphaned: both orphans keep their memory until the final CQE; no new cancel.
+    AlreadyOrphaned,
 }
 
 impl Default for OpTable {
@@ -62,10 +75,7 @@ impl Default for OpTable {
 impl OpTable {
     /// An empty table.
     pub fn new() -> OpTable {
-        OpTable {
-            slots: Slab::new(),
-            next_generation: 1,
-        }
+        OpTable::with_capacity(0)
     }
 
     /// An empty table with room for `capacity` ops before it reallocates.
@@ -73,6 +83,7 @@ impl OpTable {
         OpTable {
             slots: Slab::with_capacity(capacity),
             next_generation: 1,
+            deferred: Deferred::default(),
         }
     }
 
@@ -87,6 +98,8 @@ impl OpTable {
         self.next_generation = generation.wrapping_add(1);
         let index = self.slots.insert(Slot {
             generation,
+            queue_max: 0,
+            is_capped: false,
             state: Lifecycle::Submitted,
         });
         Ok(OpId {
@@ -132,17 +145,32 @@ impl OpTable {
             .collect()
     }
 
-    /// Routes one CQE to its op.
-    pub fn complete(&mut self, cqe: Cqe) -> Dispatch {
+    /// Routes one CQE to its op. A waker it wakes and an orphan it finishes are deferred
+    /// ([`take_deferred`](Self::take_deferred)).
+    ///
+    /// # Safety
+    /// `cqe` must be a completion the kernel (or a backend standing in for it) posted for
+    /// the op its `user_data` names: an orphan acts on it (closes the fd in `res`, returns
+    /// the buffer id in `flags`), so a made-up CQE could close an fd or return a buffer
+    /// that someone else owns.
+    pub unsafe fn complete(&mut self, cqe: Cqe) -> Dispatch {
         let id = match user_data::decode(cqe.user_data) {
             UserData::Op(id) => id,
             UserData::Reserved(reserved) => return Dispatch::Reserved(reserved),
             UserData::Unknown(_) => return Dispatch::Unknown,
         };
-        let Some(slot) = self.slot_mut(id) else {
+        let Some(slot) = self.slots.get_mut(id.index as usize) else {
             return Dispatch::Stale;
         };
-        match slot.state.on_cqe(cqe) {
+        if slot.generation != id.generation {
+            return Dispatch::Stale;
+        }
+        // SAFETY: the caller's contract: `cqe` is this op's own completion.
+        match unsafe { slot.state.on_cqe(cqe, &mut self.deferred) } {
+            OnCqe::Queued if slot.is_over_bound() => {
+                slot.is_capped = true;
+                Dispatch::QueueFull
+            }
             OnCqe::Queued => Dispatch::Delivered,
             OnCqe::Reaped => Dispatch::Reaped { freed: false },
             OnCqe::ReapedFinal => {
@@ -152,10 +180,34 @@ impl OpTable {
         }
     }
 
+    /// Bounds how many CQEs multishot op `id` may queue unpolled: once `max` are waiting,
+    /// [`complete`](Self::complete) answers [`Dispatch::QueueFull`] (once) so the caller
+    /// cancels the op; its owner re-arms it after draining. A multishot accept that nobody
+    /// polls then stops accepting instead of filling the process with fds. `max` 0 removes
+    /// the bound; an id not in the table is ignored.
+    pub fn bound_queue(&mut self, id: OpId, max: u16) {
+        if let Some(slot) = self.slot_mut(id) {
+            slot.queue_max = max;
+        }
+    }
+
+    /// Moves the wakers to wake and the finished orphans to drop that the calls since the
+    /// last take produced into `out`. Run `out` once this table is no longer borrowed: a
+    /// waker or a destructor may call back into its owner.
+    pub fn take_deferred(&mut self, out: &mut Deferred) {
+        out.append(&mut self.deferred);
+    }
+
+    /// True when calls left work in the table's deferred queue.
+    pub fn has_deferred(&self) -> bool {
+        !self.deferred.is_empty()
+    }
+
     /// Polls op `id` for its next CQE. Returning the final CQE frees the slot. An id that
-    /// is no longer in the table is an error (the future was polled after completing).
+    /// is no longer in the table, or whose future was already dropped (orphaned), is an
+    /// error.
     pub fn poll(&mut self, id: OpId, waker: &Waker) -> Poll<io::Result<Cqe>> {
-        let Some(slot) = self.slot_mut(id) else {
+        let Some(slot) = self.slot_mut(id).filter(|slot| !slot.state.is_orphaned()) else {
             return Poll::Ready(Err(stale_error(id)));
         };
         let cqe = match slot.state.poll_next(waker) {
@@ -168,11 +220,22 @@ impl OpTable {
         Poll::Ready(Ok(cqe))
     }
 
-    /// The future for `id` was dropped: `orphan` takes over the op's memory.
+    /// The future for `id` was dropped: `orphan` takes over the op's memory. An op that
+    /// already finished has its orphan deferred, to be dropped by the owner.
     pub fn orphan(&mut self, id: OpId, orphan: Box<dyn Orphan>) -> io::Result<Orphaned> {
-        let slot = self.slot_mut(id).ok_or_else(|| stale_error(id))?;
-        match slot.state.on_drop(orphan) {
+        // A stale id's op already had its final CQE, so its memory is free: it goes with
+        // the deferred work (its destructor must not run inside the table either).
+        let Some(slot) = self.slots.get_mut(id.index as usize) else {
+            self.deferred.drop_later(orphan);
+            return Err(stale_error(id));
+        };
+        if slot.generation != id.generation {
+            self.deferred.drop_later(orphan);
+            return Err(stale_error(id));
+        }
+        match slot.state.on_drop(orphan, &mut self.deferred) {
             OnDrop::NeedsCancel => Ok(Orphaned::NeedsCancel),
+            OnDrop::AlreadyOrphaned => Ok(Orphaned::AlreadyOrphaned),
             OnDrop::Finished => {
                 self.slots.remove(id.index as usize);
                 Ok(Orphaned::Freed)
@@ -191,6 +254,13 @@ impl OpTable {
         self.slots
             .get_mut(id.index as usize)
             .filter(|slot| slot.generation == id.generation)
+    }
+}
+
+impl Slot {
+    /// A bounded multishot op whose unpolled CQEs reached the bound (reported once).
+    fn is_over_bound(&self) -> bool {
+        self.queue_max > 0 && !self.is_capped && self.state.queued() >= usize::from(self.queue_max)
     }
 }
 

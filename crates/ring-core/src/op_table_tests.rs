@@ -1,6 +1,7 @@
 //! Unit and property tests of the op table; pure, so they also run under Miri.
 
 use super::*;
+
 use crate::cqe::F_MORE;
 use crate::release::Keep;
 use proptest::prelude::*;
@@ -12,16 +13,102 @@ fn cqe_for(id: OpId, res: i32, flags: u32) -> Cqe {
     Cqe::new(id.to_user_data(), res, flags)
 }
 
+/// Delivers `cqe` and runs what it deferred, as the table's owner does after a turn.
+fn complete(table: &mut OpTable, cqe: Cqe) -> Dispatch {
+    // SAFETY: the tests' orphans only count what they reap; no fd or bid is real.
+    let out = unsafe { table.complete(cqe) };
+    let mut deferred = Deferred::default();
+    table.take_deferred(&mut deferred);
+    deferred.run();
+    out
+}
+
+#[test]
+fn bounded_multishot_asks_for_a_cancel_once_at_its_bound() {
+    let mut table = OpTable::new();
+    let id = table.insert().unwrap();
+    table.bound_queue(id, 3);
+    assert_eq!(
+        complete(&mut table, cqe_for(id, 1, F_MORE)),
+        Dispatch::Delivered
+    );
+    assert_eq!(
+        complete(&mut table, cqe_for(id, 2, F_MORE)),
+        Dispatch::Delivered
+    );
+    assert_eq!(
+        complete(&mut table, cqe_for(id, 3, F_MORE)),
+        Dispatch::QueueFull
+    );
+    // CQEs that beat the cancel are still queued, and the cancel is not asked for again.
+    assert_eq!(
+        complete(&mut table, cqe_for(id, 4, F_MORE)),
+        Dispatch::Delivered
+    );
+    assert_eq!(
+        complete(&mut table, cqe_for(id, -libc::ECANCELED, 0)),
+        Dispatch::Delivered
+    );
+    let mut got = Vec::new();
+    while let Poll::Ready(cqe) = table.poll(id, Waker::noop()) {
+        got.push(cqe.unwrap().res);
+        if !table.contains(id) {
+            break;
+        }
+    }
+    assert_eq!(got, [1, 2, 3, 4, -libc::ECANCELED]);
+    assert!(table.is_empty());
+}
+
+#[test]
+fn polling_an_orphaned_op_is_an_error_not_a_panic() {
+    let mut table = OpTable::new();
+    let id = table.insert().unwrap();
+    table.orphan(id, Box::new(Keep(()))).unwrap();
+    let polled = table.poll(id, Waker::noop());
+    assert!(matches!(polled, Poll::Ready(Err(_))));
+    assert!(
+        table.contains(id),
+        "the orphan still waits for its final CQE"
+    );
+}
+
+#[test]
+fn an_orphan_that_is_done_is_dropped_by_the_owner_not_the_table() {
+    struct DropFlag(Rc<Cell<bool>>);
+    impl Orphan for DropFlag {
+        fn reap(&mut self, _cqe: &Cqe) {}
+    }
+    impl Drop for DropFlag {
+        fn drop(&mut self) {
+            self.0.set(true);
+        }
+    }
+    let mut table = OpTable::new();
+    let id = table.insert().unwrap();
+    complete(&mut table, cqe_for(id, 4, 0));
+    let dropped = Rc::new(Cell::new(false));
+    let out = table
+        .orphan(id, Box::new(DropFlag(dropped.clone())))
+        .unwrap();
+    assert_eq!(out, Orphaned::Freed);
+    assert!(!dropped.get() && table.has_deferred());
+    let mut deferred = Deferred::default();
+    table.take_deferred(&mut deferred);
+    deferred.run();
+    assert!(dropped.get());
+}
+
 #[test]
 fn stale_user_data_is_detected_after_slot_reuse() {
     let mut table = OpTable::new();
     let old = table.insert().unwrap();
-    table.complete(cqe_for(old, 1, 0));
+    complete(&mut table, cqe_for(old, 1, 0));
     assert!(table.poll(old, Waker::noop()).is_ready());
     let new = table.insert().unwrap();
     assert_eq!(new.index, old.index, "slab reuses the freed slot");
     assert_ne!(new.generation, old.generation);
-    assert_eq!(table.complete(cqe_for(old, 2, 0)), Dispatch::Stale);
+    assert_eq!(complete(&mut table, cqe_for(old, 2, 0)), Dispatch::Stale);
     assert!(
         table.poll(new, Waker::noop()).is_pending(),
         "new op untouched"
@@ -36,11 +123,14 @@ fn stale_user_data_is_detected_after_slot_reuse() {
 fn reserved_and_unknown_user_data_are_not_ops() {
     let mut table = OpTable::new();
     let cancel = Cqe::new(Reserved::Cancel.to_user_data(), 0, 0);
-    assert_eq!(table.complete(cancel), Dispatch::Reserved(Reserved::Cancel));
-    let unknown = Cqe::new((77u64 << 32) | u64::from(u32::MAX), 0, 0);
-    assert_eq!(table.complete(unknown), Dispatch::Unknown);
     assert_eq!(
-        table.complete(Cqe::new(12345, 0, 0)),
+        complete(&mut table, cancel),
+        Dispatch::Reserved(Reserved::Cancel)
+    );
+    let unknown = Cqe::new((77u64 << 32) | u64::from(u32::MAX), 0, 0);
+    assert_eq!(complete(&mut table, unknown), Dispatch::Unknown);
+    assert_eq!(
+        complete(&mut table, Cqe::new(12345, 0, 0)),
         Dispatch::Stale,
         "never inserted"
     );
@@ -51,13 +141,13 @@ fn multishot_slot_is_freed_only_by_final_cqe() {
     let mut table = OpTable::new();
     let id = table.insert().unwrap();
     for i in 0..5 {
-        table.complete(cqe_for(id, i, F_MORE));
+        complete(&mut table, cqe_for(id, i, F_MORE));
     }
     for _ in 0..5 {
         assert!(table.poll(id, Waker::noop()).is_ready());
         assert!(table.contains(id));
     }
-    table.complete(cqe_for(id, 99, 0));
+    complete(&mut table, cqe_for(id, 99, 0));
     assert!(table.contains(id));
     assert!(table.poll(id, Waker::noop()).is_ready());
     assert!(!table.contains(id));
@@ -81,7 +171,7 @@ fn orphan_is_reaped_by_late_cqe_then_freed() {
     assert_eq!(outcome.unwrap(), Orphaned::NeedsCancel);
     assert_eq!(table.orphans(), 1);
     assert_eq!(
-        table.complete(cqe_for(id, 4, 0)),
+        complete(&mut table, cqe_for(id, 4, 0)),
         Dispatch::Reaped { freed: true }
     );
     assert_eq!(reaps.get(), 1);
@@ -92,7 +182,7 @@ fn orphan_is_reaped_by_late_cqe_then_freed() {
 fn orphan_of_completed_op_frees_at_once() {
     let mut table = OpTable::new();
     let id = table.insert().unwrap();
-    table.complete(cqe_for(id, 4, 0));
+    complete(&mut table, cqe_for(id, 4, 0));
     let outcome = table.orphan(id, Box::new(Keep(()))).unwrap();
     assert_eq!(outcome, Orphaned::Freed);
     assert!(table.is_empty());
@@ -153,7 +243,7 @@ proptest! {
             if !op.future_alive {
                 late_cqes += 1;
             }
-            table.complete(cqe_for(op.id, -libc::ECANCELED, 0));
+            complete(&mut table, cqe_for(op.id, -libc::ECANCELED, 0));
             op.kernel_done = true;
         }
         for op in ops.iter().filter(|op| op.future_alive) {
@@ -206,7 +296,7 @@ fn apply(
                 return;
             }
             let more = more && op.multishot;
-            let dispatch = table.complete(cqe_for(op.id, 1, if more { F_MORE } else { 0 }));
+            let dispatch = complete(table, cqe_for(op.id, 1, if more { F_MORE } else { 0 }));
             if !op.future_alive {
                 *late_cqes += 1;
                 assert!(matches!(dispatch, Dispatch::Reaped { .. }));

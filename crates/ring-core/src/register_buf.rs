@@ -6,10 +6,12 @@
 //! index out twice) and dropping it returns the chunk. While a `FixedBuf` is used by an op in
 //! flight, the op owns it: ring-rt moves it into the op and hands it back with the result, so
 //! nothing can read or drop the chunk while the kernel writes it. The memory is freed only
-//! when [`RegisteredBufs`] and every `FixedBuf` are gone; the kernel keeps the pages pinned
-//! until the buffers are unregistered or the ring is torn down, so the Driver keeps the pool
-//! alive until after the ring is torn down. Handles are `Rc`s: a pool is `!Send`, like the
-//! ring it belongs to.
+//! when [`RegisteredBufs`] and every `FixedBuf` are gone. The kernel keeps the pages pinned
+//! and may write into any of them (a fixed op names a chunk by index) until the buffers are
+//! unregistered or the ring is torn down, so a pool must outlive its registration:
+//! [`Driver::register_buffers`](crate::driver::Driver::register_buffers) keeps a handle for
+//! exactly that long; [`RegisteredBufs::register`] leaves it to its (unsafe) caller.
+//! Handles are `Rc`s: a pool is `!Send`, like the ring it belongs to.
 //!
 //! The memory is zero-filled at allocation and only ever written with initialised bytes (by
 //! the kernel or through `&mut [u8]`), so every byte of a chunk is always initialised.
@@ -40,8 +42,15 @@ impl RegisteredBufs {
     ///
     /// A ring holds one buffer table: registering twice gives the kernel's EBUSY. Pinned
     /// pages count against RLIMIT_MEMLOCK for users without CAP_IPC_LOCK; going over it is
-    /// an `OutOfMemory` error that says so.
-    pub fn register(
+    /// an `OutOfMemory` error that says so. Prefer
+    /// [`Driver::register_buffers`](crate::driver::Driver::register_buffers), which keeps
+    /// the pool alive for as long as it must.
+    ///
+    /// # Safety
+    /// Keep a handle to the returned pool (a clone or a `FixedBuf`) until the buffers are
+    /// unregistered from `submitter`'s ring or that ring is dropped, and until every fixed op
+    /// on them has completed: the kernel may write into any registered chunk until then.
+    pub unsafe fn register(
         submitter: &Submitter<'_>,
         count: u16,
         chunk_len: usize,
@@ -49,8 +58,8 @@ impl RegisteredBufs {
         let pool = Pool::new(count, chunk_len)?;
         let iovecs = pool.iovecs();
         // SAFETY: each iovec covers one chunk of `pool.mem`, which is freed only when the
-        // last handle to the pool drops. An op may use a chunk only through a live FixedBuf
-        // (module header), and the Driver keeps the pool alive until the ring is torn down.
+        // last handle to the pool drops; the caller keeps one until the registration ends
+        // and every fixed op on it has completed.
         unsafe { submitter.register_buffers(&iovecs) }
             .map_err(|e| explain_register_error(e, pool.mem.layout.size()))?;
         Ok(RegisteredBufs(Rc::new(pool)))

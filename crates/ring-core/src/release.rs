@@ -11,13 +11,31 @@ use crate::cqe::Cqe;
 use crate::lifecycle::Orphan;
 
 /// Closes the fd a late accept/open/socket CQE returned.
-#[derive(Debug, Default)]
-pub struct CloseFd;
+#[derive(Debug)]
+pub struct CloseFd {
+    /// Private, so only [`CloseFd::new`] (and its contract) makes one.
+    _private: (),
+}
+
+impl CloseFd {
+    /// A release step closing the fd each successful CQE returns.
+    ///
+    /// # Safety
+    /// Attach it only to an op whose successful CQEs each return a new fd that nothing else
+    /// owns (accept, open, socket, without a fixed-file slot), and feed it only that op's
+    /// own CQEs: it closes the number in `res`, which for any other CQE could be an fd
+    /// someone else owns.
+    pub unsafe fn new() -> CloseFd {
+        CloseFd { _private: () }
+    }
+}
 
 impl Orphan for CloseFd {
     fn reap(&mut self, cqe: &Cqe) {
         if cqe.res >= 0 && cqe.bid().is_none() {
-            close_quietly(cqe.res);
+            // SAFETY: `new`'s contract: this successful CQE of the op returned a new fd,
+            // and its future (which alone could have taken it) is gone.
+            unsafe { close_quietly(cqe.res) };
         }
     }
 }
@@ -66,9 +84,13 @@ impl<A: Orphan, B: Orphan> Orphan for Both<A, B> {
 
 /// Closes an fd nobody else owns; the result is ignored because there is no one to report
 /// it to and the fd is gone either way (Linux releases it even when close reports an error).
-pub fn close_quietly(fd: RawFd) {
-    // SAFETY: the fd was returned by the kernel for an op whose future is gone, so no other
-    // owner exists that could use or close it again.
+///
+/// # Safety
+/// The caller owns `fd`, and nothing will use or close that number again on the strength
+/// of having owned it (I/O safety: closing an fd someone else owns lets their next use hit
+/// whatever file reuses the number).
+pub unsafe fn close_quietly(fd: RawFd) {
+    // SAFETY: the caller's contract: the fd is ours alone to close.
     unsafe {
         libc::close(fd);
     }

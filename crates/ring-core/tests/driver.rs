@@ -62,6 +62,18 @@ fn main() {
         ),
         trial("shutdown_reaps_every_orphan", shutdown_reaps_every_orphan),
         trial(
+            "a_panic_in_dispatch_delivers_the_rest_once",
+            a_panic_in_dispatch_delivers_the_rest_once,
+        ),
+        trial(
+            "bounded_multishot_accept_stops_at_its_bound",
+            bounded_multishot_accept_stops_at_its_bound,
+        ),
+        trial(
+            "registered_buffers_live_as_long_as_their_registration",
+            registered_buffers_live_as_long_as_their_registration,
+        ),
+        trial(
             "batched_wait_gathers_then_gives_up",
             batched_wait_gathers_then_gives_up,
         ),
@@ -81,8 +93,9 @@ fn nops_batch_into_few_enters() -> Outcome {
     let mut driver = driver_with(features, 64, 0);
     let (sq_entries, _) = driver.ring_sizes();
     let before = driver.metrics().snapshot();
+    // SAFETY: NOPs point at no memory.
     let ids: Vec<OpId> = (0..4096)
-        .map(|_| driver.submit_op(nop()).unwrap())
+        .map(|_| unsafe { driver.submit_op(nop()) }.unwrap())
         .collect();
     driver.turn(Wait::No)?;
     for id in ids {
@@ -125,12 +138,10 @@ fn cq_overflow_loses_no_completion() -> Outcome {
     };
     let mut driver = Driver::new(&config)?;
     let ts = Box::new(types::Timespec::new().nsec(50_000_000));
+    // SAFETY: every timeout points at `ts`, which outlives each op: all are waited for
+    // below (and the driver's drop would wait out any left).
     let ids: Vec<OpId> = (0..10_000)
-        .map(|_| {
-            driver
-                .submit_op(opcode::Timeout::new(&*ts).build())
-                .unwrap()
-        })
+        .map(|_| unsafe { driver.submit_op(opcode::Timeout::new(&*ts).build()) }.unwrap())
         .collect();
     driver.turn(Wait::No)?;
     // Every timeout fires while nobody drains: far more CQEs than the 32-entry CQ holds.
@@ -167,12 +178,15 @@ fn sq_full_cancel_is_not_lost() -> Outcome {
     };
     let mut driver = driver_with(features, 8, 0);
     let hour = Box::new(types::Timespec::new().sec(3600));
+    // SAFETY: the timeouts point at `hour`, which outlives them (each is cancelled and
+    // reaped below); NOPs point at nothing.
     let timers: Vec<OpId> = (0..2000)
-        .map(|_| driver.submit_op(long_timeout(&hour)).unwrap())
+        .map(|_| unsafe { driver.submit_op(long_timeout(&hour)) }.unwrap())
         .collect();
     let (sq_entries, _) = driver.ring_sizes();
+    // SAFETY: NOPs point at no memory.
     let nops: Vec<OpId> = (0..sq_entries)
-        .map(|_| driver.submit_op(nop()).unwrap())
+        .map(|_| unsafe { driver.submit_op(nop()) }.unwrap())
         .collect();
     let before = driver.metrics().snapshot();
     // The SQ is full of NOPs now: the cancel must still get in.
@@ -208,16 +222,19 @@ fn stale_user_data_is_detected() -> Outcome {
         Err(skip) => return Ok(skip),
     };
     let mut driver = driver_with(features, 8, 0);
-    let old = driver.submit_op(nop())?;
+    // SAFETY: a NOP points at no memory.
+    let old = unsafe { driver.submit_op(nop())? };
     wait_op(&mut driver, old)?;
     let hour = Box::new(types::Timespec::new().sec(3600));
-    let new = driver.submit_op(long_timeout(&hour))?;
+    // SAFETY: the timeout points at `hour`, which outlives it (cancelled and reaped below).
+    let new = unsafe { driver.submit_op(long_timeout(&hour))? };
     check!(
         new.index == old.index && new.generation != old.generation,
         "slot not reused: {old:?} {new:?}"
     );
     // A CQE for the old generation: what a late duplicate would look like.
-    driver.push(nop().user_data(old.to_user_data()));
+    // SAFETY: a NOP points at no memory.
+    unsafe { driver.push(nop().user_data(old.to_user_data())) };
     driver.turn(Wait::No)?;
     turn_until(&mut driver, Duration::from_secs(1), |d| {
         d.metrics().snapshot().stale_cqes == 1
@@ -245,7 +262,9 @@ fn multishot_accept_accumulates_in_one_slot() -> Outcome {
     let mut driver = driver_with(features, 16, 0);
     let (l, addr) = listener()?;
     let fds_before = support::open_fds();
-    let id = driver.submit_op(opcode::AcceptMulti::new(types::Fd(l.as_raw_fd())).build())?;
+    // SAFETY: points at no memory; `l` outlives the op (cancelled and reaped below).
+    let id =
+        unsafe { driver.submit_op(opcode::AcceptMulti::new(types::Fd(l.as_raw_fd())).build())? };
     let clients: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(addr).unwrap()).collect();
     turn_until(&mut driver, Duration::from_secs(5), |d| {
         d.metrics().snapshot().cqes_reaped >= 3
@@ -262,9 +281,11 @@ fn multishot_accept_accumulates_in_one_slot() -> Outcome {
         check!(driver.ops().contains(id), "slot freed before the final CQE");
     }
     for fd in accepted {
-        ring_core::release::close_quietly(fd);
+        // SAFETY: each is a connection this test accepted and owns alone.
+        unsafe { ring_core::release::close_quietly(fd) };
     }
-    driver.orphan(id, Box::new(CloseFd));
+    // SAFETY: a multishot accept's CQEs each return a new fd nobody owns yet.
+    driver.orphan(id, Box::new(unsafe { CloseFd::new() }));
     turn_until(&mut driver, Duration::from_secs(5), |d| d.in_flight() == 0)?;
     drop(clients);
     check!(
@@ -293,10 +314,12 @@ fn dropped_accept_closes_late_fd() -> Outcome {
         std::ptr::null_mut(),
         std::ptr::null_mut(),
     );
-    let id = driver.submit_op(accept.build())?;
+    // SAFETY: no address buffers (null); `l` outlives the op.
+    let id = unsafe { driver.submit_op(accept.build())? };
     // Dropped before the accept was even submitted: the accept succeeds in the same enter
     // that carries the cancel, so its CQE arrives late with a real fd nobody owns.
-    driver.orphan(id, Box::new(CloseFd));
+    // SAFETY: an accept's successful CQE returns a new fd nobody owns yet.
+    driver.orphan(id, Box::new(unsafe { CloseFd::new() }));
     turn_until(&mut driver, Duration::from_secs(5), |d| d.in_flight() == 0)?;
     check!(support::open_fds() == fds_before, "late accepted fd leaked");
     client.set_read_timeout(Some(Duration::from_secs(5)))?;
@@ -326,7 +349,9 @@ fn dropped_buffer_select_recv_returns_bid() -> Outcome {
         .buf_group(group.bgid())
         .build()
         .flags(squeue::Flags::BUFFER_SELECT);
-    let id = driver.submit_op(recv)?;
+    // SAFETY: the kernel picks the buffer from `group`, which the driver keeps; `b` outlives
+    // the op.
+    let id = unsafe { driver.submit_op(recv)? };
     // SAFETY: the recv selects from `group`.
     driver.orphan(id, Box::new(unsafe { RecycleBid::new(group.clone()) }));
     turn_until(&mut driver, Duration::from_secs(5), |d| d.in_flight() == 0)?;
@@ -367,7 +392,8 @@ fn linked_write_fsync_read_chain() -> Outcome {
             .offset(8192)
             .build(),
     ];
-    let ids = driver.submit_chain(chain)?;
+    // SAFETY: `data` and `back` outlive the chain: every op is waited for below.
+    let ids = unsafe { driver.submit_chain(chain)? };
     let results: Vec<i32> = ids
         .into_iter()
         .map(|id| wait_op(&mut driver, id).map(|c| c.res))
@@ -408,8 +434,10 @@ fn wait_with_timeout_sqe_without_ext_arg() -> Outcome {
     );
     // An early wake must not leave a timeout armed: a NOP completes it (count = 1).
     let hour = Box::new(types::Timespec::new().sec(3600));
-    let id = driver.submit_op(long_timeout(&hour))?;
-    driver.push(nop().user_data(ring_core::user_data::Reserved::Ignore.to_user_data()));
+    // SAFETY: the timeout points at `hour`, which outlives it (cancelled and reaped below).
+    let id = unsafe { driver.submit_op(long_timeout(&hour))? };
+    // SAFETY: a NOP points at no memory.
+    unsafe { driver.push(nop().user_data(ring_core::user_data::Reserved::Ignore.to_user_data())) };
     driver.turn(Wait::For(Duration::from_secs(3600)))?;
     driver.orphan(id, Box::new(Keep(())));
     turn_until(&mut driver, Duration::from_secs(5), |d| d.in_flight() == 0)?;
@@ -427,8 +455,9 @@ fn wait_timeout_into_full_sq_does_not_sit_on_ready_cqes() -> Outcome {
     let masked = features.masked(&ring_core::probe::FeatureMask::default().hide(Feature::ExtArg));
     let mut driver = driver_with(masked, 8, 0);
     let sq_entries = driver.ring_sizes().0 as usize;
+    // SAFETY: NOPs point at no memory.
     let ids: Vec<OpId> = (0..sq_entries)
-        .map(|_| driver.submit_op(nop()))
+        .map(|_| unsafe { driver.submit_op(nop()) })
         .collect::<Result<_, _>>()?;
     check!(
         driver.pending_sqes() == sq_entries,
@@ -477,7 +506,8 @@ fn no_wait_turns_enter_only_for_news() -> Outcome {
         "{} enters for 100 idle turns",
         enters(&driver) - before
     );
-    let id = driver.submit_op(nop())?;
+    // SAFETY: a NOP points at no memory.
+    let id = unsafe { driver.submit_op(nop())? };
     driver.turn(Wait::No)?;
     check!(
         enters(&driver) == before + 1,
@@ -486,7 +516,8 @@ fn no_wait_turns_enter_only_for_news() -> Outcome {
     wait_op(&mut driver, id)?;
     // Completes a millisecond later, on the kernel's timer: only the TASKRUN flag says so.
     let ms = Box::new(types::Timespec::new().nsec(1_000_000));
-    let id = driver.submit_op(long_timeout(&ms))?;
+    // SAFETY: the timeout points at `ms`, which outlives it (waited for below).
+    let id = unsafe { driver.submit_op(long_timeout(&ms))? };
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     loop {
         driver.turn(Wait::No)?;
@@ -529,7 +560,9 @@ fn batched_wait_gathers_then_gives_up() -> Outcome {
         .collect::<Result<_, _>>()?;
     for ((ours, _), buf) in pairs.iter().zip(bufs.iter_mut()) {
         let read = opcode::Read::new(types::Fd(ours.as_raw_fd()), buf.as_mut_ptr(), 8);
-        driver.submit_op(read.build())?;
+        // SAFETY: `buf` is declared before the driver, so it outlives the driver's drop,
+        // which waits out any read still in flight.
+        unsafe { driver.submit_op(read.build())? };
     }
     driver.turn(Wait::No)?;
     let peers: Vec<_> = pairs
@@ -552,7 +585,8 @@ fn batched_wait_gathers_then_gives_up() -> Outcome {
     // Only one CQE will come: the wait settles for it once the 30 ms min wait is over.
     driver.set_batch(batch(4, 30));
     let spans = Box::new(types::Timespec::new().nsec(5_000_000));
-    driver.submit_op(opcode::Timeout::new(&*spans).build())?;
+    // SAFETY: the timeout points at `spans`, which outlives it (the turn below reaps it).
+    unsafe { driver.submit_op(opcode::Timeout::new(&*spans).build())? };
     let start = std::time::Instant::now();
     let n = driver.turn(Wait::Forever)?;
     check!(n == 1, "{n} CQEs from a batch that could not fill");
@@ -591,13 +625,15 @@ fn shutdown_reaps_every_orphan() -> Outcome {
         )
         .build()
     };
+    // SAFETY: no address buffers (null); `l` outlives the driver.
     let ids: Vec<OpId> = (0..100)
-        .map(|_| driver.submit_op(accept()).unwrap())
+        .map(|_| unsafe { driver.submit_op(accept()) }.unwrap())
         .collect();
     driver.turn(Wait::No)?;
     let metrics = driver.metrics().clone();
     for id in ids {
-        driver.orphan(id, Box::new(CloseFd));
+        // SAFETY: an accept's successful CQE returns a new fd nobody owns yet.
+        driver.orphan(id, Box::new(unsafe { CloseFd::new() }));
     }
     drop(driver);
     let m = metrics.snapshot();
@@ -608,5 +644,156 @@ fn shutdown_reaps_every_orphan() -> Outcome {
     );
     check!(m.ops_in_flight == 0, "{} ops left", m.ops_in_flight);
     check!(support::open_fds() == fds_before, "fds leaked by shutdown");
+    Ok(Completion::Completed)
+}
+
+/// An orphan whose release panics (user code: a buffer's owner) while a turn dispatches:
+/// the panic reaches the caller, and the CQEs behind it are dispatched by the next turn,
+/// each exactly once; none is lost or delivered twice.
+fn a_panic_in_dispatch_delivers_the_rest_once() -> Outcome {
+    struct PanicOnReap;
+    impl ring_core::lifecycle::Orphan for PanicOnReap {
+        fn reap(&mut self, _cqe: &ring_core::cqe::Cqe) {
+            panic!("release step panicked");
+        }
+    }
+    let features = match features() {
+        Ok(f) => f,
+        Err(skip) => return Ok(skip),
+    };
+    let mut driver = driver_with(features, 8, 0);
+    // SAFETY: NOPs point at no memory.
+    let (first, second, third) = unsafe {
+        (
+            driver.submit_op(nop())?,
+            driver.submit_op(nop())?,
+            driver.submit_op(nop())?,
+        )
+    };
+    driver.orphan(first, Box::new(PanicOnReap));
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let turned =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| driver.turn(Wait::Forever)));
+    std::panic::set_hook(previous);
+    check!(
+        turned.is_err(),
+        "the release step's panic did not reach the turn"
+    );
+    let before = driver.metrics().snapshot().cqes_reaped;
+    for id in [second, third] {
+        let cqe = wait_op(&mut driver, id)?;
+        check!(cqe.res == 0, "NOP completed with {}", cqe.res);
+    }
+    // The two NOPs and the orphan's cancel: nothing dispatched twice.
+    let reaped = driver.metrics().snapshot().cqes_reaped - before;
+    check!(
+        reaped <= 3,
+        "{reaped} CQEs dispatched after the panic: some twice"
+    );
+    check!(
+        matches!(
+            driver.poll_op(second, std::task::Waker::noop()),
+            std::task::Poll::Ready(Err(_))
+        ),
+        "a CQE was delivered twice"
+    );
+    // The panicking orphan's slot stays (its CQE was consumed mid-release): memory kept,
+    // never freed under the kernel.
+    check!(
+        driver.ops().contains(first),
+        "the panicked orphan's slot was freed"
+    );
+    std::mem::forget(driver);
+    Ok(Completion::Completed)
+}
+
+/// A multishot accept bounded to 2 unpolled CQEs stops accepting there: the driver
+/// cancels it, the clients beyond wait in the kernel's backlog, not as fds here.
+fn bounded_multishot_accept_stops_at_its_bound() -> Outcome {
+    let features = match features() {
+        Ok(f) => f,
+        Err(skip) => return Ok(skip),
+    };
+    if let Some(skip) = lacks(&features, Feature::MultishotAccept) {
+        return Ok(skip);
+    }
+    let mut driver = driver_with(features, 16, 0);
+    let (l, addr) = listener()?;
+    let fds_before = support::open_fds();
+    // SAFETY: points at no memory; `l` outlives the op (it ends, and is reaped, below).
+    let id =
+        unsafe { driver.submit_op(opcode::AcceptMulti::new(types::Fd(l.as_raw_fd())).build())? };
+    driver.bound_queue(id, 2);
+    driver.turn(Wait::No)?;
+    // Clients arrive one at a time, the driver turning in between. (A multishot accept
+    // takes every connection already waiting in one go: a bound cannot split that.)
+    let mut clients = Vec::new();
+    for _ in 0..8 {
+        clients.push(TcpStream::connect(addr)?);
+        driver.turn(Wait::For(Duration::from_millis(5)))?;
+        support::run_deferred(&mut driver);
+    }
+    let mut cqes = Vec::new();
+    turn_until(&mut driver, Duration::from_secs(5), |d| {
+        while let std::task::Poll::Ready(cqe) = d.poll_op(id, std::task::Waker::noop()) {
+            cqes.push(cqe.expect("accept CQE"));
+            if !cqes.last().expect("just pushed").is_more() {
+                return true;
+            }
+        }
+        false
+    })?;
+    let accepted: Vec<i32> = cqes.iter().filter(|c| c.res >= 0).map(|c| c.res).collect();
+    let last = cqes.last().expect("the final CQE");
+    check!(
+        last.res == -libc::ECANCELED && !last.is_more(),
+        "the bounded accept ended with {last:?}"
+    );
+    // The cancel goes in with the next enter: a connection may slip in before it lands.
+    check!(
+        (2..=3).contains(&accepted.len()),
+        "{} of 8 connections accepted under a bound of 2",
+        accepted.len()
+    );
+    for fd in accepted {
+        // SAFETY: each is a connection this test accepted and owns alone.
+        unsafe { ring_core::release::close_quietly(fd) };
+    }
+    drop(clients);
+    check!(support::open_fds() == fds_before, "fds left open");
+    Ok(Completion::Completed)
+}
+
+/// The driver keeps a registered pool alive after every handle of the caller's is gone,
+/// until the buffers are unregistered: the kernel may write into any registered chunk.
+fn registered_buffers_live_as_long_as_their_registration() -> Outcome {
+    let features = match features() {
+        Ok(f) => f,
+        Err(skip) => return Ok(skip),
+    };
+    let mut driver = driver_with(features, 8, 0);
+    let bufs = driver.register_buffers(2, 4096)?;
+    let chunk = bufs.alloc().expect("a chunk");
+    let ptr = chunk.as_ptr();
+    drop(chunk);
+    drop(bufs);
+    // A READ_FIXED into chunk 0 by index alone: what a kernel write to it looks like.
+    let file = std::fs::File::open("/proc/self/stat")?;
+    let read = opcode::ReadFixed::new(types::Fd(file.as_raw_fd()), ptr.cast_mut(), 16, 0).build();
+    // SAFETY: the driver holds the pool (this test checks exactly that), and `file`
+    // outlives the op, which is waited for.
+    let id = unsafe { driver.submit_op(read)? };
+    let cqe = wait_op(&mut driver, id)?;
+    check!(
+        cqe.res == 16,
+        "READ_FIXED into the kept pool gave {}",
+        cqe.res
+    );
+    driver.unregister_buffers()?;
+    check!(
+        driver.unregister_buffers().is_err(),
+        "a second unregister succeeded"
+    );
     Ok(Completion::Completed)
 }

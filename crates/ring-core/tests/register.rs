@@ -278,7 +278,8 @@ fn temp_file() -> File {
 
 fn write_fixed_then_read_fixed_round_trips() -> Outcome {
     let mut ring = or_skip!(ring());
-    let bufs = RegisteredBufs::register(&ring.submitter(), 4, 5000).unwrap();
+    // SAFETY: `bufs` (and every FixedBuf) outlives `ring`: the ring is dropped at the end.
+    let bufs = unsafe { RegisteredBufs::register(&ring.submitter(), 4, 5000) }.unwrap();
     assert!(bufs.chunk_len() >= 5000);
     let file = temp_file();
     let fd = types::Fd(file.as_raw_fd());
@@ -304,24 +305,29 @@ fn write_fixed_then_read_fixed_round_trips() -> Outcome {
     // SAFETY: the completed READ_FIXED initialised `res` bytes.
     unsafe { back.set_len(res as usize) };
     assert_eq!(back.as_slice(), &data[..]);
+    drop(ring);
     Ok(Completion::Completed)
 }
 
 fn registered_alloc_until_none_and_drop_returns_chunk() -> Outcome {
     let ring = or_skip!(ring());
-    let bufs = RegisteredBufs::register(&ring.submitter(), 3, 4096).unwrap();
+    // SAFETY: no fixed op is ever submitted, and `ring` is dropped before `bufs` at the end.
+    let bufs = unsafe { RegisteredBufs::register(&ring.submitter(), 3, 4096) }.unwrap();
     let mut held: Vec<_> = (0..3).map(|_| bufs.alloc().unwrap()).collect();
     assert!(bufs.alloc().is_none());
     let returned = held.pop().unwrap().buf_index();
     assert_eq!(bufs.available(), 1);
     assert_eq!(bufs.alloc().unwrap().buf_index(), returned);
+    drop(ring);
     Ok(Completion::Completed)
 }
 
 fn unregistered_buffers_fail_fixed_ops_and_allow_a_new_table() -> Outcome {
     let mut ring = or_skip!(ring());
-    let bufs = RegisteredBufs::register(&ring.submitter(), 2, 4096).unwrap();
-    let err = RegisteredBufs::register(&ring.submitter(), 2, 4096).unwrap_err();
+    // SAFETY: `bufs` and `buf` outlive their registration, which `unregister` ends below.
+    let bufs = unsafe { RegisteredBufs::register(&ring.submitter(), 2, 4096) }.unwrap();
+    // SAFETY: this one fails (EBUSY), so nothing is registered.
+    let err = unsafe { RegisteredBufs::register(&ring.submitter(), 2, 4096) }.unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EBUSY), "{err}");
     let mut buf = bufs.alloc().unwrap();
     bufs.unregister(&ring.submitter()).unwrap();
@@ -337,8 +343,10 @@ fn unregistered_buffers_fail_fixed_ops_and_allow_a_new_table() -> Outcome {
     // SAFETY: `buf` (whose memory the pool keeps) and `file` outlive the call.
     let res = unsafe { run(&mut ring, read) };
     assert!(res < 0, "READ_FIXED after unregister gave {res}");
-    let again = RegisteredBufs::register(&ring.submitter(), 2, 4096).unwrap();
+    // SAFETY: `again` outlives the ring, dropped first at the end.
+    let again = unsafe { RegisteredBufs::register(&ring.submitter(), 2, 4096) }.unwrap();
     assert_eq!(again.available(), 2);
+    drop(ring);
     Ok(Completion::Completed)
 }
 
@@ -377,7 +385,11 @@ fn child_memlock() -> Outcome {
         ));
     }
     let ring = IoUring::new(8)?;
-    match RegisteredBufs::register(&ring.submitter(), 16, 64 * 1024) {
+    // SAFETY: the registration is expected to fail; if it succeeds the pool is kept until
+    // the process (this child) exits.
+    match unsafe { RegisteredBufs::register(&ring.submitter(), 16, 64 * 1024) }
+        .map(std::mem::forget)
+    {
         Ok(_) => Ok(Completion::ignored_with(
             "memlock not enforced (CAP_IPC_LOCK held?)",
         )),

@@ -355,7 +355,7 @@ pub(crate) async fn transfer_all<B, F, Fut>(
 where
     B: IoBuf,
     F: FnMut(Slice<B>, usize) -> Fut,
-    Fut: std::future::Future<Output = (std::io::Result<usize>, Slice<B>)>,
+    Fut: std::future::IntoFuture<Output = (std::io::Result<usize>, Slice<B>)>,
 {
     let mut done = 0;
     while done < total {

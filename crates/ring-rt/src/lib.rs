@@ -210,17 +210,15 @@ pub mod net;
 pub mod op;
 pub mod pool;
 mod runtime;
-mod select;
 pub mod signal;
 mod sys;
 pub mod time;
 mod unpark;
 mod worker;
 
-pub use backend::BackendKind;
+pub use backend::{BackendChoice, BackendKind};
 pub use executor::task::{JoinError, JoinHandle};
 pub use runtime::{spawn, yield_now, Builder, Runtime, RuntimeMetrics};
-pub use select::BackendChoice;
 
 /// ring-core's feature mask and features, for [`Builder::feature_mask`] and reports.
 pub use ring_core::probe::{Feature, FeatureMask, Features};

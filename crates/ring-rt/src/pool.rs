@@ -13,9 +13,11 @@ use ring_core::cqe::Cqe;
 use ring_core::metrics::Metrics;
 
 use crate::buf::IoBuf;
-use crate::runtime::Core;
+use crate::worker::Core;
 
-/// Received bytes in a buffer borrowed from the worker's pool; dropping it returns the buffer.
+/// Received bytes in a buffer borrowed from the worker's pool; dropping it returns the
+/// buffer. (Bytes that a dropped plain `read` had received come back as a chunk too, then
+/// as a copy with no pool buffer: see [`bid`](Self::bid).)
 ///
 /// It derefs to `[u8]`, and it is an [`IoBuf`], so received data can be written out again
 /// without a copy. Made by `recv_pooled` and `recv_stream` on
@@ -36,19 +38,51 @@ use crate::runtime::Core;
 /// # std::io::Result::Ok(())
 /// ```
 pub struct PooledBuf {
-    /// Dropping it gives the bid back to the group, which wakes receives waiting for one.
-    lease: BufLease,
+    data: Data,
+    /// Bytes at the front already handed out (a read that took part of the chunk).
+    start: usize,
+}
+
+/// Where a chunk's bytes are.
+enum Data {
+    /// In a buffer of the pool. Dropping it gives the bid back to the group, which wakes a
+    /// receive waiting for one.
+    Lease(BufLease),
+    /// A copy: bytes a dropped plain `read` had received, kept for the next receive.
+    Owned(Vec<u8>),
 }
 
 impl PooledBuf {
     /// The received bytes (see the [type's example](PooledBuf)).
     pub fn as_slice(&self) -> &[u8] {
-        &self.lease
+        let all: &[u8] = match &self.data {
+            Data::Lease(lease) => lease,
+            Data::Owned(bytes) => bytes,
+        };
+        &all[self.start..]
     }
 
-    /// The provided-buffer id this data arrived in (see the [type's example](PooledBuf)).
+    /// The provided-buffer id this data arrived in; `None` for bytes kept from a dropped
+    /// plain `read`, which are a copy (see the [type's example](PooledBuf)).
     pub fn bid(&self) -> Option<u16> {
-        Some(self.lease.bid())
+        match &self.data {
+            Data::Lease(lease) => Some(lease.bid()),
+            Data::Owned(_) => None,
+        }
+    }
+
+    /// Bytes a dropped read received, as a chunk.
+    pub(crate) fn owned(bytes: Vec<u8>) -> PooledBuf {
+        PooledBuf {
+            data: Data::Owned(bytes),
+            start: 0,
+        }
+    }
+
+    /// Hands out the first `n` bytes (at most all of them): they are no longer in the
+    /// chunk.
+    pub(crate) fn consume(&mut self, n: usize) {
+        self.start = (self.start + n).min(self.start + self.as_slice().len());
     }
 }
 
@@ -69,8 +103,9 @@ impl fmt::Debug for PooledBuf {
     }
 }
 
-// SAFETY: the lease's memory belongs to the group, which lives at least as long as the
-// lease; it does not move, and `len` bytes of it hold received data.
+// SAFETY: the bytes are a lease's buffer, which belongs to the group the lease keeps alive,
+// or a Vec's heap buffer; neither moves with the value, and `as_slice` covers exactly the
+// received bytes still in the chunk.
 unsafe impl IoBuf for PooledBuf {
     fn stable_ptr(&self) -> *const u8 {
         self.as_slice().as_ptr()
@@ -104,7 +139,10 @@ pub(crate) fn from_cqe(group: &BufGroup, cqe: Cqe) -> io::Result<Option<PooledBu
     if n == 0 {
         return Ok(None);
     }
-    Ok(Some(PooledBuf { lease }))
+    Ok(Some(PooledBuf {
+        data: Data::Lease(lease),
+        start: 0,
+    }))
 }
 
 /// Records an ENOBUFS (group count, worker metric, debug event). The receive then waits
@@ -112,6 +150,6 @@ pub(crate) fn from_cqe(group: &BufGroup, cqe: Cqe) -> io::Result<Option<PooledBu
 /// CQE's recycle, or an orphaned receive's late CQE.
 pub(crate) fn record_enobufs(core: &Core, group: &BufGroup) {
     group.record_enobufs();
-    Metrics::bump(&core.backend.borrow().metrics().enobufs);
+    let _ = core.backend_ref(|b| Metrics::bump(&b.metrics().enobufs));
     tracing::debug!(target: "ring_rt", bgid = group.bgid(), buffers = group.count(), "receive pool exhausted (ENOBUFS); waiting for a buffer");
 }

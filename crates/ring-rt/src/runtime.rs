@@ -1,177 +1,21 @@
-//! `Runtime`, its `Builder`, and the per-worker `Core` that futures reach through a
-//! thread-local.
+//! `Runtime`: the workers a `Builder` made, run from the calling thread (worker 0).
 
-use std::cell::RefCell;
 use std::fmt;
 use std::future::Future;
 use std::io;
-use std::pin::pin;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
-use std::time::Instant;
+use std::task::Poll;
+use std::time::{Duration, Instant};
 
-use ring_core::driver::Wait;
 use ring_core::metrics::Metrics;
 use ring_core::probe::Features;
 
-use crate::backend::{Backend, BackendKind};
-use crate::executor::task::{Header, JoinHandle};
-use crate::executor::Executor;
-use crate::select::{BackendChoice, Choice};
-use crate::time::Timers;
-use crate::worker::Workers;
+use crate::backend::{BackendChoice, BackendKind, SHUTDOWN_WAIT};
+use crate::executor::task::JoinHandle;
+use crate::worker::{Core, Workers};
 
 pub use crate::builder::Builder;
-
-/// Tasks polled per loop turn before the loop checks the kernel again, so a busy task set
-/// cannot starve I/O completions.
-const TASKS_PER_TURN: usize = 256;
-
-/// One worker's state: its tasks, its backend, its timers. Lives on the worker's thread.
-#[doc(hidden)]
-pub struct Core {
-    pub(crate) executor: Executor,
-    pub(crate) backend: RefCell<Backend>,
-    pub(crate) timers: RefCell<Timers>,
-    pub(crate) choice: Choice,
-    /// How long the loop spins through no-wait turns before it sleeps (`Builder::spin_before_park`).
-    pub(crate) spin: std::time::Duration,
-    /// No-wait turns made while spinning (`RuntimeMetrics::spin_turns`).
-    pub(crate) spin_turns: std::cell::Cell<u64>,
-}
-
-thread_local! {
-    static CURRENT: RefCell<Option<Rc<Core>>> = const { RefCell::new(None) };
-}
-
-impl Core {
-    /// The core of the runtime running on this thread.
-    pub(crate) fn current() -> Option<Rc<Core>> {
-        CURRENT.with(|c| c.borrow().clone())
-    }
-
-    /// Like [`current`](Self::current), as an `io::Error` for I/O entry points.
-    pub(crate) fn current_io() -> io::Result<Rc<Core>> {
-        Core::current().ok_or_else(|| {
-            io::Error::other("no ring-rt runtime on this thread: call this inside Runtime::block_on or a spawned task")
-        })
-    }
-
-    /// Runs `future` to completion, driving tasks, timers and I/O.
-    pub(crate) fn block_on<F: Future>(self: &Rc<Core>, future: F) -> F::Output {
-        let _entered = self
-            .executor
-            .enter()
-            .expect("Runtime::block_on called from inside a running ring-rt runtime");
-        let _current = CurrentGuard::set(self.clone());
-        let main_waker = Waker::from(Arc::new(Header::main(self.executor.shared.clone())));
-        let mut cx = Context::from_waker(&main_waker);
-        let mut future = pin!(future);
-        // Poll the new future at once, whatever an earlier block_on left in the flag.
-        let mut woken = true;
-        loop {
-            if std::mem::take(&mut woken) | self.executor.take_main_woken() {
-                if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
-                    return out;
-                }
-            }
-            self.executor.run_ready(TASKS_PER_TURN);
-            self.turn();
-        }
-    }
-
-    /// One loop turn: wait for I/O (not at all if work is ready, and only after spinning
-    /// if `Builder::spin_before_park` asks for it), then fire due timers.
-    fn turn(&self) {
-        let wait = self.next_wait();
-        if wait == Wait::No || self.spin.is_zero() {
-            self.backend_turn(wait);
-        } else if !self.spin_finds_work() {
-            // The spin took time: the next timer is that much closer.
-            self.backend_turn(self.next_wait());
-        }
-        let due = self.timers.borrow_mut().take_expired(Instant::now());
-        for waker in due {
-            waker.wake();
-        }
-    }
-
-    /// Before a turn that would sleep, turns the backend without waiting for up to the
-    /// configured spin, so completions that arrive within it are run without the cost of
-    /// sleeping and being woken (an IRQ, a context switch, a cold cache). On io_uring with
-    /// TASKRUN_FLAG (5.19+) such a turn enters the kernel only when the ring's flags
-    /// announce completions; on epoll each is an `epoll_wait(0)`. Returns true once a task
-    /// is ready or a timer is due (the caller then skips its wait), false when the spin ran
-    /// out and the loop should park.
-    fn spin_finds_work(&self) -> bool {
-        let start = Instant::now();
-        loop {
-            self.backend_turn(Wait::No);
-            self.spin_turns.set(self.spin_turns.get() + 1);
-            let now = Instant::now();
-            let is_timer_due = self
-                .timers
-                .borrow()
-                .next_deadline()
-                .is_some_and(|deadline| deadline <= now);
-            if self.executor.has_ready() || is_timer_due {
-                return true;
-            }
-            if now.duration_since(start) >= self.spin {
-                return false;
-            }
-            std::hint::spin_loop();
-        }
-    }
-
-    /// How long the next turn may wait: not at all if work is ready, else until the next
-    /// timer is due (or for I/O alone).
-    fn next_wait(&self) -> Wait {
-        if self.executor.has_ready() {
-            return Wait::No;
-        }
-        match self.timers.borrow().next_deadline() {
-            Some(deadline) => Wait::For(deadline.saturating_duration_since(Instant::now())),
-            None => Wait::Forever,
-        }
-    }
-
-    fn backend_turn(&self, wait: Wait) {
-        if let Err(err) = self.backend.borrow_mut().turn(wait) {
-            // The backend failing to enter the kernel is not something a task can handle;
-            // report it and keep the loop alive so ops still in flight can complete.
-            let backend = self.backend.borrow().kind();
-            tracing::error!(target: "ring_rt", %backend, error = %err, "backend turn failed");
-        }
-    }
-
-    pub(crate) fn spawn<F: Future + 'static>(&self, future: F) -> JoinHandle<F::Output> {
-        self.executor.spawn(future)
-    }
-
-    /// Drops every task, then the backend waits for the kernel to finish with their ops.
-    pub(crate) fn shutdown(self: &Rc<Core>) {
-        let _current = CurrentGuard::set(self.clone());
-        self.executor.shutdown();
-    }
-}
-
-/// Installs a core as this thread's current one, restoring the previous on drop.
-struct CurrentGuard(Option<Rc<Core>>);
-
-impl CurrentGuard {
-    fn set(core: Rc<Core>) -> CurrentGuard {
-        CurrentGuard(CURRENT.with(|c| c.borrow_mut().replace(core)))
-    }
-}
-
-impl Drop for CurrentGuard {
-    fn drop(&mut self) {
-        let previous = self.0.take();
-        CURRENT.with(|c| *c.borrow_mut() = previous);
-    }
-}
 
 /// An async runtime: one worker on the calling thread (plus `threads - 1` more, each with
 /// its own ring, when built with [`Builder::threads`]).
@@ -348,7 +192,10 @@ impl Runtime {
     /// # std::io::Result::Ok(())
     /// ```
     pub fn features(&self) -> Option<Features> {
-        self.core.backend.borrow().features().cloned()
+        self.core
+            .backend_ref(|b| b.features().cloned())
+            .ok()
+            .flatten()
     }
 
     /// Counters of the calling-thread worker's backend (see [`RuntimeMetrics`]).
@@ -365,9 +212,12 @@ impl Runtime {
     /// ```
     pub fn metrics(&self) -> RuntimeMetrics {
         let core = &self.core;
+        let (io, recv_buffers_in_use) = core
+            .backend_ref(|b| (b.metrics().snapshot(), b.recv_buffers_in_use() as u64))
+            .unwrap_or_default();
         RuntimeMetrics {
-            backend: core.backend.borrow().kind(),
-            io: core.backend.borrow().metrics().snapshot(),
+            backend: core.choice.kind,
+            io,
             tasks_spawned: core
                 .executor
                 .shared
@@ -375,7 +225,7 @@ impl Runtime {
                 .load(std::sync::atomic::Ordering::Relaxed),
             tasks_alive: core.executor.alive() as u64,
             timers: core.timers.borrow().len() as u64,
-            recv_buffers_in_use: core.backend.borrow().recv_buffers_in_use() as u64,
+            recv_buffers_in_use,
             spin_turns: core.spin_turns.get(),
         }
     }
@@ -407,16 +257,46 @@ impl Runtime {
     /// # std::io::Result::Ok(())
     /// ```
     pub fn metrics_handle(&self) -> Arc<Metrics> {
-        self.core.backend.borrow().metrics().clone()
+        self.core
+            .backend_ref(|b| b.metrics().clone())
+            .unwrap_or_default()
+    }
+
+    /// Shuts the runtime down, waiting at most `timeout` for the kernel to finish with
+    /// the ops it cancels (dropping the runtime waits up to 5 s). Every task is dropped,
+    /// every op cancelled; memory of an op the kernel has not finished with by then is
+    /// leaked rather than freed, and a blocking thread stuck in a syscall is left to end on
+    /// its own. I/O objects that outlive the runtime fail with `NotConnected` afterwards.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    ///
+    /// let rt = ring_rt::Runtime::new()?;
+    /// rt.spawn(std::future::pending::<()>()); // never finishes
+    /// let start = Instant::now();
+    /// rt.shutdown_timeout(Duration::from_millis(100));
+    /// assert!(start.elapsed() < Duration::from_secs(5));
+    /// # std::io::Result::Ok(())
+    /// ```
+    pub fn shutdown_timeout(mut self, timeout: Duration) {
+        self.shut_down(timeout);
+    }
+
+    fn shut_down(&mut self, timeout: Duration) {
+        let deadline = Instant::now().checked_add(timeout);
+        let deadline = deadline.unwrap_or_else(|| Instant::now() + SHUTDOWN_WAIT);
+        if let Some(workers) = self.workers.take() {
+            workers.shutdown(deadline);
+        }
+        self.core.shutdown(deadline);
     }
 }
 
 impl Drop for Runtime {
     fn drop(&mut self) {
-        if let Some(workers) = self.workers.take() {
-            workers.shutdown();
-        }
-        self.core.shutdown();
+        self.shut_down(SHUTDOWN_WAIT);
     }
 }
 

@@ -9,7 +9,7 @@ use std::rc::Rc;
 
 use crate::op::net::ReadPollable;
 use crate::op::Op;
-use crate::runtime::Core;
+use crate::worker::Core;
 
 fn sigset(signals: &[i32]) -> io::Result<libc::sigset_t> {
     // SAFETY: sigset_t is plain data; sigemptyset initialises it.
@@ -127,6 +127,6 @@ struct SignalFd {
 
 impl Drop for SignalFd {
     fn drop(&mut self) {
-        crate::backend::close_fd(&self.core, self.fd);
+        self.core.close(self.fd);
     }
 }

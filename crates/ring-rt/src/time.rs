@@ -2,68 +2,17 @@
 //!
 //! One ordered map of deadlines per worker; its earliest deadline becomes the wait timeout
 //! of the loop's next `io_uring_enter` (or `epoll_wait`). No timer thread, no SQE per timer.
+//! A duration too large to add to now (`Duration::MAX`, the usual "no timeout") means
+//! "never": its deadline is decades away, and nothing overflows.
 
-use std::collections::BTreeMap;
 use std::fmt;
-use std::future::Future;
+use std::future::{Future, IntoFuture};
 use std::io;
 use std::pin::Pin;
-use std::rc::Rc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use crate::runtime::Core;
-
-/// A worker's pending timers, earliest first. The u64 breaks ties between equal deadlines.
-#[derive(Default)]
-pub(crate) struct Timers {
-    map: BTreeMap<(Instant, u64), Waker>,
-    next_id: u64,
-}
-
-type TimerKey = (Instant, u64);
-
-impl Timers {
-    fn insert(&mut self, deadline: Instant, waker: Waker) -> TimerKey {
-        let key = (deadline, self.next_id);
-        self.next_id += 1;
-        self.map.insert(key, waker);
-        key
-    }
-
-    fn update(&mut self, key: TimerKey, waker: &Waker) {
-        if let Some(current) = self.map.get_mut(&key) {
-            if !current.will_wake(waker) {
-                *current = waker.clone();
-            }
-        }
-    }
-
-    fn remove(&mut self, key: TimerKey) {
-        self.map.remove(&key);
-    }
-
-    /// The earliest deadline, if any timer is pending.
-    pub(crate) fn next_deadline(&self) -> Option<Instant> {
-        self.map.first_key_value().map(|(key, _)| key.0)
-    }
-
-    /// Removes and returns the wakers of every timer due at `now`.
-    pub(crate) fn take_expired(&mut self, now: Instant) -> Vec<Waker> {
-        let mut due = Vec::new();
-        while let Some(entry) = self.map.first_entry() {
-            if entry.key().0 > now {
-                break;
-            }
-            due.push(entry.remove());
-        }
-        due
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.map.len()
-    }
-}
+use crate::worker::{deadline_after, TimerEntry};
 
 /// Completes at a deadline. Created by [`sleep`] and [`sleep_until`].
 ///
@@ -86,11 +35,10 @@ impl Timers {
 /// # std::io::Result::Ok(())
 /// ```
 pub struct Sleep {
-    /// The worker whose timers hold this sleep: bound on first poll, so a sleep may be
-    /// created before entering the runtime (e.g. `rt.block_on(sleep(d))`).
-    core: Option<Rc<Core>>,
+    /// The timer in a worker's map: bound to the current worker on first poll, so a sleep
+    /// may be created before entering the runtime (e.g. `rt.block_on(sleep(d))`).
+    timer: TimerEntry,
     deadline: Instant,
-    key: Option<TimerKey>,
 }
 
 /// Waits for `duration`. The deadline is fixed when `sleep` is called, not when the
@@ -108,7 +56,7 @@ pub struct Sleep {
 /// # std::io::Result::Ok(())
 /// ```
 pub fn sleep(duration: Duration) -> Sleep {
-    sleep_until(Instant::now() + duration)
+    sleep_until(deadline_after(duration))
 }
 
 /// Waits until `deadline`.
@@ -129,9 +77,8 @@ pub fn sleep(duration: Duration) -> Sleep {
 /// ```
 pub fn sleep_until(deadline: Instant) -> Sleep {
     Sleep {
-        core: None,
+        timer: TimerEntry::default(),
         deadline,
-        key: None,
     }
 }
 
@@ -160,14 +107,8 @@ impl Sleep {
     /// # std::io::Result::Ok(())
     /// ```
     pub fn reset(&mut self, deadline: Instant) {
-        self.cancel();
+        self.timer.cancel();
         self.deadline = deadline;
-    }
-
-    fn cancel(&mut self) {
-        if let (Some(key), Some(core)) = (self.key.take(), &self.core) {
-            core.timers.borrow_mut().remove(key);
-        }
     }
 }
 
@@ -175,27 +116,8 @@ impl Future for Sleep {
     type Output = ();
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if Instant::now() >= self.deadline {
-            self.cancel();
-            return Poll::Ready(());
-        }
-        let deadline = self.deadline;
         let this = &mut *self;
-        let core = this.core.get_or_insert_with(|| {
-            Core::current().expect("ring_rt::time::Sleep polled outside a ring-rt runtime")
-        });
-        let mut timers = core.timers.borrow_mut();
-        match this.key {
-            Some(key) => timers.update(key, cx.waker()),
-            None => this.key = Some(timers.insert(deadline, cx.waker().clone())),
-        }
-        Poll::Pending
-    }
-}
-
-impl Drop for Sleep {
-    fn drop(&mut self) {
-        self.cancel();
+        this.timer.poll(this.deadline, cx)
     }
 }
 
@@ -237,7 +159,13 @@ impl From<Elapsed> for io::Error {
 }
 
 /// Runs `future` for at most `duration`; on expiry the future is dropped (cancelling any
-/// I/O it had in flight) and `Err(Elapsed)` returned.
+/// I/O it had in flight) and `Err(Elapsed)` returned. `future` is anything awaitable: a
+/// future, or an op not yet started (`stream.read(buf)`).
+///
+/// Every ring-rt receive is cancel-safe under it: a read, `recv_from`, accept or
+/// `RecvStream::next` that the timeout drops after the kernel completed it keeps what it
+/// got for the next receive on the same socket. A dropped write may have sent part of its
+/// buffer (how much is unknown: treat the connection as broken).
 ///
 /// # Examples
 ///
@@ -259,9 +187,9 @@ impl From<Elapsed> for io::Error {
 /// # std::io::Result::Ok(()) })?;
 /// # std::io::Result::Ok(())
 /// ```
-pub async fn timeout<F: Future>(duration: Duration, future: F) -> Result<F::Output, Elapsed> {
+pub async fn timeout<F: IntoFuture>(duration: Duration, future: F) -> Result<F::Output, Elapsed> {
     let sleep = sleep(duration);
-    let mut future = std::pin::pin!(future);
+    let mut future = std::pin::pin!(future.into_future());
     let mut sleep = std::pin::pin!(sleep);
     std::future::poll_fn(|cx| {
         if let Poll::Ready(out) = future.as_mut().poll(cx) {
@@ -329,7 +257,11 @@ impl Interval {
     pub async fn tick(&mut self) -> Instant {
         (&mut self.sleep).await;
         let scheduled = self.sleep.deadline();
-        let next = (scheduled + self.period).max(Instant::now());
+        // A huge period means the next tick never comes (no overflow past `Instant`).
+        let next = scheduled
+            .checked_add(self.period)
+            .unwrap_or_else(|| deadline_after(self.period))
+            .max(Instant::now());
         self.sleep.reset(next);
         scheduled
     }

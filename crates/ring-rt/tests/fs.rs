@@ -5,7 +5,7 @@
 #[macro_use]
 mod support;
 
-use std::future::{poll_fn, Future};
+use std::future::{poll_fn, Future, IntoFuture};
 use std::io::{self, ErrorKind};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
@@ -745,7 +745,7 @@ fn orphaned_writes_never_reach_a_reused_fd(kind: BackendKind) -> Outcome {
             let first = open_rw(&dir.path(&format!("a{round}"))).await?;
             let fd = first.as_raw_fd();
             for i in 0..64u64 {
-                let mut write = Box::pin(first.write_at(vec![b'x'; 4096], i * 4096));
+                let mut write = Box::pin(first.write_at(vec![b'x'; 4096], i * 4096).into_future());
                 let _ = poll_once(write.as_mut()).await;
             }
             drop(first);

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::task::{Poll, Wake, Waker};
 
 use ring_core::cqe::{Cqe, F_MORE};
-use ring_core::lifecycle::Orphan;
+use ring_core::lifecycle::{Deferred, Orphan};
 use ring_core::op_table::{Dispatch, OpTable, Orphaned};
 use ring_core::user_data::{OpId, Reserved};
 
@@ -43,6 +43,35 @@ impl Wake for Counter {
     fn wake_by_ref(self: &Arc<Self>) {
         self.0.fetch_add(1, Ordering::Relaxed);
     }
+}
+
+/// Hands `cqe` to the table as the driver does.
+fn deliver(table: &mut OpTable, cqe: Cqe) -> Dispatch {
+    // SAFETY: the model's orphans only record what they reap; no fd or bid is real.
+    unsafe { table.complete(cqe) }
+}
+
+/// Runs what the table deferred, as its owner does once it lets go of it.
+fn run_deferred(table: &mut OpTable) {
+    let mut deferred = Deferred::default();
+    table.take_deferred(&mut deferred);
+    deferred.run();
+}
+
+/// Checks that delivering a CQE woke nobody inside the table (a waker may call back into
+/// the table's owner), then runs what it deferred.
+fn check_nothing_ran(
+    table: &mut OpTable,
+    wakers: &[(Arc<Counter>, Waker)],
+    before: &[usize],
+    step: usize,
+) {
+    assert_eq!(
+        wake_counts(wakers),
+        before,
+        "step {step}: a waker ran inside the table"
+    );
+    run_deferred(table);
 }
 
 /// CQEs reaped by orphans: (model op index, CQE), in reap order.
@@ -217,6 +246,7 @@ impl Checker {
         op.future_alive = false;
         op.waiting = None;
         let outcome = self.table.orphan(op.id, orphan);
+        run_deferred(&mut self.table);
         if !op.live {
             assert!(
                 outcome.is_err(),
@@ -249,7 +279,8 @@ impl Checker {
         let more = more && op.multishot;
         let cqe = Cqe::new(op.id.to_user_data(), res, if more { F_MORE } else { 0 });
         let wakes_before = wake_counts(&self.wakers);
-        let dispatch = self.table.complete(cqe);
+        let dispatch = deliver(&mut self.table, cqe);
+        check_nothing_ran(&mut self.table, &self.wakers, &wakes_before, self.step);
         let wakes = wake_counts(&self.wakers);
         op.kernel_done = !more;
         op.posted += 1;
@@ -291,7 +322,8 @@ impl Checker {
             wake_counts(&self.wakers),
             self.log.borrow().len(),
         );
-        let dispatch = self.table.complete(Cqe::new(op.id.to_user_data(), 1, 0));
+        let dispatch = deliver(&mut self.table, Cqe::new(op.id.to_user_data(), 1, 0));
+        run_deferred(&mut self.table);
         assert_eq!(
             dispatch,
             Dispatch::Stale,
@@ -325,7 +357,8 @@ impl Checker {
             ),
         };
         let len = self.table.len();
-        assert_eq!(self.table.complete(Cqe::new(user_data, 0, 0)), want);
+        assert_eq!(deliver(&mut self.table, Cqe::new(user_data, 0, 0)), want);
+        assert!(!self.table.has_deferred(), "a reserved CQE deferred work");
         assert_eq!(self.table.len(), len, "a reserved CQE changed the table");
     }
 

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use libtest_mimic::{Completion, Failed, Trial};
 use ring_core::cqe::Cqe;
 use ring_core::driver::{Driver, DriverConfig, Wait};
+use ring_core::lifecycle::Deferred;
 use ring_core::probe::{Feature, FeatureMask, Features, KernelVersion};
 use ring_core::setup::RingConfig;
 use ring_core::user_data::OpId;
@@ -115,8 +116,16 @@ pub fn turn_until(
         driver
             .turn(Wait::For(Duration::from_millis(10)))
             .map_err(|e| format!("turn failed: {e}"))?;
+        run_deferred(driver);
     }
     Ok(())
+}
+
+/// Wakes and drops what the driver deferred, as its owner does after each turn.
+pub fn run_deferred(driver: &mut Driver) {
+    let mut deferred = Deferred::default();
+    driver.take_deferred(&mut deferred);
+    deferred.run();
 }
 
 /// Turns until op `id` yields a CQE, and returns it.

@@ -2,6 +2,11 @@
 //! (files, fsync, open) for the epoll backend. Completions go back to the loop through a
 //! queue and an eventfd; when every thread is busy, jobs wait in the queue (callers wait)
 //! rather than more threads being spawned.
+//!
+//! A job never outlives its op: it is either run by a thread and reported, or removed from
+//! the queue (cancelled, or no thread could ever start to run it) and reported as never run.
+//! Dropping the pool waits for busy threads only up to a bound: a thread stuck in a syscall
+//! (an `open` of a FIFO nobody writes) is left to finish on its own.
 
 use std::collections::VecDeque;
 use std::io;
@@ -9,10 +14,23 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
+use std::time::Instant;
 
 use ring_core::user_data::OpId;
 
-use crate::op::BlockingJob;
+/// A syscall to run on the blocking pool (epoll backend): it returns what the kernel would
+/// post as the CQE's result, `>= 0` or `-errno`. Only ring-rt's own ops make these; the
+/// raw addresses it holds point at memory its op keeps until the completion is reported.
+///
+/// # Examples
+///
+/// ```
+/// use ring_rt::backend::BlockingJob;
+///
+/// let job: BlockingJob = Box::new(|| -libc::EOPNOTSUPP);
+/// assert_eq!(job(), -libc::EOPNOTSUPP);
+/// ```
+pub type BlockingJob = Box<dyn FnOnce() -> i32 + Send + 'static>;
 
 /// Threads per worker for blocking file ops unless `Builder::blocking_threads` says
 /// otherwise, on both backends: 4 per CPU (io-wq's own default on io_uring), but at least
@@ -22,15 +40,21 @@ pub(crate) fn default_threads() -> usize {
     (4 * cpus).max(16)
 }
 
+/// What the threads and the loop share, under one lock.
 struct Queue {
     jobs: VecDeque<(OpId, BlockingJob)>,
+    /// Threads waiting for a job.
     idle: usize,
+    /// Threads alive (running a job or idle).
     threads: usize,
+    /// The pool is being dropped: idle threads exit.
     closed: bool,
 }
 
 struct Inner {
     queue: Mutex<Queue>,
+    /// Signals idle threads that a job (or the close) arrived, and the dropping pool that a
+    /// thread exited.
     available: Condvar,
     done: Mutex<Vec<(OpId, i32)>>,
     has_done: AtomicBool,
@@ -77,7 +101,9 @@ impl BlockingPool {
         self.inner.notify.as_raw_fd()
     }
 
-    /// Queues `job` for op `id`, starting a thread if none is idle and the cap allows.
+    /// Queues `job` for op `id`, starting a thread if none is idle and the cap allows. If
+    /// no thread can start (a pids limit, memory) and none is alive to run the job later,
+    /// the job is taken back out and the error returned: it never runs.
     pub(crate) fn submit(&mut self, id: OpId, job: BlockingJob) -> io::Result<()> {
         let mut q = lock(&self.inner.queue);
         q.jobs.push_back((id, job));
@@ -87,18 +113,41 @@ impl BlockingPool {
         }
         drop(q);
         self.inner.available.notify_one();
-        if spawn {
-            let inner = self.inner.clone();
-            let handle = thread::Builder::new()
-                .name("ring-rt-blocking".into())
-                .spawn(move || worker(&inner))
-                .inspect_err(|_| lock(&self.inner.queue).threads -= 1)?;
-            self.handles.push(handle);
+        if !spawn {
+            return Ok(());
         }
-        Ok(())
+        let inner = self.inner.clone();
+        let spawned = thread::Builder::new()
+            .name("ring-rt-blocking".into())
+            .spawn(move || worker(&inner));
+        match spawned {
+            Ok(handle) => {
+                self.handles.push(handle);
+                Ok(())
+            }
+            Err(err) => self.spawn_failed(id, err),
+        }
     }
 
-    /// Removes a job that has not started; true if it was still queued.
+    /// A thread for `id`'s job could not start. With another thread alive the job waits
+    /// for it, as beyond the cap; with none, it would wait for ever: take it back.
+    fn spawn_failed(&mut self, id: OpId, err: io::Error) -> io::Result<()> {
+        let mut q = lock(&self.inner.queue);
+        q.threads -= 1;
+        if q.threads > 0 {
+            return Ok(());
+        }
+        let before = q.jobs.len();
+        q.jobs.retain(|(queued, _)| *queued != id);
+        if q.jobs.len() == before {
+            // A thread took it in the meantime (and has since exited): it ran, and its
+            // completion is on its way.
+            return Ok(());
+        }
+        Err(err)
+    }
+
+    /// Removes a job that has not started; true if it was still queued (it will never run).
     pub(crate) fn cancel(&self, id: OpId) -> bool {
         let mut q = lock(&self.inner.queue);
         let before = q.jobs.len();
@@ -121,14 +170,51 @@ impl BlockingPool {
     pub(crate) fn has_done(&self) -> bool {
         self.inner.has_done.load(Ordering::Acquire)
     }
+
+    /// Stops the pool: queued jobs are dropped unrun (their ops were cancelled by then),
+    /// idle threads exit, and busy threads are waited for until `deadline`. A thread still
+    /// busy then (stuck in a syscall) is left to finish on its own: it holds only the
+    /// shared state (its job's memory belongs to an op the backend keeps or leaks), and it
+    /// exits once its syscall returns.
+    pub(crate) fn close(&mut self, deadline: Instant) {
+        let mut q = lock(&self.inner.queue);
+        if q.closed {
+            // Closed already (by the runtime's drain): nothing more to wait for.
+            return;
+        }
+        q.closed = true;
+        let unrun = std::mem::take(&mut q.jobs);
+        self.inner.available.notify_all();
+        while q.threads > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            q = self
+                .inner
+                .available
+                .wait_timeout(q, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        let all_exited = q.threads == 0;
+        drop(q);
+        drop(unrun);
+        if all_exited {
+            for handle in self.handles.drain(..) {
+                let _ = handle.join();
+            }
+        } else {
+            // Detached: joining would wait for the stuck syscall.
+            self.handles.clear();
+        }
+    }
 }
 
 impl Drop for BlockingPool {
     fn drop(&mut self) {
-        lock(&self.inner.queue).closed = true;
-        self.inner.available.notify_all();
-        for handle in self.handles.drain(..) {
-            let _ = handle.join();
+        if !self.handles.is_empty() {
+            self.close(Instant::now());
         }
     }
 }
@@ -149,15 +235,18 @@ fn worker(inner: &Inner) {
     }
 }
 
+/// The next job, or `None` once the pool is closed (the thread then exits, counted out).
 fn next_job(inner: &Inner) -> Option<(OpId, BlockingJob)> {
     let mut q = lock(&inner.queue);
     loop {
-        if let Some(job) = q.jobs.pop_front() {
-            return Some(job);
-        }
         if q.closed {
             q.threads -= 1;
+            // Wakes a pool waiting in `close` for its threads.
+            inner.available.notify_all();
             return None;
+        }
+        if let Some(job) = q.jobs.pop_front() {
+            return Some(job);
         }
         q.idle += 1;
         q = inner.available.wait(q).unwrap_or_else(|e| e.into_inner());

@@ -1,9 +1,11 @@
 //! The epoll backend: sockets by readiness, everything else on the blocking pool.
 //!
-//! Ops try their syscall first and wait for readiness only on EAGAIN (see `op::Op`); one
-//! `epoll_wait` per loop turn handles every ready event. Blocking ops complete through
-//! ring-core's op table with the same `Cqe` values the kernel would post, so futures,
-//! cancellation and orphans are the same code as on io_uring.
+//! An op tries its syscall first and waits for readiness only on EAGAIN; one `epoll_wait`
+//! per loop turn handles every ready event. Blocking ops complete through ring-core's op
+//! table with the same `Cqe` values the kernel would post, so futures, cancellation and
+//! orphans are the same code as on io_uring. Waits take nanosecond timeouts
+//! (`epoll_pwait2`, 5.11+; a timerfd where that is missing or filtered), so timers keep the
+//! precision they have on io_uring.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -13,22 +15,20 @@ use std::time::{Duration, Instant};
 
 use ring_core::cqe::Cqe;
 use ring_core::driver::Wait;
-use ring_core::lifecycle::Orphan;
+use ring_core::lifecycle::{Deferred, Orphan};
 use ring_core::metrics::Metrics;
 use ring_core::op_table::{Dispatch, OpTable, Orphaned};
 use ring_core::user_data::OpId;
 
-use super::blocking::BlockingPool;
-use super::{RecvBuffers, RecvPool};
-use crate::op::BlockingJob;
+use super::blocking::{BlockingJob, BlockingPool};
+use super::{Emulation, Operation, RecvBuffers, RecvPool, Start, Token};
 
 /// epoll `data` values that are not fds.
 const TOKEN_WAKE: u64 = u64::MAX;
 const TOKEN_POOL: u64 = u64::MAX - 1;
+const TOKEN_TIMER: u64 = u64::MAX - 2;
 /// Events collected per `epoll_wait`.
 const EVENTS_MAX: usize = 1024;
-/// How long dropping the backend waits for blocking jobs to finish.
-const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
 
 /// Tasks waiting for one fd to become readable or writable.
 #[derive(Default)]
@@ -46,15 +46,27 @@ struct Registration {
     closed: u32,
 }
 
+/// How a wait gets a timeout finer than `epoll_wait`'s milliseconds.
+enum Timeouts {
+    /// `epoll_pwait2` takes a timespec (5.11+).
+    Pwait2,
+    /// Older kernels, or a seccomp profile that filters `epoll_pwait2`: a timerfd in the
+    /// epoll set, armed for each timed wait.
+    Timerfd(OwnedFd),
+}
+
 pub(crate) struct EpollBackend {
     epfd: OwnedFd,
     /// Indexed by fd: fds are small integers, so a Vec beats a map.
     regs: Vec<Registration>,
-    pub(crate) ops: OpTable,
+    ops: OpTable,
     pub(crate) metrics: Arc<Metrics>,
     pool: BlockingPool,
     events: Vec<libc::epoll_event>,
     on_wake: Box<dyn Fn()>,
+    timeouts: Timeouts,
+    /// Wakers of ready fds, woken by the worker once it lets go of the backend.
+    woken: Deferred,
     /// The worker's shared receive group (see `Backend::recv_group`).
     pub(crate) recv_pool: RecvPool,
 }
@@ -71,15 +83,19 @@ impl EpollBackend {
         if epfd < 0 {
             return Err(io::Error::last_os_error());
         }
+        // SAFETY: a fresh epoll fd nobody else owns.
+        let epfd = unsafe { OwnedFd::from_raw_fd(epfd) };
+        let timeouts = probe_timeouts(epfd.as_raw_fd())?;
         let backend = EpollBackend {
-            // SAFETY: a fresh epoll fd nobody else owns.
-            epfd: unsafe { OwnedFd::from_raw_fd(epfd) },
+            epfd,
             regs: Vec::new(),
             ops: OpTable::new(),
             metrics: Arc::new(Metrics::default()),
             pool: BlockingPool::new(blocking_threads)?,
             events: vec![libc::epoll_event { events: 0, u64: 0 }; EVENTS_MAX],
             on_wake,
+            timeouts,
+            woken: Deferred::default(),
             recv_pool: RecvPool::new(recv_buffers),
         };
         backend.ctl(
@@ -95,6 +111,14 @@ impl EpollBackend {
             libc::EPOLLIN as u32,
             TOKEN_POOL,
         )?;
+        if let Timeouts::Timerfd(tfd) = &backend.timeouts {
+            backend.ctl(
+                libc::EPOLL_CTL_ADD,
+                tfd.as_raw_fd(),
+                libc::EPOLLIN as u32,
+                TOKEN_TIMER,
+            )?;
+        }
         Ok(backend)
     }
 
@@ -107,9 +131,77 @@ impl EpollBackend {
         Ok(())
     }
 
+    /// Starts `op`: a read the page cache serves is done at once; a socket op waits for
+    /// readiness (tried on its first poll); anything else goes to the blocking pool.
+    pub(crate) fn start(&mut self, op: &mut dyn Operation) -> io::Result<Start> {
+        if let Some(cqe) = op.try_inline() {
+            return Ok(Start::Done(cqe));
+        }
+        match op.emulate() {
+            Emulation::Readiness { fd, events } => Ok(Start::Token(Token::Ready {
+                fd,
+                events,
+                poll: None,
+            })),
+            Emulation::Blocking(job) => {
+                Ok(Start::Token(Token::InFlight(self.submit_blocking(job)?)))
+            }
+        }
+    }
+
+    /// Polls an op started by [`start`](Self::start).
+    pub(crate) fn poll(
+        &mut self,
+        token: &mut Token,
+        op: &mut dyn Operation,
+        waker: &Waker,
+    ) -> Poll<io::Result<Cqe>> {
+        match *token {
+            Token::InFlight(id) => self.poll_id(id, waker),
+            Token::Ready { fd, events, .. } => self.poll_readiness(op, fd, events, waker),
+        }
+    }
+
+    /// Tries the op's syscall (unless `fd` is known drained); on EAGAIN waits for
+    /// readiness, and the next poll tries again.
+    fn poll_readiness(
+        &mut self,
+        op: &mut dyn Operation,
+        fd: RawFd,
+        events: u32,
+        waker: &Waker,
+    ) -> Poll<io::Result<Cqe>> {
+        loop {
+            if !self.is_unready(fd, events) {
+                let cqe = op.try_syscall();
+                if cqe.res == -libc::EINTR {
+                    continue;
+                }
+                if cqe.res != -libc::EAGAIN {
+                    if op.leaves_unready(&cqe) {
+                        self.mark_unready(fd, events);
+                    }
+                    return Poll::Ready(Ok(cqe));
+                }
+            }
+            return match self.wait_ready(fd, events, waker) {
+                Ok(()) => Poll::Pending,
+                Err(err) => Poll::Ready(Err(err)),
+            };
+        }
+    }
+
+    pub(crate) fn poll_id(&mut self, id: OpId, waker: &Waker) -> Poll<io::Result<Cqe>> {
+        let polled = self.ops.poll(id, waker);
+        if polled.is_ready() {
+            self.note_in_flight();
+        }
+        polled
+    }
+
     /// Parks `waker` until `fd` is ready for `events` (POLLIN and/or POLLOUT). The fd is
     /// registered edge-triggered once, for both directions, on first use.
-    pub(crate) fn wait_ready(&mut self, fd: RawFd, events: u32, waker: &Waker) -> io::Result<()> {
+    fn wait_ready(&mut self, fd: RawFd, events: u32, waker: &Waker) -> io::Result<()> {
         let index = usize::try_from(fd).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
         if self.regs.len() <= index {
             self.regs.resize_with(index + 1, Registration::default);
@@ -133,7 +225,7 @@ impl EpollBackend {
     /// [`Registration::unready`]). Edge-triggered epoll reports any data or room that
     /// arrives after this, and registering an fd reports its current state, so no wake-up
     /// is lost.
-    pub(crate) fn mark_unready(&mut self, fd: RawFd, events: u32) {
+    fn mark_unready(&mut self, fd: RawFd, events: u32) {
         let Ok(index) = usize::try_from(fd) else {
             return;
         };
@@ -153,15 +245,16 @@ impl EpollBackend {
     }
 
     /// Whether `fd` is known to be drained for all of `events`.
-    pub(crate) fn is_unready(&self, fd: RawFd, events: u32) -> bool {
+    fn is_unready(&self, fd: RawFd, events: u32) -> bool {
         usize::try_from(fd)
             .ok()
             .and_then(|i| self.regs.get(i))
             .is_some_and(|reg| reg.unready & events == events)
     }
 
-    /// Forgets `fd` (before it is closed), waking anyone still waiting on it.
-    pub(crate) fn deregister(&mut self, fd: RawFd) {
+    /// Forgets `fd` (before it is closed or handed away), waking anyone still waiting on
+    /// it (their next try sees the closed fd's error).
+    pub(crate) fn forget_fd(&mut self, fd: RawFd) {
         let Some(reg) = usize::try_from(fd).ok().and_then(|i| self.regs.get_mut(i)) else {
             return;
         };
@@ -169,76 +262,51 @@ impl EpollBackend {
         if reg.registered {
             let _ = self.ctl(libc::EPOLL_CTL_DEL, fd, 0, 0);
         }
-        reg.readers
-            .into_iter()
-            .chain(reg.writers)
-            .for_each(Waker::wake);
+        for waker in reg.readers.into_iter().chain(reg.writers) {
+            self.woken.wake(waker);
+        }
     }
 
     /// Runs `job` on the blocking pool as op `id` of the op table.
-    pub(crate) fn submit_blocking(&mut self, job: BlockingJob) -> io::Result<OpId> {
+    fn submit_blocking(&mut self, job: BlockingJob) -> io::Result<OpId> {
         let id = self.ops.insert()?;
         if let Err(err) = self.pool.submit(id, job) {
-            // No thread could start: complete the op with the error instead.
+            // No thread could start and none is alive: the job was taken back, unrun.
             let res = -err.raw_os_error().unwrap_or(libc::EAGAIN);
-            self.ops.complete(Cqe::new(id.to_user_data(), res, 0));
+            self.dispatch(Cqe::new(id.to_user_data(), res, 0));
         }
         self.note_in_flight();
         Ok(id)
-    }
-
-    pub(crate) fn poll(&mut self, id: OpId, waker: &Waker) -> Poll<io::Result<Cqe>> {
-        let polled = self.ops.poll(id, waker);
-        if polled.is_ready() {
-            self.note_in_flight();
-        }
-        polled
     }
 
     /// A dropped blocking op: a job still queued is removed (completing as cancelled); one
     /// already running keeps its memory in the orphan until the thread finishes.
     pub(crate) fn orphan(&mut self, id: OpId, orphan: Box<dyn Orphan>) {
         match self.ops.orphan(id, orphan) {
-            Ok(Orphaned::NeedsCancel) => {
-                Metrics::bump(&self.metrics.cancels_sent);
-                if self.pool.cancel(id) {
-                    self.dispatch(Cqe::new(id.to_user_data(), -libc::ECANCELED, 0));
-                }
-            }
+            Ok(Orphaned::NeedsCancel) => self.cancel(id),
             Ok(Orphaned::Freed) => Metrics::bump(&self.metrics.orphans_reaped),
+            Ok(Orphaned::AlreadyOrphaned) => {}
             Err(_) => Metrics::bump(&self.metrics.stale_cqes),
         }
         self.note_in_flight();
     }
 
+    /// Cancels op `id`: a job still queued never runs and completes with `ECANCELED`; one
+    /// already running cannot be interrupted and completes as it will.
+    pub(crate) fn cancel(&mut self, id: OpId) {
+        Metrics::bump(&self.metrics.cancels_sent);
+        if self.pool.cancel(id) {
+            self.dispatch(Cqe::new(id.to_user_data(), -libc::ECANCELED, 0));
+        }
+    }
+
     /// One loop turn: one `epoll_wait`, then wake every ready fd's waiters and complete
     /// every finished blocking job.
     pub(crate) fn turn(&mut self, wait: Wait) -> io::Result<()> {
-        let timeout_ms = if self.pool.has_done() {
-            0
-        } else {
-            timeout_ms(wait)
-        };
-        // SAFETY: `events` has EVENTS_MAX initialised entries the kernel may overwrite.
-        let n = unsafe {
-            libc::epoll_wait(
-                self.epfd.as_raw_fd(),
-                self.events.as_mut_ptr(),
-                EVENTS_MAX as i32,
-                timeout_ms,
-            )
-        };
+        let wait = if self.pool.has_done() { Wait::No } else { wait };
+        let n = self.wait(wait)?;
         Metrics::bump(&self.metrics.enters);
-        if n < 0 {
-            let err = io::Error::last_os_error();
-            // A signal interrupted the wait: the loop comes round again.
-            return if err.kind() == io::ErrorKind::Interrupted {
-                Ok(())
-            } else {
-                Err(err)
-            };
-        }
-        for i in 0..n as usize {
+        for i in 0..n {
             let ev = self.events[i];
             self.on_event(ev.u64, ev.events);
         }
@@ -248,41 +316,143 @@ impl EpollBackend {
         Ok(())
     }
 
+    /// One `epoll_wait` (or `epoll_pwait2`) as `wait` asks; the number of events. A signal
+    /// interrupting it counts as no events: the loop comes round again.
+    fn wait(&mut self, wait: Wait) -> io::Result<usize> {
+        let epfd = self.epfd.as_raw_fd();
+        let events = self.events.as_mut_ptr();
+        let n = match (&self.timeouts, wait) {
+            (Timeouts::Pwait2, Wait::For(d)) => {
+                let ts = timespec(d);
+                // SAFETY: `events` has EVENTS_MAX initialised entries the kernel may
+                // overwrite; `ts` is a live timespec; no signal mask (null; its size, 8,
+                // is then unused).
+                unsafe {
+                    libc::syscall(
+                        libc::SYS_epoll_pwait2,
+                        epfd,
+                        events,
+                        EVENTS_MAX as libc::c_int,
+                        &ts as *const libc::timespec,
+                        std::ptr::null::<libc::sigset_t>(),
+                        8usize,
+                    ) as i32
+                }
+            }
+            (Timeouts::Timerfd(tfd), Wait::For(d)) => {
+                arm_timerfd(tfd.as_raw_fd(), d)?;
+                // SAFETY: as above; the timerfd bounds this wait.
+                unsafe { libc::epoll_wait(epfd, events, EVENTS_MAX as i32, -1) }
+            }
+            (_, other) => {
+                let ms = if other == Wait::No { 0 } else { -1 };
+                // SAFETY: `events` has EVENTS_MAX initialised entries the kernel may overwrite.
+                unsafe { libc::epoll_wait(epfd, events, EVENTS_MAX as i32, ms) }
+            }
+        };
+        if n < 0 {
+            let err = io::Error::last_os_error();
+            return if err.kind() == io::ErrorKind::Interrupted {
+                Ok(0)
+            } else {
+                Err(err)
+            };
+        }
+        Ok(n as usize)
+    }
+
     fn on_event(&mut self, token: u64, events: u32) {
         match token {
             TOKEN_WAKE => (self.on_wake)(),
             TOKEN_POOL => {}
-            fd => {
-                let Some(reg) = self.regs.get_mut(fd as usize) else {
-                    return;
-                };
-                let err = (libc::EPOLLERR | libc::EPOLLHUP) as u32;
-                if events & (libc::EPOLLRDHUP as u32 | err) != 0 {
-                    reg.closed |= libc::POLLIN as u32;
+            TOKEN_TIMER => {
+                if let Timeouts::Timerfd(tfd) = &self.timeouts {
+                    let mut expirations = 0u64;
+                    // SAFETY: reads 8 bytes into a live u64 from our non-blocking timerfd.
+                    unsafe {
+                        libc::read(tfd.as_raw_fd(), (&mut expirations as *mut u64).cast(), 8)
+                    };
                 }
-                if events & err != 0 {
-                    reg.closed |= libc::POLLOUT as u32;
-                }
-                if events & (libc::EPOLLIN | libc::EPOLLRDHUP) as u32 != 0 || events & err != 0 {
-                    reg.unready &= !(libc::POLLIN as u32);
-                    reg.readers.drain(..).for_each(Waker::wake);
-                }
-                if events & libc::EPOLLOUT as u32 != 0 || events & err != 0 {
-                    reg.unready &= !(libc::POLLOUT as u32);
-                    reg.writers.drain(..).for_each(Waker::wake);
-                }
+            }
+            fd => self.on_fd_event(fd as usize, events),
+        }
+    }
+
+    fn on_fd_event(&mut self, index: usize, events: u32) {
+        let Some(reg) = self.regs.get_mut(index) else {
+            return;
+        };
+        let err = (libc::EPOLLERR | libc::EPOLLHUP) as u32;
+        if events & (libc::EPOLLRDHUP as u32 | err) != 0 {
+            reg.closed |= libc::POLLIN as u32;
+        }
+        if events & err != 0 {
+            reg.closed |= libc::POLLOUT as u32;
+        }
+        let readable = events & (libc::EPOLLIN | libc::EPOLLRDHUP) as u32 != 0 || events & err != 0;
+        let writable = events & libc::EPOLLOUT as u32 != 0 || events & err != 0;
+        if readable {
+            reg.unready &= !(libc::POLLIN as u32);
+            for waker in reg.readers.drain(..) {
+                self.woken.wake(waker);
+            }
+        }
+        let reg = &mut self.regs[index];
+        if writable {
+            reg.unready &= !(libc::POLLOUT as u32);
+            for waker in reg.writers.drain(..) {
+                self.woken.wake(waker);
             }
         }
     }
 
     fn dispatch(&mut self, cqe: Cqe) {
         Metrics::bump(&self.metrics.cqes_reaped);
-        match self.ops.complete(cqe) {
+        // SAFETY: every CQE dispatched here is the result this backend produced for the
+        // op its user_data names: a blocking job's return value, or ECANCELED for a job
+        // taken out of the queue unrun.
+        match unsafe { self.ops.complete(cqe) } {
             Dispatch::Reaped { .. } => Metrics::bump(&self.metrics.orphans_reaped),
             Dispatch::Stale | Dispatch::Unknown => Metrics::bump(&self.metrics.stale_cqes),
-            Dispatch::Delivered | Dispatch::Reserved(_) => {}
+            Dispatch::Delivered | Dispatch::QueueFull | Dispatch::Reserved(_) => {}
         }
         self.note_in_flight();
+    }
+
+    /// Moves the wakers and finished orphans this backend holds into `out`.
+    pub(crate) fn take_deferred(&mut self, out: &mut Deferred) {
+        out.append(&mut self.woken);
+        self.ops.take_deferred(out);
+    }
+
+    /// Shutdown: cancels every op (queued jobs never run), waits until `deadline` for
+    /// running jobs, then stops the pool. Jobs still running then write into memory their
+    /// orphans keep, so that memory is leaked instead of freed (their threads are left to
+    /// finish on their own).
+    pub(crate) fn drain(&mut self, deadline: Instant) {
+        for id in self.ops.ids() {
+            if self.pool.cancel(id) {
+                self.dispatch(Cqe::new(id.to_user_data(), -libc::ECANCELED, 0));
+            }
+        }
+        super::wait_out(deadline, || {
+            if self.ops.awaiting_kernel() == 0 {
+                return false;
+            }
+            let _ = self.turn(Wait::For(Duration::from_millis(50)));
+            true
+        });
+        self.pool.close(deadline);
+        if self.ops.awaiting_kernel() > 0 {
+            std::mem::forget(std::mem::take(&mut self.ops));
+        }
+    }
+
+    /// Whether reads of `fd` should first try the page cache on the loop thread
+    /// (`RWF_NOWAIT`): not for `O_DIRECT` files (a direct read waits for the device even
+    /// then) nor on filesystems without `RWF_NOWAIT` reads (each would fail first).
+    pub(crate) fn reads_inline(&self, fd: RawFd) -> bool {
+        !is_direct(fd) && has_nowait_reads(fd)
     }
 
     fn note_in_flight(&self) {
@@ -291,17 +461,10 @@ impl EpollBackend {
 }
 
 impl Drop for EpollBackend {
-    /// Waits for running blocking jobs: they write into memory their orphans keep.
+    /// Waits (bounded) for running blocking jobs: they write into memory their orphans keep.
+    /// After the runtime's own drain this finds nothing left and returns at once.
     fn drop(&mut self) {
-        let deadline = Instant::now() + SHUTDOWN_WAIT;
-        while self.ops.awaiting_kernel() > 0 && Instant::now() < deadline {
-            if self.turn(Wait::For(Duration::from_millis(50))).is_err() {
-                break;
-            }
-        }
-        if self.ops.awaiting_kernel() > 0 {
-            std::mem::forget(std::mem::take(&mut self.ops));
-        }
+        self.drain(Instant::now() + super::SHUTDOWN_WAIT);
     }
 }
 
@@ -311,11 +474,95 @@ fn push_waker(list: &mut Vec<Waker>, waker: &Waker) {
     }
 }
 
-fn timeout_ms(wait: Wait) -> i32 {
-    match wait {
-        Wait::No => 0,
-        Wait::Forever => -1,
-        // Round up: waking before a timer's deadline would just cost another turn.
-        Wait::For(d) => d.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32,
+/// `d` as a timespec, its seconds cut to what `time_t` holds.
+fn timespec(d: Duration) -> libc::timespec {
+    libc::timespec {
+        tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
+    }
+}
+
+/// Whether `epoll_pwait2` works here: a zero wait on the new epoll fd. `ENOSYS` (before
+/// 5.11) and `EPERM` (a seccomp profile written before it existed) fall back to a timerfd.
+fn probe_timeouts(epfd: RawFd) -> io::Result<Timeouts> {
+    let ts = timespec(Duration::ZERO);
+    let mut ev = libc::epoll_event { events: 0, u64: 0 };
+    // SAFETY: one live epoll_event to fill; a live zero timespec; no signal mask.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_epoll_pwait2,
+            epfd,
+            &mut ev as *mut libc::epoll_event,
+            1 as libc::c_int,
+            &ts as *const libc::timespec,
+            std::ptr::null::<libc::sigset_t>(),
+            8usize,
+        )
+    };
+    if rc >= 0 {
+        return Ok(Timeouts::Pwait2);
+    }
+    // SAFETY: timerfd_create takes integers only; the result is checked.
+    let tfd = unsafe {
+        libc::timerfd_create(
+            libc::CLOCK_MONOTONIC,
+            libc::TFD_CLOEXEC | libc::TFD_NONBLOCK,
+        )
+    };
+    if tfd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh timerfd nobody else owns.
+    Ok(Timeouts::Timerfd(unsafe { OwnedFd::from_raw_fd(tfd) }))
+}
+
+/// Arms the timerfd to fire once after `d` (a zero `d` fires at once: 1 ns).
+fn arm_timerfd(tfd: RawFd, d: Duration) -> io::Result<()> {
+    let d = d.max(Duration::from_nanos(1));
+    let spec = libc::itimerspec {
+        it_interval: timespec(Duration::ZERO),
+        it_value: timespec(d),
+    };
+    // SAFETY: a live itimerspec; the old value is not requested.
+    if unsafe { libc::timerfd_settime(tfd, 0, &spec, std::ptr::null_mut()) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Whether `fd` was opened `O_DIRECT` (an fd whose flags cannot be read counts as direct,
+/// which only costs it the page-cache fast path).
+fn is_direct(fd: RawFd) -> bool {
+    // SAFETY: F_GETFL takes and returns integers only.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    flags < 0 || flags & libc::O_DIRECT != 0
+}
+
+/// Whether `fd`'s filesystem takes `RWF_NOWAIT` reads, by reading one byte at offset 0:
+/// elsewhere (ramfs, tmpfs before it learned `RWF_NOWAIT`) every read would fail with
+/// `EOPNOTSUPP` before going to the pool, a wasted syscall. A 0-byte probe would not tell:
+/// the kernel answers it before looking at the flag. `EAGAIN` (supported, not cached) and
+/// end of file count as supported; a write-only fd does not matter (its reads fail anyway).
+fn has_nowait_reads(fd: RawFd) -> bool {
+    let mut byte = 0u8;
+    let iov = libc::iovec {
+        iov_base: (&mut byte as *mut u8).cast(),
+        iov_len: 1,
+    };
+    // SAFETY: one iovec over a live local byte.
+    let n = unsafe { libc::preadv2(fd, &iov, 1, 0, libc::RWF_NOWAIT) };
+    n >= 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EAGAIN)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sub_millisecond_and_huge_waits_keep_their_value() {
+        let ts = timespec(Duration::from_micros(100));
+        assert_eq!((ts.tv_sec, ts.tv_nsec), (0, 100_000));
+        let ts = timespec(Duration::MAX);
+        assert_eq!(ts.tv_sec, i64::MAX as libc::time_t);
     }
 }

@@ -1,26 +1,145 @@
-//! The backends under the one op interface: io_uring, or epoll plus a blocking pool.
+//! The backends under one interface: io_uring, or epoll plus a blocking pool.
 //!
-//! Ops, futures, cancellation and orphan release are shared: both backends complete ops
-//! through ring-core's op table with the same `Cqe` values, so nothing above this module
-//! knows which one runs.
+//! This is the ground floor: it imports nothing of ring-rt above it, and it is the one
+//! place that knows which backend runs. An op reaches it as an [`Operation`] (how to run it
+//! either way) and comes back as a [`Token`] to poll, or done; both backends complete ops
+//! through ring-core's op table with the same `Cqe` values, so futures, cancellation and
+//! orphan release above are one code path. [`select`] decides which backend a worker gets.
 
 pub(crate) mod blocking;
 pub(crate) mod epoll;
+pub(crate) mod select;
 pub(crate) mod uring;
 
 use std::fmt;
 use std::io;
+use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::task::{Poll, Waker};
+use std::time::Instant;
 
 use io_uring::squeue;
 use ring_core::buf_pool::BufGroup;
 use ring_core::cqe::Cqe;
 use ring_core::driver::Wait;
-use ring_core::lifecycle::Orphan;
+use ring_core::lifecycle::{Deferred, Orphan};
 use ring_core::metrics::Metrics;
 use ring_core::probe::Features;
 use ring_core::user_data::OpId;
+
+pub use blocking::BlockingJob;
+pub use select::BackendChoice;
+
+pub(crate) use ring_core::driver::SHUTDOWN_WAIT;
+
+/// How long shutdown waits for the kernel, from ring-core (both backends drain alike).
+pub(crate) fn wait_out(deadline: Instant, turn: impl FnMut() -> bool) {
+    ring_core::driver::drain_until(deadline, turn);
+}
+
+/// What a backend needs of an op to run it either way: its io_uring SQE, and how the
+/// epoll backend performs it without io_uring. Implemented by ring-rt's op structs.
+///
+/// # Safety
+/// The SQE from [`sqe`](Self::sqe), and the addresses a [`BlockingJob`] from
+/// [`emulate`](Self::emulate) holds, must point only at memory this value owns and that
+/// does not move when the value moves (heap or `'static`), and at fds the op may use until
+/// it completes. The runtime keeps the value (through its future, and after that through
+/// its orphan) until the op's final completion, and never frees that memory earlier.
+#[doc(hidden)]
+pub unsafe trait Operation {
+    /// The io_uring SQE.
+    fn sqe(&mut self) -> squeue::Entry;
+
+    /// How the epoll backend runs this op (and io_uring, for an op whose opcode the kernel
+    /// lacks, or a readiness-only op).
+    fn emulate(&mut self) -> Emulation;
+
+    /// For [`Emulation::Readiness`] ops: the syscall, attempted once without blocking; the
+    /// result as the kernel would post it (`res`, and `flags` such as a buffer id). Ops
+    /// emulated as `Blocking` never have this called.
+    fn try_syscall(&mut self) -> Cqe {
+        Cqe::new(0, -libc::EOPNOTSUPP, 0)
+    }
+
+    /// For [`Emulation::Readiness`] ops: whether this successful result shows the fd has
+    /// nothing more in the op's direction for now (a stream read or write shorter than
+    /// asked), so the next op there waits for readiness instead of trying a syscall that
+    /// would fail with EAGAIN. Never for datagrams or end of file.
+    fn leaves_unready(&self, _cqe: &Cqe) -> bool {
+        false
+    }
+
+    /// For [`Emulation::Blocking`] ops on epoll: an attempt that cannot block, made on the
+    /// loop thread before the op goes to the blocking pool (a read of cached file data with
+    /// `RWF_NOWAIT`). `None` sends the op to the pool, as does the default.
+    fn try_inline(&mut self) -> Option<Cqe> {
+        None
+    }
+
+    /// The opcode the SQE uses, where a kernel may lack it (those newer than the 5.6 set
+    /// the runtime requires): without it io_uring runs the emulation inline instead.
+    fn opcode(&self) -> Option<u8> {
+        None
+    }
+
+    /// An op with no SQE of its own, run by readiness on io_uring too (`POLL_ADD`, then
+    /// the syscall): a receive into a buffer group selected in user space (before 5.7).
+    fn is_readiness_only(&self) -> bool {
+        false
+    }
+}
+
+/// How the epoll backend performs an op without io_uring.
+#[doc(hidden)]
+pub enum Emulation {
+    /// A socket op: [`Operation::try_syscall`] runs the non-blocking syscall on the loop
+    /// thread; on `-EAGAIN` the op waits until `fd` is ready for `events` (`POLLIN`/
+    /// `POLLOUT`) and tries again. Nothing is in flight between tries.
+    Readiness {
+        /// The fd to wait on.
+        fd: RawFd,
+        /// `POLLIN` and/or `POLLOUT`.
+        events: u32,
+    },
+    /// An op that may block (files, fsync, open): the job runs on the blocking pool and
+    /// returns the CQE result (`>= 0` or `-errno`).
+    Blocking(BlockingJob),
+}
+
+/// An op a backend started: what its future holds and polls.
+#[derive(Debug)]
+pub(crate) enum Token {
+    /// In the op table until its final CQE: an SQE in the ring, or a job on the pool.
+    InFlight(OpId),
+    /// Retried whenever `fd` is ready for `events`. Nothing of the op is in flight; on
+    /// io_uring, `poll` is the `POLL_ADD` waiting for the readiness (no memory).
+    Ready {
+        fd: RawFd,
+        events: u32,
+        poll: Option<OpId>,
+    },
+}
+
+impl Token {
+    /// The op table entry to orphan if the op's future is dropped now, and whether the op's
+    /// own memory is in it (else it is only a readiness poll, which owns nothing).
+    pub(crate) fn in_flight(&self) -> Option<(OpId, bool)> {
+        match *self {
+            Token::InFlight(id) => Some((id, true)),
+            Token::Ready { poll: Some(id), .. } => Some((id, false)),
+            Token::Ready { poll: None, .. } => None,
+        }
+    }
+}
+
+/// What starting an op gave.
+pub(crate) enum Start {
+    /// Running: poll this.
+    Token(Token),
+    /// Done already (a read of cached data on epoll, an op run inline): its CQE.
+    Done(Cqe),
+}
 
 /// Provided-buffer sizing for a worker's shared receive group.
 #[derive(Clone, Copy, Debug)]
@@ -127,20 +246,13 @@ impl fmt::Display for BackendKind {
     }
 }
 
-/// The backend a worker runs.
+/// The backend a worker runs: the one place that knows which.
 // One per worker, so the size difference costs nothing; boxing would add a pointer chase
 // to every op.
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Backend {
     Uring(uring::UringBackend),
     Epoll(epoll::EpollBackend),
-}
-
-fn no_sqes() -> io::Error {
-    io::Error::new(
-        io::ErrorKind::Unsupported,
-        "the epoll backend takes no io_uring SQEs",
-    )
 }
 
 impl Backend {
@@ -151,6 +263,7 @@ impl Backend {
         }
     }
 
+    /// The io_uring features in use; `None` on epoll.
     pub(crate) fn features(&self) -> Option<&Features> {
         match self {
             Backend::Uring(b) => Some(b.driver.features()),
@@ -165,33 +278,79 @@ impl Backend {
         }
     }
 
-    /// Submits one op.
-    pub(crate) fn submit(&mut self, sqe: squeue::Entry) -> io::Result<OpId> {
+    /// Starts `op` (io_uring: pushes its SQE; epoll: tries it inline, waits for readiness
+    /// or queues its job).
+    pub(crate) fn start(&mut self, op: &mut dyn Operation) -> io::Result<Start> {
         match self {
-            Backend::Uring(b) => b.driver.submit_op(sqe),
-            Backend::Epoll(_) => Err(no_sqes()),
+            Backend::Uring(b) => b.start(op),
+            Backend::Epoll(b) => b.start(op),
         }
     }
 
-    /// Submits ops as one linked chain (io_uring only; epoll runs chains op by op).
-    pub(crate) fn submit_chain(&mut self, sqes: Vec<squeue::Entry>) -> io::Result<Vec<OpId>> {
+    /// Starts `ops` as one linked chain, each op running only if the one before succeeded,
+    /// where the kernel can link them all; `None` where it cannot (epoll, or an op io_uring
+    /// runs another way): the caller then runs them one after another.
+    pub(crate) fn start_chain(
+        &mut self,
+        ops: &mut [&mut dyn Operation],
+    ) -> Option<io::Result<Vec<OpId>>> {
         match self {
-            Backend::Uring(b) => b.driver.submit_chain(sqes),
-            Backend::Epoll(_) => Err(no_sqes()),
+            Backend::Uring(b) => b.start_chain(ops),
+            Backend::Epoll(_) => None,
         }
     }
 
-    pub(crate) fn poll(&mut self, id: OpId, waker: &Waker) -> Poll<io::Result<Cqe>> {
+    /// Starts a multishot op whose unpolled CQEs are bounded by `queue_max` (io_uring only:
+    /// callers check [`features`](Self::features) for the multishot kind first).
+    pub(crate) fn start_multishot(
+        &mut self,
+        op: &mut dyn Operation,
+        queue_max: u16,
+    ) -> io::Result<OpId> {
+        match self {
+            Backend::Uring(b) => b.start_multishot(op, queue_max),
+            Backend::Epoll(_) => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "multishot ops need io_uring (5.19+ for accept, 6.0+ for recv)",
+            )),
+        }
+    }
+
+    /// Polls an op started by [`start`](Self::start) for its next CQE.
+    pub(crate) fn poll(
+        &mut self,
+        token: &mut Token,
+        op: &mut dyn Operation,
+        waker: &Waker,
+    ) -> Poll<io::Result<Cqe>> {
+        match self {
+            Backend::Uring(b) => b.poll(token, op, waker),
+            Backend::Epoll(b) => b.poll(token, op, waker),
+        }
+    }
+
+    /// Polls an op table entry (a multishot op, a chain's op) for its next CQE.
+    pub(crate) fn poll_id(&mut self, id: OpId, waker: &Waker) -> Poll<io::Result<Cqe>> {
         match self {
             Backend::Uring(b) => b.driver.poll_op(id, waker),
-            Backend::Epoll(b) => b.poll(id, waker),
+            Backend::Epoll(b) => b.poll_id(id, waker),
         }
     }
 
+    /// The future of op `id` was dropped: `orphan` keeps its memory until the final CQE,
+    /// and the op is cancelled if it is still running.
     pub(crate) fn orphan(&mut self, id: OpId, orphan: Box<dyn Orphan>) {
         match self {
             Backend::Uring(b) => b.driver.orphan(id, orphan),
             Backend::Epoll(b) => b.orphan(id, orphan),
+        }
+    }
+
+    /// Cancels op `id`, whose future stays to receive its (usually `ECANCELED`) final CQE.
+    pub(crate) fn cancel(&mut self, id: OpId) {
+        match self {
+            Backend::Uring(b) => b.driver.cancel(id),
+            Backend::Epoll(b) => b.cancel(id),
         }
     }
 
@@ -203,11 +362,80 @@ impl Backend {
         }
     }
 
+    /// Submits what is queued without waiting (io_uring); nothing to do on epoll.
+    pub(crate) fn submit(&mut self) -> io::Result<()> {
+        match self {
+            Backend::Uring(b) => b.driver.submit(),
+            Backend::Epoll(_) => Ok(()),
+        }
+    }
+
+    /// Moves the wakers to wake and the finished orphans to drop that the backend produced
+    /// into `out`, to be run once the backend is no longer borrowed.
+    pub(crate) fn take_deferred(&mut self, out: &mut Deferred) {
+        match self {
+            Backend::Uring(b) => b.take_deferred(out),
+            Backend::Epoll(b) => b.take_deferred(out),
+        }
+    }
+
+    /// Shutdown: cancels every op and waits until `deadline` for the kernel (or the pool)
+    /// to finish with them; what is not done by then keeps its memory for ever.
+    pub(crate) fn drain(&mut self, deadline: Instant) {
+        match self {
+            Backend::Uring(b) => b.drain(deadline),
+            Backend::Epoll(b) => b.drain(deadline),
+        }
+    }
+
     /// SQ and CQ sizes (io_uring), or (0, 0) on epoll.
     pub(crate) fn ring_sizes(&self) -> (u32, u32) {
         match self {
             Backend::Uring(b) => b.driver.ring_sizes(),
             Backend::Epoll(_) => (0, 0),
+        }
+    }
+
+    /// Puts a socket adopted by the runtime in the blocking mode this backend wants:
+    /// blocking on io_uring (the kernel waits for readiness itself), non-blocking on epoll.
+    pub(crate) fn adopt_socket(&self, fd: RawFd) -> io::Result<()> {
+        set_nonblocking(fd, matches!(self, Backend::Epoll(_)))
+    }
+
+    /// Whether file reads of `fd` first try the page cache on the loop thread (epoll:
+    /// `RWF_NOWAIT` where the file takes it; io_uring does that inline by itself).
+    pub(crate) fn reads_inline(&self, fd: RawFd) -> bool {
+        match self {
+            Backend::Uring(_) => false,
+            Backend::Epoll(b) => b.reads_inline(fd),
+        }
+    }
+
+    /// Closes `fd`: on io_uring a `CLOSE` queued behind any op already pushed for it (so no
+    /// queued op can find the number reused); on epoll a deregistration and `close`.
+    pub(crate) fn close(&mut self, fd: RawFd) {
+        match self {
+            Backend::Uring(b) => b.close(fd),
+            Backend::Epoll(b) => {
+                b.forget_fd(fd);
+                // SAFETY: the caller hands over its fd to be closed; epoll forgot it above.
+                unsafe { ring_core::release::close_quietly(fd) };
+            }
+        }
+    }
+
+    /// Forgets `fd` before its owner takes it away (epoll deregisters it).
+    pub(crate) fn forget_fd(&mut self, fd: RawFd) {
+        if let Backend::Epoll(b) = self {
+            b.forget_fd(fd);
+        }
+    }
+
+    /// After a local `shutdown(2)` of `fd`: what was known drained may now give `EPIPE` or
+    /// end of file at once (epoll).
+    pub(crate) fn clear_unready(&mut self, fd: RawFd) {
+        if let Backend::Epoll(b) = self {
+            b.clear_unready(fd);
         }
     }
 
@@ -234,78 +462,21 @@ impl Backend {
     }
 }
 
-/// Closes `fd` through `core`'s backend: on io_uring a CLOSE SQE queued behind any op
-/// already pushed for the fd (so no queued op can find the number reused), on epoll a
-/// deregistration and `close`. Falls back to a plain `close` if the backend is busy.
-pub(crate) fn close_fd(core: &crate::runtime::Core, fd: std::os::fd::RawFd) {
-    match core.backend.try_borrow_mut() {
-        Ok(mut backend) => backend.close(fd),
-        Err(_) => ring_core::release::close_quietly(fd),
+/// Sets or clears `O_NONBLOCK`.
+fn set_nonblocking(fd: RawFd, on: bool) -> io::Result<()> {
+    // SAFETY: fcntl on an fd with integer arguments only.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
     }
-}
-
-impl Backend {
-    pub(crate) fn close(&mut self, fd: std::os::fd::RawFd) {
-        match self {
-            Backend::Uring(b) => {
-                let sqe = io_uring::opcode::Close::new(io_uring::types::Fd(fd))
-                    .build()
-                    .user_data(ring_core::user_data::Reserved::Ignore.to_user_data());
-                b.driver.push(sqe);
-            }
-            Backend::Epoll(b) => {
-                b.deregister(fd);
-                ring_core::release::close_quietly(fd);
-            }
-        }
+    let flags = if on {
+        flags | libc::O_NONBLOCK
+    } else {
+        flags & !libc::O_NONBLOCK
+    };
+    // SAFETY: as above.
+    if unsafe { libc::fcntl(fd, libc::F_SETFL, flags) } < 0 {
+        return Err(io::Error::last_os_error());
     }
-
-    /// Runs an op's blocking job (epoll backend only).
-    pub(crate) fn submit_blocking(&mut self, job: crate::op::BlockingJob) -> io::Result<OpId> {
-        match self {
-            Backend::Epoll(b) => b.submit_blocking(job),
-            Backend::Uring(_) => Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                "io_uring runs ops as SQEs",
-            )),
-        }
-    }
-
-    /// epoll: records that `fd` is drained for `events` (see `EpollBackend::mark_unready`).
-    pub(crate) fn mark_unready(&mut self, fd: std::os::fd::RawFd, events: u32) {
-        if let Backend::Epoll(b) = self {
-            b.mark_unready(fd, events);
-        }
-    }
-
-    /// epoll: forgets what is known drained on `fd` (see `EpollBackend::clear_unready`).
-    pub(crate) fn clear_unready(&mut self, fd: std::os::fd::RawFd) {
-        if let Backend::Epoll(b) = self {
-            b.clear_unready(fd);
-        }
-    }
-
-    /// epoll: whether `fd` is known drained for `events` (never on io_uring).
-    pub(crate) fn is_unready(&self, fd: std::os::fd::RawFd, events: u32) -> bool {
-        match self {
-            Backend::Epoll(b) => b.is_unready(fd, events),
-            Backend::Uring(_) => false,
-        }
-    }
-
-    /// Parks `waker` until `fd` is ready (epoll backend only).
-    pub(crate) fn wait_ready(
-        &mut self,
-        fd: std::os::fd::RawFd,
-        events: u32,
-        waker: &Waker,
-    ) -> io::Result<()> {
-        match self {
-            Backend::Epoll(b) => b.wait_ready(fd, events, waker),
-            Backend::Uring(_) => Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                "io_uring waits in the kernel",
-            )),
-        }
-    }
+    Ok(())
 }

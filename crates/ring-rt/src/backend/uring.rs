@@ -1,18 +1,26 @@
 //! The io_uring backend: a ring-core driver plus the worker's wake-up poll and buffer group.
+//!
+//! An op becomes an SQE. Two kinds go another way: an op whose opcode this kernel (or the
+//! feature profile) lacks runs its epoll emulation inline on the loop thread (only
+//! metadata-sized file ops can: the runtime refuses io_uring without the 5.6 read, write
+//! and open set), and a readiness-only op (a receive into a group selected in user space,
+//! before 5.7) waits with `POLL_ADD` and then tries its syscall, as on epoll.
 
 use std::io;
 use std::os::fd::RawFd;
-use std::task::Waker;
-use std::time::Duration;
+use std::task::{Poll, Waker};
+use std::time::{Duration, Instant};
 
-use io_uring::{opcode, types};
+use io_uring::{opcode, squeue, types};
 use ring_core::buf_pool::BufGroup;
+use ring_core::cqe::Cqe;
 use ring_core::driver::{Batch, Driver, DriverConfig, Wait};
+use ring_core::lifecycle::Deferred;
 use ring_core::release::Keep;
 use ring_core::setup::SetupError;
-use ring_core::user_data::OpId;
+use ring_core::user_data::{OpId, Reserved};
 
-use super::{RecvBuffers, RecvPool};
+use super::{Emulation, Operation, RecvBuffers, RecvPool, Start, Token};
 
 pub(crate) struct UringBackend {
     pub(crate) driver: Driver,
@@ -86,10 +94,108 @@ impl UringBackend {
         self
     }
 
+    /// Starts `op`: its SQE is pushed (submitted by the next turn).
+    pub(crate) fn start(&mut self, op: &mut dyn Operation) -> io::Result<Start> {
+        if op.is_readiness_only() {
+            let Emulation::Readiness { fd, events } = op.emulate() else {
+                unreachable!("a readiness-only op is emulated by readiness")
+            };
+            return Ok(Start::Token(Token::Ready {
+                fd,
+                events,
+                poll: None,
+            }));
+        }
+        if let Some(code) = op.opcode() {
+            if !self.driver.features().has_opcode(code) {
+                return Ok(Start::Done(run_inline(op)));
+            }
+        }
+        let sqe = op.sqe();
+        // SAFETY: `Operation`'s contract: the SQE points only at memory the op owns (on the
+        // heap or 'static) and at its fd; the op's future keeps the op until the final CQE,
+        // and its orphan (`into_orphan`) after that.
+        let id = unsafe { self.driver.submit_op(sqe)? };
+        Ok(Start::Token(Token::InFlight(id)))
+    }
+
+    /// Pushes a chain of ops as one linked group, if every op can be linked in the kernel.
+    pub(crate) fn start_chain(
+        &mut self,
+        ops: &mut [&mut dyn Operation],
+    ) -> Option<io::Result<Vec<OpId>>> {
+        let features = self.driver.features();
+        let linkable = ops.iter().all(|op| {
+            !op.is_readiness_only() && op.opcode().is_none_or(|code| features.has_opcode(code))
+        });
+        if !linkable {
+            return None;
+        }
+        let sqes: Vec<squeue::Entry> = ops.iter_mut().map(|op| op.sqe()).collect();
+        // SAFETY: as in `start`, for every op of the chain; the chain's future keeps them.
+        Some(unsafe { self.driver.submit_chain(sqes) })
+    }
+
+    /// Pushes a multishot op whose unpolled CQEs are bounded by `queue_max` (0: unbounded).
+    pub(crate) fn start_multishot(
+        &mut self,
+        op: &mut dyn Operation,
+        queue_max: u16,
+    ) -> io::Result<OpId> {
+        let sqe = op.sqe();
+        // SAFETY: as in `start`.
+        let id = unsafe { self.driver.submit_op(sqe)? };
+        self.driver.bound_queue(id, queue_max);
+        Ok(id)
+    }
+
+    /// Polls an op started by [`start`](Self::start).
+    pub(crate) fn poll(
+        &mut self,
+        token: &mut Token,
+        op: &mut dyn Operation,
+        waker: &Waker,
+    ) -> Poll<io::Result<Cqe>> {
+        match token {
+            Token::InFlight(id) => self.driver.poll_op(*id, waker),
+            Token::Ready { fd, events, poll } => self.poll_readiness(op, *fd, *events, poll, waker),
+        }
+    }
+
+    /// A readiness-only op: waits for `fd` with a one-shot `POLL_ADD`, then tries the
+    /// syscall; EAGAIN (another reader was first) waits again.
+    fn poll_readiness(
+        &mut self,
+        op: &mut dyn Operation,
+        fd: RawFd,
+        events: u32,
+        poll: &mut Option<OpId>,
+        waker: &Waker,
+    ) -> Poll<io::Result<Cqe>> {
+        loop {
+            if let Some(id) = *poll {
+                let cqe = std::task::ready!(self.driver.poll_op(id, waker))?;
+                *poll = None;
+                if cqe.res < 0 {
+                    return Poll::Ready(Ok(cqe));
+                }
+                let cqe = op.try_syscall();
+                if cqe.res != -libc::EAGAIN && cqe.res != -libc::EINTR {
+                    return Poll::Ready(Ok(cqe));
+                }
+            }
+            let sqe = opcode::PollAdd::new(types::Fd(fd), events).build();
+            // SAFETY: a POLL_ADD points at no memory.
+            *poll = Some(unsafe { self.driver.submit_op(sqe)? });
+        }
+    }
+
     pub(crate) fn turn(&mut self, wait: Wait) -> io::Result<()> {
         if self.wake_op.is_none() {
             let poll = opcode::PollAdd::new(types::Fd(self.wake_fd), libc::POLLIN as u32);
-            self.wake_op = Some(self.driver.submit_op(poll.build())?);
+            // SAFETY: a POLL_ADD points at no memory; the eventfd lives as long as the
+            // worker, which drops this backend first.
+            self.wake_op = Some(unsafe { self.driver.submit_op(poll.build())? });
         }
         self.set_batch(wait);
         self.last_batch = self.driver.turn(wait)?;
@@ -114,6 +220,38 @@ impl UringBackend {
             min_wait: self.batch_wait,
         });
         self.driver.set_batch(batch);
+    }
+
+    /// Closes `fd` with a `CLOSE` SQE queued behind every op already pushed for it, so no
+    /// queued op can find the number reused.
+    pub(crate) fn close(&mut self, fd: RawFd) {
+        let sqe = opcode::Close::new(types::Fd(fd))
+            .build()
+            .user_data(Reserved::Ignore.to_user_data());
+        // SAFETY: a CLOSE points at no memory; the fd is the caller's to close.
+        unsafe { self.driver.push(sqe) };
+    }
+
+    /// Moves the wakers and finished orphans the driver deferred into `out`.
+    pub(crate) fn take_deferred(&mut self, out: &mut Deferred) {
+        self.driver.take_deferred(out);
+    }
+
+    /// Shutdown: cancels every op and waits until `deadline` for their final CQEs.
+    pub(crate) fn drain(&mut self, deadline: Instant) {
+        if let Some(id) = self.wake_op.take() {
+            self.driver.orphan(id, Box::new(Keep(())));
+        }
+        self.driver.drain(deadline);
+    }
+}
+
+/// Runs `op`'s epoll emulation here on the loop thread: for an op whose opcode this
+/// kernel lacks.
+fn run_inline(op: &mut dyn Operation) -> Cqe {
+    match op.emulate() {
+        Emulation::Blocking(job) => Cqe::new(0, job(), 0),
+        Emulation::Readiness { .. } => op.try_syscall(),
     }
 }
 

@@ -19,7 +19,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use crate::runtime::Core;
+use crate::worker::Core;
 
 /// ring-rt's timers for hyper: pass it to hyper's `Builder::timer` to enable timeouts such
 /// as `http1::Builder::header_read_timeout`.
@@ -83,7 +83,7 @@ impl HyperTimer {
 
 impl hyper::rt::Timer for HyperTimer {
     fn sleep(&self, duration: Duration) -> Pin<Box<dyn hyper::rt::Sleep>> {
-        self.sleep_until(Instant::now() + duration)
+        self.sleep_until(crate::worker::deadline_after(duration))
     }
 
     fn sleep_until(&self, deadline: Instant) -> Pin<Box<dyn hyper::rt::Sleep>> {

@@ -77,13 +77,17 @@ impl Shared {
             return;
         }
         let me: *const Shared = self;
-        let queued_locally = LOCAL.with(|local| {
-            let mut local = local.borrow_mut();
-            if local.owner == me {
-                local.queue.push_back(key);
-            }
-            local.owner == me
-        });
+        // While this thread's locals are being destroyed (a runtime in a `thread_local!`
+        // dropped at thread exit) the local queue is gone: queue the wake as a remote one.
+        let queued_locally = LOCAL
+            .try_with(|local| {
+                let mut local = local.borrow_mut();
+                if local.owner == me {
+                    local.queue.push_back(key);
+                }
+                local.owner == me
+            })
+            .unwrap_or(false);
         if !queued_locally {
             self.remote
                 .lock()
@@ -110,7 +114,9 @@ impl Shared {
 
     fn is_current(&self) -> bool {
         let me: *const Shared = self;
-        LOCAL.with(|local| local.borrow().owner == me)
+        LOCAL
+            .try_with(|local| local.borrow().owner == me)
+            .unwrap_or(false)
     }
 }
 
@@ -245,7 +251,7 @@ impl Executor {
         if finished {
             tasks.remove(key.index as usize);
             drop(tasks);
-            drop(task);
+            drop_task(task, waker);
         } else if let Some(slot) = tasks.get_mut(key.index as usize) {
             slot.task = Some((task, waker));
         }
@@ -273,17 +279,30 @@ impl Executor {
                 break;
             }
             for mut slot in slots {
-                if let Some((mut task, _)) = slot.task.take() {
+                if let Some((mut task, waker)) = slot.task.take() {
                     task.as_mut().cancel();
+                    drop_task(task, waker);
                 }
             }
         }
     }
 }
 
+/// Frees a finished task: its box, and the output its JoinHandle no longer wants (whose
+/// destructor may panic: that stays here, logged).
+fn drop_task(task: Pin<Box<dyn RawTask>>, waker: Waker) {
+    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        drop(task);
+        drop(waker);
+    }));
+    if let Err(payload) = dropped {
+        task::report_drop_panic(&payload);
+    }
+}
+
 impl Drop for Entered<'_> {
     fn drop(&mut self) {
-        LOCAL.with(|local| {
+        let _ = LOCAL.try_with(|local| {
             let mut local = local.borrow_mut();
             *self.executor.parked_queue.borrow_mut() = std::mem::take(&mut local.queue);
             local.owner = ptr::null();

@@ -114,11 +114,18 @@ impl JoinError {
     fn message(&self) -> String {
         match self {
             JoinError::Cancelled => "task was cancelled".into(),
-            JoinError::Panic(p) => match (p.downcast_ref::<&str>(), p.downcast_ref::<String>()) {
-                (Some(s), _) => format!("task panicked: {s}"),
-                (_, Some(s)) => format!("task panicked: {s}"),
-                _ => "task panicked".into(),
-            },
+            JoinError::Panic(p) => self.message_of(p),
+        }
+    }
+
+    fn message_of(&self, payload: &Box<dyn Any + Send>) -> String {
+        match (
+            payload.downcast_ref::<&str>(),
+            payload.downcast_ref::<String>(),
+        ) {
+            (Some(s), _) => format!("task panicked: {s}"),
+            (_, Some(s)) => format!("task panicked: {s}"),
+            _ => "task panicked".into(),
         }
     }
 }
@@ -278,19 +285,41 @@ impl<F: Future> RawTask for Task<F> {
             Ok(Poll::Ready(output)) => Ok(output),
             Err(payload) => Err(JoinError::Panic(payload)),
         };
-        this.future.set(None);
+        // The output (or the poll's panic) is what the task produced; a panic while
+        // dropping the finished future after it has nobody to report to but the log.
+        if let Err(payload) = drop_future(this.future) {
+            report_drop_panic(&payload);
+        }
         finish(this.state, result);
         Poll::Ready(())
     }
 
     fn cancel(self: Pin<&mut Self>) {
-        let mut this = self.project();
+        let this = self.project();
         if this.future.is_some() {
-            // Drop the future first: its in-flight ops become orphans now.
-            this.future.set(None);
-            finish(this.state, Err(JoinError::Cancelled));
+            // Drop the future first: its in-flight ops become orphans now. A panic in its
+            // destructor is what the task ends with.
+            let result = match drop_future(this.future) {
+                Ok(()) => Err(JoinError::Cancelled),
+                Err(payload) => Err(JoinError::Panic(payload)),
+            };
+            finish(this.state, result);
         }
     }
+}
+
+/// Drops a task's future in place, catching a panic of its destructor: the panic belongs
+/// to the task, and must not unwind through the executor (which would leave the loop, and
+/// the task's slot, behind).
+fn drop_future<F>(future: Pin<&mut Option<F>>) -> Result<(), Box<dyn Any + Send>> {
+    let mut future = future;
+    catch_unwind(AssertUnwindSafe(|| future.set(None)))
+}
+
+/// Logs a panic that nobody else will see.
+pub(crate) fn report_drop_panic(payload: &Box<dyn Any + Send>) {
+    let message = JoinError::Panic(Box::new(())).message_of(payload);
+    tracing::error!(target: "ring_rt", panic = %message, "a task's destructor panicked after it finished");
 }
 
 /// Builds a task and its JoinHandle around `future`.

@@ -7,17 +7,15 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawF
 use std::path::Path;
 use std::rc::Rc;
 
-use io_uring::opcode;
-
 use super::metadata::{Metadata, STATX_MASK};
 use super::OpenOptions;
 use crate::buf::{transfer_all, write_zero, IoBuf, IoBufMut};
 use crate::op::fs::{
-    run, Close, Fallocate, Fsync, Ftruncate, ReadAt, ReadvAt, Statx, WriteAt, WritevAt,
+    Close, Fallocate, Fsync, Ftruncate, ReadAt, ReadvAt, Statx, WriteAt, WritevAt,
 };
 use crate::op::link::Pending;
-use crate::op::OpDef;
-use crate::runtime::Core;
+use crate::op::{Op, OpDef};
+use crate::worker::Core;
 
 /// An open file. Every op names its offset (`pread`/`pwrite` style); there is no cursor.
 ///
@@ -51,8 +49,8 @@ pub struct File {
     /// The fd, or -1 once handed away by `into_std`/`close` (then drop closes nothing).
     fd: RawFd,
     core: Rc<Core>,
-    /// epoll backend, file not `O_DIRECT`: reads first try the page cache on the loop
-    /// thread (`RWF_NOWAIT`) and go to the blocking pool only when that would block.
+    /// Reads first try the page cache on the loop thread (`RWF_NOWAIT`) and go to the
+    /// blocking pool only when that would block (epoll, file not `O_DIRECT`).
     is_nowait_read: bool,
 }
 
@@ -71,30 +69,6 @@ fn kernel_pos(pos: u64) -> u64 {
     }
 }
 
-/// Whether `fd` was opened `O_DIRECT` (an fd whose flags cannot be read counts as direct,
-/// which only costs it the page-cache fast path).
-fn is_direct(fd: RawFd) -> bool {
-    // SAFETY: F_GETFL takes and returns integers only.
-    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    flags < 0 || flags & libc::O_DIRECT != 0
-}
-
-/// Whether `fd`'s filesystem takes `RWF_NOWAIT` reads, by reading one byte at offset 0:
-/// elsewhere (ramfs, tmpfs before it learned `RWF_NOWAIT`) every read would fail with
-/// `EOPNOTSUPP` before going to the pool, a wasted syscall. A 0-byte probe would not tell:
-/// the kernel answers it before looking at the flag. `EAGAIN` (supported, not cached) and
-/// end of file count as supported; a write-only fd does not matter (its reads fail anyway).
-fn has_nowait_reads(fd: RawFd) -> bool {
-    let mut byte = 0u8;
-    let iov = libc::iovec {
-        iov_base: (&mut byte as *mut u8).cast(),
-        iov_len: 1,
-    };
-    // SAFETY: one iovec over a live local byte.
-    let n = unsafe { libc::preadv2(fd, &iov, 1, 0, libc::RWF_NOWAIT) };
-    n >= 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EAGAIN)
-}
-
 fn check_pos(pos: u64) -> io::Result<()> {
     if pos > POS_MAX {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
@@ -105,9 +79,7 @@ fn check_pos(pos: u64) -> io::Result<()> {
 impl File {
     pub(crate) fn from_owned(core: Rc<Core>, fd: OwnedFd) -> File {
         let raw = fd.as_raw_fd();
-        let is_nowait_read = core.choice.kind == crate::BackendKind::Epoll
-            && !is_direct(raw)
-            && has_nowait_reads(raw);
+        let is_nowait_read = core.backend_ref(|b| b.reads_inline(raw)).unwrap_or(false);
         File {
             fd: fd.into_raw_fd(),
             core,
@@ -315,7 +287,7 @@ impl File {
             return (Err(err), bufs);
         }
         let op = ReadvAt::new(self.fd, bufs, pos, self.is_nowait_read);
-        run(self.core.clone(), op, opcode::Readv::CODE).await
+        Op::new(self.core.clone(), op).await
     }
 
     /// Writes `bufs`' data at `pos` in order (`pwritev`); may write less. At most 1,024
@@ -340,7 +312,7 @@ impl File {
             return (Err(err), bufs);
         }
         let op = WritevAt::new(self.fd, bufs, pos);
-        run(self.core.clone(), op, opcode::Writev::CODE).await
+        Op::new(self.core.clone(), op).await
     }
 
     /// Fills `buf`'s whole capacity from `pos`, or fails with `UnexpectedEof` if the file
@@ -467,7 +439,7 @@ impl File {
     pub async fn set_len(&self, len: u64) -> io::Result<()> {
         check_pos(len)?;
         let op = Ftruncate { fd: self.fd, len };
-        run(self.core.clone(), op, opcode::Ftruncate::CODE).await
+        Op::new(self.core.clone(), op).await
     }
 
     /// `fallocate(mode, offset, len)`: reserve (mode 0, or `FALLOC_FL_KEEP_SIZE`), punch
@@ -497,7 +469,7 @@ impl File {
             offset,
             len,
         };
-        run(self.core.clone(), op, opcode::Fallocate::CODE).await
+        Op::new(self.core.clone(), op).await
     }
 
     /// The file's metadata (`statx` on the fd with `AT_EMPTY_PATH`).
@@ -516,7 +488,7 @@ impl File {
     /// ```
     pub async fn metadata(&self) -> io::Result<Metadata> {
         let op = Statx::new(self.fd, Default::default(), libc::AT_EMPTY_PATH, STATX_MASK);
-        let stx = run(self.core.clone(), op, opcode::Statx::CODE).await?;
+        let stx = Op::new(self.core.clone(), op).await?;
         Ok(Metadata::from_statx(stx))
     }
 
@@ -536,7 +508,10 @@ impl File {
     /// ```
     pub async fn close(mut self) -> io::Result<()> {
         let fd = std::mem::replace(&mut self.fd, -1);
-        run(self.core.clone(), Close { fd }, opcode::Close::CODE).await
+        // SAFETY: `fd` was this File's open fd; -1 left behind means drop will not close
+        // it, so the op is its only owner.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Op::new(self.core.clone(), Close::new(fd)).await
     }
 }
 
@@ -550,7 +525,7 @@ fn eof(done: usize, total: usize) -> io::Error {
 impl Drop for File {
     fn drop(&mut self) {
         if self.fd >= 0 {
-            crate::backend::close_fd(&self.core, self.fd);
+            self.core.close(self.fd);
         }
     }
 }

@@ -29,16 +29,15 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use io_uring::opcode;
-
 pub use aligned::{AlignedBuf, DEFAULT_ALIGN};
 pub use file::File;
 pub use metadata::Metadata;
 pub use open_options::OpenOptions;
 
 use crate::buf::IoBuf;
-use crate::op::fs::{run, MkDirAt, RenameAt, Statx, UnlinkAt};
-use crate::runtime::Core;
+use crate::op::fs::{MkDirAt, RenameAt, Statx, UnlinkAt};
+use crate::op::Op;
+use crate::worker::Core;
 
 /// A path as the NUL-terminated string the kernel reads; `InvalidInput` for a path with an
 /// interior NUL byte (the kernel would silently stop there).
@@ -94,7 +93,7 @@ async fn unlink(path: &Path, flags: i32) -> io::Result<()> {
         path: cstring(path)?,
         flags,
     };
-    run(Core::current_io()?, op, opcode::UnlinkAt::CODE).await
+    Op::new(Core::current_io()?, op).await
 }
 
 /// Renames `from` to `to`, replacing `to` if it exists (as `rename(2)`).
@@ -119,7 +118,7 @@ pub async fn rename(from: impl AsRef<Path>, to: impl AsRef<Path>) -> io::Result<
         from: cstring(from.as_ref())?,
         to: cstring(to.as_ref())?,
     };
-    run(Core::current_io()?, op, opcode::RenameAt::CODE).await
+    Op::new(Core::current_io()?, op).await
 }
 
 /// Creates a directory (mode `0o777` before the umask); `AlreadyExists` if present.
@@ -142,7 +141,7 @@ pub async fn create_dir(path: impl AsRef<Path>) -> io::Result<()> {
         path: cstring(path.as_ref())?,
         mode: 0o777,
     };
-    run(Core::current_io()?, op, opcode::MkDirAt::CODE).await
+    Op::new(Core::current_io()?, op).await
 }
 
 /// Metadata of `path`, following symlinks.
@@ -184,7 +183,7 @@ pub async fn symlink_metadata(path: impl AsRef<Path>) -> io::Result<Metadata> {
 
 async fn stat(path: &Path, flags: i32) -> io::Result<Metadata> {
     let op = Statx::new(libc::AT_FDCWD, cstring(path)?, flags, metadata::STATX_MASK);
-    let stx = run(Core::current_io()?, op, opcode::Statx::CODE).await?;
+    let stx = Op::new(Core::current_io()?, op).await?;
     Ok(Metadata::from_statx(stx))
 }
 
@@ -204,12 +203,21 @@ async fn stat(path: &Path, flags: i32) -> io::Result<Metadata> {
 /// ```
 pub async fn read(path: impl AsRef<Path>) -> io::Result<Vec<u8>> {
     let file = File::open(path).await?;
-    // The size is a hint: the file may grow or shrink while it is read.
+    // The size is a hint: the file may grow or shrink while it is read. Memory is asked
+    // for with `try_reserve`: a file larger than memory is an `OutOfMemory` error, as in
+    // std, not an abort.
     let hint = file.metadata().await.map_or(0, |m| m.len());
-    let mut out = Vec::with_capacity(usize::try_from(hint).unwrap_or(0).saturating_add(1));
+    let mut out = Vec::new();
+    reserve(
+        &mut out,
+        usize::try_from(hint)
+            .unwrap_or(usize::MAX)
+            .saturating_add(1),
+    )?;
     loop {
         if out.len() == out.capacity() {
-            out.reserve(out.capacity().max(8192));
+            let more = out.capacity().max(8192);
+            reserve(&mut out, more)?;
         }
         let pos = out.len() as u64;
         let start = out.len();
@@ -222,6 +230,16 @@ pub async fn read(path: impl AsRef<Path>) -> io::Result<Vec<u8>> {
             Err(e) => return Err(e),
         }
     }
+}
+
+/// Grows `out` by `additional` bytes of room, or says that memory ran out.
+fn reserve(out: &mut Vec<u8>, additional: usize) -> io::Result<()> {
+    out.try_reserve_exact(additional).map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::OutOfMemory,
+            format!("reading a file: no memory for {additional} more bytes ({e})"),
+        )
+    })
 }
 
 /// Writes `data` (any [`IoBuf`]) as the whole content of `path`, creating or truncating

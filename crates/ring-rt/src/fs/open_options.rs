@@ -4,11 +4,10 @@
 use std::io;
 use std::path::Path;
 
-use io_uring::opcode;
-
 use super::{cstring, File};
-use crate::op::fs::{run, OpenAt};
-use crate::runtime::Core;
+use crate::op::fs::OpenAt;
+use crate::op::Op;
+use crate::worker::Core;
 
 /// Options for opening a file, as [`std::fs::OpenOptions`], with [`direct`](Self::direct)
 /// for `O_DIRECT`. Each setter takes and returns `&mut Self`, so calls chain and one
@@ -281,7 +280,7 @@ impl OpenOptions {
             flags,
             mode: self.mode,
         };
-        let fd = run(core.clone(), op, opcode::OpenAt::CODE).await?;
+        let fd = Op::new(core.clone(), op).await?;
         Ok(File::from_owned(core, fd))
     }
 

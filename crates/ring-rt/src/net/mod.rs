@@ -8,6 +8,6 @@ pub mod unix;
 mod write_all;
 
 pub use recv_stream::{RecvNext, RecvStream};
-pub use tcp::{Incoming, TcpListener, TcpStream};
+pub use tcp::{Incoming, IncomingNext, TcpListener, TcpStream};
 pub use udp::UdpSocket;
 pub use unix::{UnixListener, UnixStream};

@@ -6,17 +6,18 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::rc::Rc;
 use std::task::{ready, Context, Poll};
 
-use ring_core::buf_pool::{BufGroup, BufMode};
+use ring_core::buf_pool::{BufGroup, ReturnWait};
 use ring_core::cqe::Cqe;
 use ring_core::probe::Feature;
-use ring_core::release::RecycleBid;
-use ring_core::user_data::OpId;
 
 use super::socket::Socket;
-use crate::op::net::{recv_into_group, recv_multi_sqe, PollIn, RecvSelect};
-use crate::op::{error_cqe, Op};
+use crate::op::multishot::Multishot;
+use crate::op::net::{RecvMulti, RecvSelect};
+use crate::op::unclaimed::Unclaimed;
+use crate::op::Op;
 use crate::pool::{self, PooledBuf};
 
 /// Received data as it arrives: multishot recv into the worker's pool where the kernel has
@@ -51,31 +52,22 @@ use crate::pool::{self, PooledBuf};
 /// ```
 pub struct RecvStream<'a> {
     socket: &'a Socket,
-    /// The worker's receive group, fetched on first poll.
-    group: Option<BufGroup>,
+    /// The worker's receive group and the socket's unclaimed receives, fetched on first poll.
+    group: Option<(BufGroup, Rc<Unclaimed>)>,
     /// Whether to arm a multishot recv (decided with the group).
     multishot_ok: bool,
     /// Never multishot: `recv_pooled`, which must leave nothing armed behind it.
     single_only: bool,
-    /// The armed multishot recv.
-    multishot: Option<OpId>,
+    /// The multishot recv, armed while it is between its first poll and its final CQE.
+    multishot: Option<Multishot<RecvMulti>>,
     /// The one-shot receive in flight, where multishot is not used.
-    single: Option<SingleRecv>,
-    /// The pool's return count when the current receive was started: after an ENOBUFS,
-    /// any return since then means a buffer may be free again.
+    single: Option<Op<RecvSelect>>,
+    /// The pool's return count when the current receive was started: after an ENOBUFS, a
+    /// return since then means a buffer may be free again.
     epoch: u64,
     /// Waiting for a buffer to come back after ENOBUFS.
-    starved: bool,
+    starved: Option<ReturnWait>,
     done: bool,
-}
-
-/// One receive into the pool, in flight.
-enum SingleRecv {
-    /// The kernel picks the buffer (buffer select), or the epoll shim does when readable.
-    Select(Op<RecvSelect>),
-    /// io_uring with a user-space group (before 5.7): wait until readable, then take a
-    /// buffer and recv into it.
-    Readable(Op<PollIn>),
 }
 
 impl<'a> RecvStream<'a> {
@@ -88,7 +80,7 @@ impl<'a> RecvStream<'a> {
             multishot: None,
             single: None,
             epoch: 0,
-            starved: false,
+            starved: None,
             done: false,
         }
     }
@@ -157,26 +149,31 @@ impl<'a> RecvStream<'a> {
         Poll::Ready(out)
     }
 
-    /// One chunk, `Ok(None)` at end of stream; waits out ENOBUFS and retries EINTR.
+    /// One chunk, `Ok(None)` at end of stream; waits out ENOBUFS and retries EINTR. What
+    /// dropped receives of the socket got comes first.
     pub(crate) fn poll_chunk(
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<Option<PooledBuf>>> {
-        let group = self.group()?;
+        let (group, unclaimed) = self.group()?;
         loop {
-            if self.starved {
-                ready!(poll_buffer(&group, self.epoch, cx));
-                self.starved = false;
+            ready!(unclaimed.poll_settled(cx));
+            if let Some(chunk) = unclaimed.take_chunk(group.buf_len()) {
+                return Poll::Ready(Ok(Some(chunk)));
+            }
+            if let Some(wait) = &mut self.starved {
+                ready!(wait.poll(cx));
+                self.starved = None;
             }
             let cqe = if self.multishot_ok {
-                ready!(self.poll_multishot(&group, cx))?
+                ready!(self.poll_multishot(&group, &unclaimed, cx))?
             } else {
-                ready!(self.poll_single(&group, cx))
+                ready!(self.poll_single(&group, &unclaimed, cx))
             };
             match pool::from_cqe(&group, cqe) {
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
                     pool::record_enobufs(&self.socket.core, &group);
-                    self.starved = true;
+                    self.starved = Some(group.wait_return(self.epoch));
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 other => return Poll::Ready(other),
@@ -184,102 +181,67 @@ impl<'a> RecvStream<'a> {
         }
     }
 
-    fn group(&mut self) -> io::Result<BufGroup> {
-        if let Some(g) = &self.group {
-            return Ok(g.clone());
+    fn group(&mut self) -> io::Result<(BufGroup, Rc<Unclaimed>)> {
+        if let Some((g, u)) = &self.group {
+            return Ok((g.clone(), u.clone()));
         }
-        let mut backend = self.socket.core.backend.borrow_mut();
-        let g = backend.recv_group()?;
-        self.multishot_ok = !self.single_only
-            && backend
-                .features()
-                .is_some_and(|f| f.has(Feature::MultishotRecv));
-        self.group = Some(g.clone());
-        Ok(g)
+        let (group, has_multishot) = self.socket.core.with_backend(|b| {
+            let group = b.recv_group();
+            let has = b.features().is_some_and(|f| f.has(Feature::MultishotRecv));
+            (group, has)
+        })?;
+        let group = group?;
+        self.multishot_ok = !self.single_only && has_multishot;
+        let unclaimed = self.socket.unclaimed();
+        self.group = Some((group.clone(), unclaimed.clone()));
+        Ok((group, unclaimed))
     }
 
-    /// The armed multishot recv's next CQE, arming it first if it is not.
-    fn poll_multishot(&mut self, group: &BufGroup, cx: &mut Context<'_>) -> Poll<io::Result<Cqe>> {
-        let mut backend = self.socket.core.backend.borrow_mut();
-        let id = match self.multishot {
-            Some(id) => id,
-            None => {
-                self.epoch = group.returns();
-                let id = backend.submit(recv_multi_sqe(self.socket.fd(), group))?;
-                *self.multishot.insert(id)
-            }
-        };
-        let cqe = ready!(backend.poll(id, cx.waker()))?;
-        if !cqe.is_more() {
-            self.multishot = None;
+    /// The multishot recv's next CQE, arming it first if it is not armed.
+    fn poll_multishot(
+        &mut self,
+        group: &BufGroup,
+        unclaimed: &Rc<Unclaimed>,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<Cqe>> {
+        let socket = self.socket;
+        let multishot = self.multishot.get_or_insert_with(|| {
+            let def = RecvMulti {
+                fd: socket.fd(),
+                group: group.clone(),
+                unclaimed: unclaimed.clone(),
+            };
+            Multishot::new(socket.core.clone(), def)
+        });
+        if !multishot.is_armed() {
+            self.epoch = group.returns();
         }
-        Poll::Ready(Ok(cqe))
+        multishot.poll_next(cx)
     }
 
     /// The one-shot receive's CQE, starting it first if none is in flight. Kept in `self`
     /// while pending, so a dropped `RecvNext` does not cancel a receive that may hold data.
-    fn poll_single(&mut self, group: &BufGroup, cx: &mut Context<'_>) -> Poll<Cqe> {
-        loop {
-            let mut op = match self.single.take() {
-                Some(op) => op,
-                None => {
-                    self.epoch = group.returns();
-                    self.start_single(group)
-                }
-            };
-            let polled = match &mut op {
-                SingleRecv::Select(recv) => Pin::new(recv).poll(cx),
-                SingleRecv::Readable(readable) => match Pin::new(readable).poll(cx) {
-                    Poll::Ready(Ok(())) => match recv_into_group(self.socket.fd(), group) {
-                        // Another reader took the data first: wait again.
-                        cqe if cqe.res == -libc::EAGAIN => continue,
-                        cqe => Poll::Ready(cqe),
-                    },
-                    Poll::Ready(Err(e)) => Poll::Ready(error_cqe(&e)),
-                    Poll::Pending => Poll::Pending,
-                },
-            };
-            if polled.is_pending() {
-                self.single = Some(op);
+    fn poll_single(
+        &mut self,
+        group: &BufGroup,
+        unclaimed: &Rc<Unclaimed>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Cqe> {
+        let op = match &mut self.single {
+            Some(op) => op,
+            None => {
+                self.epoch = group.returns();
+                let def = RecvSelect {
+                    fd: self.socket.fd(),
+                    group: group.clone(),
+                    unclaimed: unclaimed.clone(),
+                };
+                self.single.insert(Op::new(self.socket.core.clone(), def))
             }
-            return polled;
-        }
-    }
-
-    fn start_single(&self, group: &BufGroup) -> SingleRecv {
-        let core = self.socket.core.clone();
-        let fd = self.socket.fd();
-        if group.mode() != BufMode::User || self.socket.is_epoll() {
-            let group = group.clone();
-            SingleRecv::Select(Op::new(core, RecvSelect { fd, group }))
-        } else {
-            SingleRecv::Readable(Op::new(core, PollIn { fd }))
-        }
-    }
-}
-
-/// Ready once a buffer may be free again after ENOBUFS: user-space groups know exactly
-/// what is free; otherwise a bid must have come back since `epoch`.
-fn poll_buffer(group: &BufGroup, epoch: u64, cx: &mut Context<'_>) -> Poll<()> {
-    if group.mode() == BufMode::User && group.available() > 0 {
-        return Poll::Ready(());
-    }
-    group.poll_return(epoch, cx)
-}
-
-impl Drop for RecvStream<'_> {
-    fn drop(&mut self) {
-        // A one-shot receive in flight is an `Op`: dropping it orphans it. The multishot
-        // recv is a bare op id, orphaned here.
-        if let (Some(id), Some(group)) = (self.multishot.take(), self.group.take()) {
-            // SAFETY: the multishot recv selects from `group`.
-            let orphan = Box::new(unsafe { RecycleBid::new(group) });
-            match self.socket.core.backend.try_borrow_mut() {
-                Ok(mut backend) => backend.orphan(id, orphan),
-                // Dropped mid-turn: keep the bids' group forever rather than lose track.
-                Err(_) => std::mem::forget(orphan),
-            }
-        }
+        };
+        let cqe = ready!(Pin::new(op).poll(cx));
+        self.single = None;
+        Poll::Ready(cqe)
     }
 }
 

@@ -1,6 +1,7 @@
 //! The socket under every stream and datagram type: an fd on one worker, closed through
 //! that worker's backend so the close is ordered after ops already queued on the fd.
 
+use std::cell::OnceCell;
 use std::future::{poll_fn, Future};
 use std::io;
 use std::net::Shutdown;
@@ -12,27 +13,36 @@ use socket2::{Domain, SockAddr, Type};
 
 use super::recv_stream::RecvStream;
 use super::write_all::WriteAll;
-use crate::backend::{Backend, BackendKind};
 use crate::buf::{IoBuf, IoBufMut};
 use crate::op::link::Pending;
 use crate::op::net::{Connect, Recv, Send, SendZc};
+use crate::op::unclaimed::Unclaimed;
 use crate::op::Op;
 use crate::pool::PooledBuf;
-use crate::runtime::Core;
+use crate::worker::Core;
 
 pub(crate) struct Socket {
     fd: RawFd,
     pub(crate) core: Rc<Core>,
+    /// What dropped receives got, for the next receive (made on the first receive).
+    unclaimed: OnceCell<Rc<Unclaimed>>,
 }
 
 impl Socket {
     /// Adopts `fd` on the current worker, in the blocking mode its backend wants
     /// (io_uring: blocking, the kernel waits for readiness itself; epoll: non-blocking).
     pub(crate) fn from_owned(core: Rc<Core>, fd: OwnedFd) -> io::Result<Socket> {
-        let raw = fd.into_raw_fd();
-        let socket = Socket { fd: raw, core };
-        crate::sys::set_nonblocking(raw, socket.is_epoll())?;
-        Ok(socket)
+        core.backend_ref(|b| b.adopt_socket(fd.as_raw_fd()))??;
+        Ok(Socket {
+            fd: fd.into_raw_fd(),
+            core,
+            unclaimed: OnceCell::new(),
+        })
+    }
+
+    /// The socket's unclaimed receives (see [`Unclaimed`]).
+    pub(crate) fn unclaimed(&self) -> Rc<Unclaimed> {
+        self.unclaimed.get_or_init(Unclaimed::new).clone()
     }
 
     /// A new socket of `domain`/`ty` on the current worker.
@@ -40,10 +50,6 @@ impl Socket {
         let core = Core::current_io()?;
         let s = socket2::Socket::new(domain, ty.cloexec(), None)?;
         Socket::from_owned(core, s.into())
-    }
-
-    pub(crate) fn is_epoll(&self) -> bool {
-        self.core.choice.kind == BackendKind::Epoll
     }
 
     pub(crate) fn fd(&self) -> RawFd {
@@ -85,6 +91,7 @@ impl Socket {
                 buf,
                 flags: 0,
                 is_stream,
+                unclaimed: self.unclaimed(),
             },
         )
     }
@@ -109,10 +116,8 @@ impl Socket {
     pub(crate) async fn send_zc<B: IoBuf>(&self, buf: B) -> (io::Result<usize>, B) {
         let supported = self
             .core
-            .backend
-            .borrow()
-            .features()
-            .is_none_or(|f| f.has(Feature::SendZc));
+            .backend_ref(|b| b.features().is_none_or(|f| f.has(Feature::SendZc)))
+            .unwrap_or(false);
         if !supported {
             return self.write(buf).await;
         }
@@ -138,9 +143,7 @@ impl Socket {
         self.with_socket2(|s| s.shutdown(how))?;
         // Busy only if called from inside a backend turn; then the next op just waits for
         // an event before its syscall.
-        if let Ok(mut backend) = self.core.backend.try_borrow_mut() {
-            backend.clear_unready(self.fd);
-        }
+        let _ = self.core.with_backend(|b| b.clear_unready(self.fd));
         Ok(())
     }
 
@@ -155,10 +158,10 @@ impl Socket {
     pub(crate) fn into_owned(mut self) -> OwnedFd {
         // -1 tells Drop there is nothing left to close; the core handle drops normally.
         let fd = std::mem::replace(&mut self.fd, -1);
-        // The epoll backend must forget the fd: its new owner will close it without us.
-        if let Backend::Epoll(epoll) = &mut *self.core.backend.borrow_mut() {
-            epoll.deregister(fd);
-        }
+        // The backend must forget the fd (epoll's registration): its new owner will close
+        // it without us. A busy backend only happens inside a loop turn; the registration
+        // then goes when the number is closed and reused (EPOLL_CTL_ADD finds it gone).
+        let _ = self.core.with_backend(|b| b.forget_fd(fd));
         drop(self);
         // SAFETY: `self` owned the fd; its field now says -1, so its drop did not close it
         // and ownership moves here.
@@ -175,7 +178,7 @@ impl AsRawFd for Socket {
 impl Drop for Socket {
     fn drop(&mut self) {
         if self.fd >= 0 {
-            crate::backend::close_fd(&self.core, self.fd);
+            self.core.close(self.fd);
         }
     }
 }
@@ -186,6 +189,10 @@ macro_rules! stream_methods {
         /// Reads into `buf` (from its start, up to its capacity); returns the count and the
         /// buffer. The op can be bounded first: `stream.read(buf).timeout(d).await`. `Ok(0)`
         /// is end of stream (or a buffer with no capacity).
+        ///
+        /// Cancel-safe: a read dropped after the kernel received into its buffer (a
+        /// `timeout` or a `select` that lost the race) hands those bytes to the stream, and
+        /// the next read (or `recv_pooled`/`recv_stream`) returns them first, in order.
         ///
         /// # Examples
         ///

@@ -1,28 +1,30 @@
 //! TCP: `TcpListener` (multishot accept where the kernel has it) and `TcpStream`.
 
-use std::future::poll_fn;
+use std::future::Future;
 use std::io;
 use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
-use std::os::fd::{OwnedFd, RawFd};
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::pin::Pin;
 use std::rc::Rc;
-use std::task::Context;
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use ring_core::probe::Feature;
-use ring_core::release::CloseFd;
-use ring_core::user_data::OpId;
 use socket2::{Domain, SockAddr, Type};
 
 use super::recv_stream::RecvStream;
 use super::socket::{socket_traits, stream_methods, Socket};
 use crate::buf::{IoBuf, IoBufMut};
 use crate::op::link::Pending;
+use crate::op::multishot::Multishot;
 use crate::op::net::{Accept, AcceptMulti, AddrOut};
 use crate::op::Op;
 use crate::op::OpDef;
 use crate::pool::PooledBuf;
-use crate::runtime::Core;
 use crate::time::Sleep;
+use crate::worker::Core;
+
+pub use crate::op::net::ACCEPT_QUEUE_MAX;
 
 /// Listen backlog used by [`TcpListener::bind`].
 const BACKLOG: i32 = 1024;
@@ -164,7 +166,8 @@ impl TcpListener {
     }
 
     /// Accepts one connection, with the peer's address. Dropping the future in flight
-    /// cancels the accept, and a connection the kernel accepted anyway is closed.
+    /// cancels the accept; a connection the kernel accepted anyway stays with the listener,
+    /// for the next `accept` or `incoming`.
     ///
     /// # Examples
     ///
@@ -209,21 +212,25 @@ impl TcpListener {
         Incoming {
             socket: &self.socket,
             multishot: None,
+            single: None,
             backoff: None,
             backoff_ms: 0,
         }
     }
 }
 
-pub(crate) async fn accept_one(socket: &Socket) -> io::Result<(OwnedFd, SockAddr)> {
+/// One accept: a new connection and its peer. A connection an earlier, dropped accept took
+/// comes first. Dropped in flight, the accept is cancelled, and a connection it got anyway
+/// stays with the listener for the next accept.
+pub(crate) fn accept_one(socket: &Socket) -> Op<Accept> {
     Op::new(
         socket.core.clone(),
         Accept {
             fd: socket.fd(),
             addr: AddrOut::new(),
+            unclaimed: socket.unclaimed(),
         },
     )
-    .await
 }
 
 /// Stream of accepted connections from [`TcpListener::incoming`].
@@ -232,8 +239,19 @@ pub(crate) async fn accept_one(socket: &Socket) -> io::Result<(OwnedFd, SockAddr
 /// doubling to 1 s) before accepting again, so a server at its fd limit keeps serving the
 /// connections it has and resumes accepting once fds free up, without spinning.
 ///
-/// Dropping it cancels the multishot accept; connections accepted before the cancel lands
-/// are closed.
+/// Connections are accepted only as fast as `next` takes them. Where the kernel has
+/// multishot accept (5.19+), one SQE accepts connection after connection; at most
+/// [`ACCEPT_QUEUE_MAX`] accepted connections then wait here for `next` (the accept is
+/// cancelled at that bound and re-armed when they are taken), and the accept is armed only
+/// while the listen backlog holds fewer than that many (a multishot accept takes the whole
+/// backlog at once), one accept per call being used otherwise. A server that stops calling
+/// `next` therefore holds at most about [`ACCEPT_QUEUE_MAX`] connections it has not taken;
+/// the rest wait in the kernel's backlog.
+///
+/// `next` is cancel-safe: the accept in flight belongs to the stream, so a dropped `next`
+/// (a `select!` or a `timeout` that lost) loses no connection. Dropping the stream cancels
+/// its accept; connections it accepted and nobody took stay with the listener, for its next
+/// `accept` or `incoming` (and are closed with it).
 ///
 /// # Examples
 ///
@@ -264,13 +282,17 @@ pub(crate) async fn accept_one(socket: &Socket) -> io::Result<(OwnedFd, SockAddr
 /// ```
 pub struct Incoming<'a> {
     socket: &'a Socket,
-    multishot: Option<OpId>,
+    /// The multishot accept, while the stream is keeping up with its backlog.
+    multishot: Option<Multishot<AcceptMulti>>,
+    /// A one-shot accept in flight (no multishot here, or a long backlog).
+    single: Option<Op<Accept>>,
     backoff: Option<Sleep>,
     backoff_ms: u64,
 }
 
-impl Incoming<'_> {
+impl<'a> Incoming<'a> {
     /// The next connection (or accept error). Never `None` while the listener lives.
+    /// Cancel-safe (see the [type's docs](Incoming)).
     ///
     /// # Examples
     ///
@@ -287,11 +309,36 @@ impl Incoming<'_> {
     /// # std::io::Result::Ok(()) })?;
     /// # std::io::Result::Ok(())
     /// ```
-    pub async fn next(&mut self) -> Option<io::Result<TcpStream>> {
-        if let Some(sleep) = self.backoff.take() {
-            sleep.await;
+    // An async stream's `next` (like `StreamExt::next`), not `Iterator::next`.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> IncomingNext<'_, 'a> {
+        IncomingNext { incoming: self }
+    }
+
+    /// Polls for the next connection (what [`next`](Self::next) awaits), for hand-written
+    /// futures and `Stream` impls.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::future::poll_fn;
+    /// use ring_rt::net::{TcpListener, TcpStream};
+    ///
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let listener = TcpListener::bind("127.0.0.1:0")?;
+    /// let _client = TcpStream::connect(listener.local_addr()?).await?;
+    /// let mut incoming = listener.incoming();
+    /// let stream = poll_fn(|cx| incoming.poll_next(cx)).await.expect("never None")?;
+    /// assert_eq!(stream.local_addr()?, listener.local_addr()?);
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
+    pub fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<TcpStream>>> {
+        if let Some(sleep) = &mut self.backoff {
+            ready!(Pin::new(sleep).poll(cx));
+            self.backoff = None;
         }
-        let result = self.accept_fd().await;
+        let result = ready!(self.poll_accept(cx));
         match &result {
             Err(e) if is_fd_exhaustion(e) => {
                 self.backoff_ms = (self.backoff_ms * 2).clamp(10, 1000);
@@ -301,53 +348,99 @@ impl Incoming<'_> {
             Err(_) => {}
         }
         let core = &self.socket.core;
-        Some(result.and_then(|fd| TcpStream::from_accepted(core, fd)))
+        Poll::Ready(Some(
+            result.and_then(|fd| TcpStream::from_accepted(core, fd)),
+        ))
     }
 
-    async fn accept_fd(&mut self) -> io::Result<OwnedFd> {
-        if !self.is_multishot() {
-            return accept_one(self.socket).await.map(|(fd, _)| fd);
-        }
-        let core = self.socket.core.clone();
-        let id = match self.multishot {
-            Some(id) => id,
-            None => {
-                let sqe = AcceptMulti {
-                    fd: self.socket.fd(),
-                }
-                .sqe();
-                *self
-                    .multishot
-                    .insert(core.backend.borrow_mut().submit(sqe)?)
+    fn poll_accept(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<OwnedFd>> {
+        loop {
+            if let Some(op) = &mut self.single {
+                let accepted = ready!(Pin::new(op).poll(cx));
+                self.single = None;
+                return Poll::Ready(accepted.map(|(fd, _)| fd));
             }
-        };
-        let cqe =
-            poll_fn(|cx: &mut Context<'_>| core.backend.borrow_mut().poll(id, cx.waker())).await?;
-        if !cqe.is_more() {
-            self.multishot = None;
+            if self.multishot.as_ref().is_some_and(Multishot::is_armed) || self.may_arm() {
+                let socket = self.socket;
+                let multishot = self.multishot.get_or_insert_with(|| {
+                    let def = AcceptMulti {
+                        fd: socket.fd(),
+                        unclaimed: socket.unclaimed(),
+                    };
+                    Multishot::new(socket.core.clone(), def)
+                });
+                let cqe = ready!(multishot.poll_next(cx))?;
+                match cqe.result() {
+                    // Cancelled at its bound (or at shutdown): accept again, one way or
+                    // the other.
+                    Err(e) if !cqe.is_more() && e.raw_os_error() == Some(libc::ECANCELED) => {
+                        continue
+                    }
+                    Err(e) => return Poll::Ready(Err(e)),
+                    Ok(fd) => {
+                        // SAFETY: a successful accept CQE's result is a new fd nobody owns.
+                        let fd = unsafe { <OwnedFd as FromRawFd>::from_raw_fd(fd as RawFd) };
+                        return Poll::Ready(Ok(fd));
+                    }
+                }
+            }
+            self.single = Some(accept_one(self.socket));
         }
-        let fd = cqe.result()?;
-        // SAFETY: a successful accept CQE's result is a new fd that nobody else owns.
-        Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as RawFd) })
     }
 
-    fn is_multishot(&self) -> bool {
-        let backend = self.socket.core.backend.borrow();
-        backend
-            .features()
-            .is_some_and(|f| f.has(Feature::MultishotAccept))
+    /// Whether to arm the multishot accept now: the kernel has it, nothing a dropped
+    /// accept took waits, and the listen backlog is short (armed on a long one it would
+    /// take all of it at once, past [`ACCEPT_QUEUE_MAX`]).
+    fn may_arm(&self) -> bool {
+        let has_multishot = self
+            .socket
+            .core
+            .backend_ref(|b| {
+                b.features()
+                    .is_some_and(|f| f.has(Feature::MultishotAccept))
+            })
+            .unwrap_or(false);
+        has_multishot
+            && !self.socket.unclaimed().is_busy()
+            && accept_backlog(self.socket.fd()).is_some_and(|n| n < u32::from(ACCEPT_QUEUE_MAX))
     }
 }
 
-impl Drop for Incoming<'_> {
-    fn drop(&mut self) {
-        if let Some(id) = self.multishot.take() {
-            // Late connections accepted before the cancel lands are closed.
-            if let Ok(mut backend) = self.socket.core.backend.try_borrow_mut() {
-                backend.orphan(id, Box::new(CloseFd));
-            }
-        }
+/// The future [`Incoming::next`] returns. It holds only a borrow of the stream, where the
+/// accept in flight lives: dropping it cancels nothing and loses no connection.
+#[must_use = "futures do nothing unless awaited"]
+pub struct IncomingNext<'s, 'a> {
+    incoming: &'s mut Incoming<'a>,
+}
+
+impl Future for IncomingNext<'_, '_> {
+    type Output = Option<io::Result<TcpStream>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.incoming.poll_next(cx)
     }
+}
+
+/// Connections waiting in a TCP listener's accept queue (`TCP_INFO` reports them for a
+/// listening socket in `tcpi_unacked`); `None` if the kernel does not say.
+fn accept_backlog(fd: RawFd) -> Option<u32> {
+    // SAFETY: tcp_info is plain integers; all-zero is a valid value.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: TCP_INFO writes at most `len` bytes into `info`, whose size `len` is.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    // TCP_LISTEN of the kernel's `tcp_states.h` (libc does not export the TCP states).
+    const TCP_LISTEN: u8 = 10;
+    let is_listening = info.tcpi_state == TCP_LISTEN;
+    (rc == 0 && is_listening).then_some(info.tcpi_unacked)
 }
 
 fn is_fd_exhaustion(e: &io::Error) -> bool {

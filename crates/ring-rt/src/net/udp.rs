@@ -110,6 +110,10 @@ impl UdpSocket {
 
     /// Receives one datagram and its sender, into `buf`'s capacity (a longer datagram is
     /// truncated). See the [type's example](UdpSocket).
+    ///
+    /// Cancel-safe: a receive dropped after the kernel gave it a datagram (a `timeout` or
+    /// a `select` that lost) keeps that datagram, with its sender, for the socket's next
+    /// `recv_from` or `recv`.
     pub async fn recv_from<B: IoBufMut>(&self, mut buf: B) -> (io::Result<(usize, SocketAddr)>, B) {
         let hdr = MsgHdr::new(buf.stable_mut_ptr(), buf.bytes_total(), None);
         let (res, buf) = Op::new(
@@ -118,6 +122,7 @@ impl UdpSocket {
                 fd: self.socket.fd(),
                 buf,
                 hdr,
+                unclaimed: self.socket.unclaimed(),
             },
         )
         .await;

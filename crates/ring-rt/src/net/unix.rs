@@ -13,7 +13,7 @@ use crate::buf::{IoBuf, IoBufMut};
 use crate::op::link::Pending;
 use crate::op::OpDef;
 use crate::pool::PooledBuf;
-use crate::runtime::Core;
+use crate::worker::Core;
 
 /// A Unix-domain listening socket.
 ///

@@ -1,10 +1,17 @@
-//! Linked ops (`IOSQE_IO_LINK`, 5.3+) and link timeouts (`LINK_TIMEOUT`, 5.5+).
+//! Linked ops (`IOSQE_IO_LINK`, 5.3+) and op timeouts (`LINK_TIMEOUT`, 5.5+).
 //!
 //! A chain runs its ops in order, each only if the one before succeeded; the rest complete
-//! with `ECANCELED`, as the kernel does. On io_uring the chain is one contiguous group of
-//! SQEs in one submission; the epoll backend runs the same ops one after another.
+//! with `ECANCELED`, as the kernel does. Where the backend can link them (io_uring, ops
+//! that have SQEs) the chain is one contiguous group of SQEs in one submission; elsewhere
+//! (epoll, or an op that must first collect bytes a dropped read left) the same ops run one
+//! after another.
+//!
+//! [`Pending`] and [`Link`] are builders: they become futures only by being awaited
+//! (`IntoFuture`), so an op can be linked or given a timeout only before it has started.
+//! Linking an op that is already in flight, which once freed its buffer under the kernel,
+//! cannot be written.
 
-use std::future::Future;
+use std::future::{Future, IntoFuture};
 use std::marker::PhantomData;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -16,9 +23,8 @@ use ring_core::cqe::Cqe;
 use ring_core::lifecycle::Orphan;
 use ring_core::user_data::OpId;
 
-use super::{Emulation, Op, OpDef};
-use crate::backend::BackendKind;
-use crate::runtime::Core;
+use super::{error_cqe, Emulation, Op, OpDef, Operation};
+use crate::worker::{deadline_after, Core, TimerEntry, FOREVER};
 
 type Boxed<T> = Pin<Box<dyn Future<Output = T>>>;
 
@@ -53,7 +59,9 @@ pub trait Chain: Unpin + 'static {
     #[doc(hidden)]
     fn count(&self) -> usize;
     #[doc(hidden)]
-    fn sqes(&mut self, out: &mut Vec<squeue::Entry>);
+    fn ops<'s>(&'s mut self, out: &mut Vec<&'s mut dyn Operation>);
+    #[doc(hidden)]
+    fn needs_prepare(&self) -> bool;
     #[doc(hidden)]
     fn finish(self, cqes: &mut std::vec::IntoIter<Vec<Cqe>>) -> Self::Output;
     #[doc(hidden)]
@@ -92,8 +100,8 @@ pub struct Single<T>(T);
 /// An op whose completion hands back the op itself with its CQE, unconsumed.
 struct Raw<T>(T);
 
-impl<T: OpDef> OpDef for Raw<T> {
-    type Output = (T, Cqe);
+// SAFETY: every method forwards to the wrapped op, which upholds the contract.
+unsafe impl<T: OpDef> Operation for Raw<T> {
     fn sqe(&mut self) -> squeue::Entry {
         self.0.sqe()
     }
@@ -103,17 +111,36 @@ impl<T: OpDef> OpDef for Raw<T> {
     fn try_syscall(&mut self) -> Cqe {
         self.0.try_syscall()
     }
+    fn leaves_unready(&self, cqe: &Cqe) -> bool {
+        self.0.leaves_unready(cqe)
+    }
     fn try_inline(&mut self) -> Option<Cqe> {
         self.0.try_inline()
+    }
+    fn opcode(&self) -> Option<u8> {
+        self.0.opcode()
+    }
+    fn is_readiness_only(&self) -> bool {
+        self.0.is_readiness_only()
+    }
+}
+
+impl<T: OpDef> OpDef for Raw<T> {
+    type Output = (T, Cqe);
+    fn complete(self, cqe: Cqe) -> (T, Cqe) {
+        (self.0, cqe)
     }
     fn on_more(&mut self, cqe: Cqe) {
         self.0.on_more(cqe)
     }
-    fn complete(self, cqe: Cqe) -> (T, Cqe) {
-        (self.0, cqe)
-    }
     fn into_orphan(self) -> Box<dyn Orphan> {
         self.0.into_orphan()
+    }
+    fn poll_prepare(&mut self, cx: &mut Context<'_>) -> Poll<Option<Cqe>> {
+        self.0.poll_prepare(cx)
+    }
+    fn needs_prepare(&self) -> bool {
+        self.0.needs_prepare()
     }
 }
 
@@ -128,8 +155,12 @@ impl<T: OpDef> Chain for Single<T> {
         1
     }
 
-    fn sqes(&mut self, out: &mut Vec<squeue::Entry>) {
-        out.push(self.0.sqe());
+    fn ops<'s>(&'s mut self, out: &mut Vec<&'s mut dyn Operation>) {
+        out.push(&mut self.0);
+    }
+
+    fn needs_prepare(&self) -> bool {
+        self.0.needs_prepare()
     }
 
     fn finish(mut self, cqes: &mut std::vec::IntoIter<Vec<Cqe>>) -> T::Output {
@@ -164,9 +195,13 @@ impl<A: Chain, B: Chain> Chain for (A, B) {
         self.0.count() + self.1.count()
     }
 
-    fn sqes(&mut self, out: &mut Vec<squeue::Entry>) {
-        self.0.sqes(out);
-        self.1.sqes(out);
+    fn ops<'s>(&'s mut self, out: &mut Vec<&'s mut dyn Operation>) {
+        self.0.ops(out);
+        self.1.ops(out);
+    }
+
+    fn needs_prepare(&self) -> bool {
+        self.0.needs_prepare() || self.1.needs_prepare()
     }
 
     fn finish(self, cqes: &mut std::vec::IntoIter<Vec<Cqe>>) -> Self::Output {
@@ -188,22 +223,101 @@ impl<A: Chain, B: Chain> Chain for (A, B) {
     }
 }
 
-enum LinkState<C: Chain> {
-    Unsubmitted(C),
-    /// io_uring: one id per op, their CQEs as they arrive, and which have ended.
-    Uring {
-        chain: Option<C>,
-        ids: Vec<OpId>,
-        cqes: Vec<Vec<Cqe>>,
-        done: Vec<bool>,
-    },
-    /// epoll: the ops running one after another.
-    InOrder(Boxed<(C::Output, bool)>),
-    Done,
+/// What pushing a chain into the kernel gave.
+enum Pushed<C: Chain> {
+    /// In flight as one linked group.
+    InKernel(InKernel<C>),
+    /// The backend cannot link it: the chain, to run some other way.
+    NotLinkable(C),
+    /// The push failed (the op table is full): every op's output, with the error.
+    Failed(C::Output),
+    /// The backend is busy (a poll from inside a loop turn): try again.
+    Busy(C),
 }
 
-/// A linked chain of ops: await it for every op's output. Built with [`Pending::link`];
-/// borrows the handles (files, sockets) its ops use, like the ops themselves.
+/// Pushes `chain` as one linked group, where the backend can link every op of it.
+fn push_chain<C: Chain>(core: &Rc<Core>, mut chain: C) -> Pushed<C> {
+    if chain.needs_prepare() || core.is_shut_down() {
+        return Pushed::NotLinkable(chain);
+    }
+    let n = chain.count();
+    let pushed = {
+        let mut ops = Vec::with_capacity(n);
+        chain.ops(&mut ops);
+        core.with_backend(|b| b.start_chain(&mut ops))
+    };
+    match pushed {
+        Ok(Some(Ok(ids))) => Pushed::InKernel(InKernel {
+            core: core.clone(),
+            chain: Some(chain),
+            ids,
+            cqes: vec![Vec::new(); n],
+            done: vec![false; n],
+        }),
+        Ok(Some(Err(err))) => {
+            let failed = vec![vec![error_cqe(&err)]; n];
+            Pushed::Failed(chain.finish(&mut failed.into_iter()))
+        }
+        Ok(None) => Pushed::NotLinkable(chain),
+        Err(_) => Pushed::Busy(chain),
+    }
+}
+
+/// A chain in the kernel: one id per op, their CQEs as they arrive, and which have ended.
+struct InKernel<C: Chain> {
+    core: Rc<Core>,
+    chain: Option<C>,
+    ids: Vec<OpId>,
+    cqes: Vec<Vec<Cqe>>,
+    done: Vec<bool>,
+}
+
+impl<C: Chain> InKernel<C> {
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<C::Output> {
+        for i in 0..self.ids.len() {
+            while !self.done[i] {
+                let id = self.ids[i];
+                let polled = self.core.with_backend(|b| b.poll_id(id, cx.waker()));
+                let cqe = match polled {
+                    Ok(Poll::Pending) => return Poll::Pending,
+                    Ok(Poll::Ready(res)) => res.unwrap_or_else(|e| error_cqe(&e)),
+                    Err(_) => {
+                        cx.waker().wake_by_ref();
+                        return Poll::Pending;
+                    }
+                };
+                self.done[i] = !cqe.is_more();
+                self.cqes[i].push(cqe);
+            }
+        }
+        let chain = self.chain.take().expect("a chain finishes once");
+        let cqes = std::mem::take(&mut self.cqes);
+        Poll::Ready(chain.finish(&mut cqes.into_iter()))
+    }
+}
+
+impl<C: Chain> Drop for InKernel<C> {
+    /// Ops still in the kernel become orphans (the one orphan path); ops that already
+    /// ended have their CQEs reaped (a late fd closed, a buffer returned) before their
+    /// memory is freed.
+    fn drop(&mut self) {
+        let Some(chain) = self.chain.take() else {
+            return;
+        };
+        let mut orphans = Vec::with_capacity(self.ids.len());
+        chain.orphans(&mut orphans);
+        for (i, mut orphan) in orphans.into_iter().enumerate() {
+            if self.done[i] {
+                self.cqes[i].iter().for_each(|cqe| orphan.reap(cqe));
+            } else {
+                self.core.orphan(self.ids[i], orphan);
+            }
+        }
+    }
+}
+
+/// A linked chain of ops, built with [`Pending::link`]: await it for every op's output.
+/// It borrows the handles (files, sockets) its ops use, like the ops themselves.
 ///
 /// On io_uring the chain is submitted at once (`IOSQE_IO_LINK`) and the kernel starts each
 /// op when the one before succeeds; on epoll the same ops run one after another. Either
@@ -226,25 +340,24 @@ enum LinkState<C: Chain> {
 /// # std::io::Result::Ok(()) })?;
 /// # std::io::Result::Ok(())
 /// ```
+///
+/// A chain is built before it runs: it is not a future itself, so there is no way to poll
+/// it and then append to it.
+///
+/// ```compile_fail,E0277
+/// fn poll_it(_: impl std::future::Future) {}
+/// # fn f(file: &ring_rt::fs::File) {
+/// poll_it(file.write_at(&b"x"[..], 0).link(file.sync_data())); // not a Future
+/// # }
+/// ```
 pub struct Link<'a, C: Chain> {
     core: Rc<Core>,
-    state: LinkState<C>,
+    chain: C,
     _owners: PhantomData<&'a ()>,
 }
 
 impl<'a, C: Chain> Link<'a, C> {
-    fn new(core: Rc<Core>, chain: C) -> Link<'a, C> {
-        Link {
-            core,
-            state: LinkState::Unsubmitted(chain),
-            _owners: PhantomData,
-        }
-    }
-
     /// Appends `next`, which runs only if every op so far succeeded.
-    ///
-    /// # Panics
-    /// If this chain was already polled.
     ///
     /// # Examples
     ///
@@ -263,127 +376,76 @@ impl<'a, C: Chain> Link<'a, C> {
     /// # std::io::Result::Ok(()) })?;
     /// # std::io::Result::Ok(())
     /// ```
-    pub fn link<'b, U: OpDef>(mut self, next: Pending<'b, U>) -> Link<'b, (C, Single<U>)>
+    pub fn link<'b, U: OpDef>(self, next: Pending<'b, U>) -> Link<'b, (C, Single<U>)>
     where
         'a: 'b,
     {
-        let LinkState::Unsubmitted(chain) = std::mem::replace(&mut self.state, LinkState::Done)
-        else {
-            panic!("ops can be linked only before the chain is first polled")
-        };
-        Link::new(self.core.clone(), (chain, Single(next.op.into_def())))
-    }
-
-    fn start(&mut self, mut chain: C) {
-        if self.core.choice.kind == BackendKind::Epoll {
-            self.state = LinkState::InOrder(chain.run_in_order(self.core.clone(), false));
-            return;
+        Link {
+            core: self.core,
+            chain: (self.chain, Single(next.def)),
+            _owners: PhantomData,
         }
-        let mut sqes = Vec::with_capacity(chain.count());
-        chain.sqes(&mut sqes);
-        let n = sqes.len();
-        match self.core.backend.borrow_mut().submit_chain(sqes) {
-            Ok(ids) => {
-                self.state = LinkState::Uring {
-                    chain: Some(chain),
-                    ids,
-                    cqes: vec![Vec::new(); n],
-                    done: vec![false; n],
-                };
-            }
-            Err(err) => {
-                let failed = vec![vec![super::error_cqe(&err)]; n];
-                self.state = LinkState::InOrder(Box::pin(std::future::ready((
-                    chain.finish(&mut failed.into_iter()),
-                    true,
-                ))));
-            }
-        }
-    }
-
-    fn poll_uring(&mut self, cx: &mut Context<'_>) -> Poll<C::Output> {
-        let LinkState::Uring {
-            chain,
-            ids,
-            cqes,
-            done,
-        } = &mut self.state
-        else {
-            unreachable!("poll_uring is only called in Uring")
-        };
-        let mut backend = self.core.backend.borrow_mut();
-        for i in 0..ids.len() {
-            while !done[i] {
-                match backend.poll(ids[i], cx.waker()) {
-                    Poll::Pending => return Poll::Pending,
-                    Poll::Ready(res) => {
-                        let cqe = res.unwrap_or_else(|e| super::error_cqe(&e));
-                        done[i] = !cqe.is_more();
-                        cqes[i].push(cqe);
-                    }
-                }
-            }
-        }
-        drop(backend);
-        let chain = chain.take().expect("the chain is finished once");
-        let cqes = std::mem::take(cqes);
-        self.state = LinkState::Done;
-        Poll::Ready(chain.finish(&mut cqes.into_iter()))
     }
 }
 
-impl<C: Chain> Future for Link<'_, C> {
+impl<'a, C: Chain> IntoFuture for Link<'a, C> {
+    type Output = C::Output;
+    type IntoFuture = LinkFuture<'a, C>;
+
+    fn into_future(self) -> LinkFuture<'a, C> {
+        LinkFuture {
+            state: LinkState::Unstarted(self.core, self.chain),
+            _owners: PhantomData,
+        }
+    }
+}
+
+enum LinkState<C: Chain> {
+    Unstarted(Rc<Core>, C),
+    InKernel(InKernel<C>),
+    /// The ops running one after another.
+    InOrder(Boxed<(C::Output, bool)>),
+    Done,
+}
+
+/// A [`Link`] running: what awaiting one polls.
+#[must_use = "futures do nothing unless awaited"]
+pub struct LinkFuture<'a, C: Chain> {
+    state: LinkState<C>,
+    _owners: PhantomData<&'a ()>,
+}
+
+impl<C: Chain> Future for LinkFuture<'_, C> {
     type Output = C::Output;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<C::Output> {
         let this = &mut *self;
-        if let LinkState::Unsubmitted(_) = this.state {
-            let LinkState::Unsubmitted(chain) = std::mem::replace(&mut this.state, LinkState::Done)
+        if let LinkState::Unstarted(..) = this.state {
+            let LinkState::Unstarted(core, chain) =
+                std::mem::replace(&mut this.state, LinkState::Done)
             else {
                 unreachable!("checked just above")
             };
-            this.start(chain);
+            this.state = match push_chain(&core, chain) {
+                Pushed::InKernel(running) => LinkState::InKernel(running),
+                Pushed::NotLinkable(chain) => LinkState::InOrder(chain.run_in_order(core, false)),
+                Pushed::Failed(out) => return Poll::Ready(out),
+                Pushed::Busy(chain) => {
+                    cx.waker().wake_by_ref();
+                    this.state = LinkState::Unstarted(core, chain);
+                    return Poll::Pending;
+                }
+            };
         }
-        match &mut this.state {
-            LinkState::Uring { .. } => this.poll_uring(cx),
-            LinkState::InOrder(fut) => {
-                let (out, _) = std::task::ready!(fut.as_mut().poll(cx));
-                this.state = LinkState::Done;
-                Poll::Ready(out)
-            }
-            LinkState::Unsubmitted(_) | LinkState::Done => {
+        let out = match &mut this.state {
+            LinkState::InKernel(running) => std::task::ready!(running.poll(cx)),
+            LinkState::InOrder(fut) => std::task::ready!(fut.as_mut().poll(cx)).0,
+            LinkState::Unstarted(..) | LinkState::Done => {
                 panic!("ring-rt link polled after it completed")
             }
-        }
-    }
-}
-
-impl<C: Chain> Drop for Link<'_, C> {
-    /// Ops still in the kernel become orphans; ops that already ended have their CQEs
-    /// reaped (a late fd closed, a buffer returned) before their memory is freed.
-    fn drop(&mut self) {
-        let LinkState::Uring {
-            chain: Some(chain),
-            ids,
-            cqes,
-            done,
-        } = std::mem::replace(&mut self.state, LinkState::Done)
-        else {
-            return;
         };
-        let mut orphans = Vec::with_capacity(ids.len());
-        chain.orphans(&mut orphans);
-        let Ok(mut backend) = self.core.backend.try_borrow_mut() else {
-            std::mem::forget(orphans);
-            return;
-        };
-        for (i, mut orphan) in orphans.into_iter().enumerate() {
-            if done[i] {
-                cqes[i].iter().for_each(|cqe| orphan.reap(cqe));
-            } else {
-                backend.orphan(ids[i], orphan);
-            }
-        }
+        this.state = LinkState::Done;
+        Poll::Ready(out)
     }
 }
 
@@ -392,14 +454,19 @@ struct LinkTimeout {
     ts: Box<types::Timespec>,
 }
 
-impl OpDef for LinkTimeout {
-    type Output = Cqe;
+// SAFETY: the SQE points at `ts`, boxed and owned by the op.
+unsafe impl Operation for LinkTimeout {
     fn sqe(&mut self) -> squeue::Entry {
         opcode::LinkTimeout::new(&*self.ts).build()
     }
     fn emulate(&mut self) -> Emulation {
+        // Only ever pushed in a kernel chain (`push_chain`); never emulated.
         Emulation::Blocking(Box::new(|| -libc::EOPNOTSUPP))
     }
+}
+
+impl OpDef for LinkTimeout {
+    type Output = Cqe;
     fn complete(self, cqe: Cqe) -> Cqe {
         cqe
     }
@@ -422,54 +489,126 @@ impl OpDef for LinkTimeout {
 /// # std::io::Result::Ok(()) })?;
 /// # std::io::Result::Ok(())
 /// ```
+#[must_use = "futures do nothing unless awaited"]
 pub struct Timed<'a, T: OpDef> {
-    inner: TimedInner<'a, T>,
+    state: TimedState<T>,
+    _owner: PhantomData<&'a ()>,
 }
 
-enum TimedInner<'a, T: OpDef> {
-    Uring(Link<'a, (Single<Raw<T>>, Single<LinkTimeout>)>),
-    Epoll(Op<T>, crate::time::Sleep),
+enum TimedState<T: OpDef> {
+    Unstarted(Rc<Core>, T, Duration),
+    /// The op and a `LINK_TIMEOUT` linked in the kernel.
+    InKernel(InKernel<(Single<Raw<T>>, Single<LinkTimeout>)>),
+    /// The op, and a timer of its worker that cancels it.
+    Timer {
+        op: Op<Raw<T>>,
+        timer: TimerEntry,
+        deadline: std::time::Instant,
+        cancel_sent: bool,
+    },
+    /// No deadline worth a timer (`Duration::MAX` and the like).
+    Plain(Op<T>),
+    Done,
+}
+
+impl<T: OpDef> Timed<'_, T> {
+    /// Starts the op: linked to a kernel timeout where the backend can link it, else with
+    /// a timer of its worker.
+    fn start(&mut self) -> Option<T::Output> {
+        let TimedState::Unstarted(core, def, timeout) =
+            std::mem::replace(&mut self.state, TimedState::Done)
+        else {
+            unreachable!("started once")
+        };
+        if timeout >= FOREVER {
+            self.state = TimedState::Plain(Op::new(core, def));
+            return None;
+        }
+        let ts = types::Timespec::new()
+            .sec(timeout.as_secs())
+            .nsec(timeout.subsec_nanos());
+        let chain = (Single(Raw(def)), Single(LinkTimeout { ts: Box::new(ts) }));
+        self.state = match push_chain(&core, chain) {
+            Pushed::InKernel(running) => TimedState::InKernel(running),
+            Pushed::Failed(((op, cqe), _)) => return Some(op.complete(cqe)),
+            Pushed::NotLinkable((Single(Raw(def)), _)) | Pushed::Busy((Single(Raw(def)), _)) => {
+                TimedState::Timer {
+                    op: Op::new(core.clone(), Raw(def)),
+                    timer: TimerEntry::on(core),
+                    deadline: deadline_after(timeout),
+                    cancel_sent: false,
+                }
+            }
+        };
+        None
+    }
 }
 
 impl<T: OpDef> Future for Timed<'_, T> {
     type Output = T::Output;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T::Output> {
-        match &mut self.inner {
-            TimedInner::Uring(link) => {
-                let ((op, cqe), timeout) = std::task::ready!(Pin::new(link).poll(cx));
+        let this = &mut *self;
+        if let TimedState::Unstarted(..) = this.state {
+            if let Some(out) = this.start() {
+                return Poll::Ready(out);
+            }
+        }
+        match &mut this.state {
+            TimedState::InKernel(running) => {
+                let ((op, cqe), timeout) = std::task::ready!(running.poll(cx));
                 // The kernel cancels the op when the timer fires; say why.
                 let timed_out = timeout.res == -libc::ETIME && cqe.res == -libc::ECANCELED;
-                let cqe = if timed_out {
-                    Cqe::new(cqe.user_data, -libc::ETIMEDOUT, cqe.flags)
-                } else {
-                    cqe
-                };
-                Poll::Ready(op.complete(cqe))
+                Poll::Ready(op.complete(if timed_out { timed_out_cqe(cqe) } else { cqe }))
             }
-            TimedInner::Epoll(op, sleep) => {
-                if let Poll::Ready(out) = Pin::new(&mut *op).poll(cx) {
-                    return Poll::Ready(out);
+            TimedState::Timer {
+                op,
+                timer,
+                deadline,
+                cancel_sent,
+            } => {
+                if let Poll::Ready((op, cqe)) = Pin::new(&mut *op).poll(cx) {
+                    let timed_out = *cancel_sent && cqe.res == -libc::ECANCELED;
+                    return Poll::Ready(op.complete(if timed_out {
+                        timed_out_cqe(cqe)
+                    } else {
+                        cqe
+                    }));
                 }
-                if Pin::new(sleep).poll(cx).is_pending() {
-                    return Poll::Pending;
+                std::task::ready!(timer.poll(*deadline, cx));
+                // Expired: an op with nothing in flight stops now; one in the kernel (or
+                // on the blocking pool) is cancelled and its completion awaited.
+                match op.time_out(cancel_sent) {
+                    Some(Raw(def)) => Poll::Ready(def.complete(timed_out_cqe(Cqe::new(0, 0, 0)))),
+                    None => Pin::new(op).poll(cx).map(|(op, cqe)| {
+                        let timed_out = cqe.res == -libc::ECANCELED;
+                        op.complete(if timed_out { timed_out_cqe(cqe) } else { cqe })
+                    }),
                 }
-                // Expired: an op waiting for readiness stops now; a blocking syscall already
-                // running on the pool cannot be interrupted and is awaited.
-                match op.take_waiting() {
-                    Some(def) => Poll::Ready(def.complete(Cqe::new(0, -libc::ETIMEDOUT, 0))),
-                    None => Pin::new(op).poll(cx),
-                }
+            }
+            TimedState::Plain(op) => Pin::new(op).poll(cx),
+            TimedState::Unstarted(..) | TimedState::Done => {
+                panic!("ring-rt timed op polled after it completed")
             }
         }
     }
 }
 
-/// One op, not yet submitted, borrowing the handle it works on: await it, or first
+/// `cqe` with its result replaced by `ETIMEDOUT`.
+fn timed_out_cqe(cqe: Cqe) -> Cqe {
+    Cqe::new(cqe.user_data, -libc::ETIMEDOUT, cqe.flags)
+}
+
+/// One op, not yet started, borrowing the handle it works on: await it, or first
 /// [`link`](Pending::link) ops after it, or bound it with a [`timeout`](Pending::timeout).
 /// Returned by the ops that can be linked: `read`/`write` on streams, `read_at`,
-/// `write_at`, `sync_all` and `sync_data` on files. Like any op it is submitted on its
-/// first poll, so creating one and dropping it unpolled costs nothing.
+/// `write_at`, `sync_all` and `sync_data` on files. Like any op it starts when first
+/// polled, so creating one and dropping it unawaited costs nothing.
+///
+/// It is not itself a future: awaiting it (`.await`, or
+/// [`IntoFuture::into_future`](std::future::IntoFuture::into_future) for combinators that
+/// want a `Future`) turns it into one, [`OpFuture`]. So `link` and `timeout` can only be
+/// called before the op started.
 ///
 /// # Examples
 ///
@@ -492,15 +631,36 @@ impl<T: OpDef> Future for Timed<'_, T> {
 /// # std::io::Result::Ok(()) })?;
 /// # std::io::Result::Ok(())
 /// ```
+///
+/// A `Pending` cannot be polled, and once it is a future it has no `link` or `timeout`:
+/// bounding or linking an op that already started (and whose buffer the kernel may be
+/// writing) does not compile.
+///
+/// ```compile_fail,E0277
+/// fn poll_it(_: impl std::future::Future) {}
+/// # fn f(a: ring_rt::net::UnixStream) {
+/// poll_it(a.read(vec![0u8; 64])); // not a Future until awaited
+/// # }
+/// ```
+///
+/// ```compile_fail,E0599
+/// use std::future::IntoFuture;
+/// # fn f(a: ring_rt::net::UnixStream) {
+/// let running = a.read(vec![0u8; 64]).into_future();
+/// let _ = running.timeout(std::time::Duration::from_secs(1)); // OpFuture has no timeout
+/// # }
+/// ```
 pub struct Pending<'a, T: OpDef> {
-    op: Op<T>,
+    core: Rc<Core>,
+    def: T,
     _owner: PhantomData<&'a ()>,
 }
 
 impl<'a, T: OpDef> Pending<'a, T> {
     pub(crate) fn new(core: Rc<Core>, def: T) -> Pending<'a, T> {
         Pending {
-            op: Op::new(core, def),
+            core,
+            def,
             _owner: PhantomData,
         }
     }
@@ -525,17 +685,18 @@ impl<'a, T: OpDef> Pending<'a, T> {
     where
         'a: 'b,
     {
-        let core = self.op.core.clone();
-        Link::new(
-            core,
-            (Single(self.op.into_def()), Single(next.op.into_def())),
-        )
+        Link {
+            core: self.core,
+            chain: (Single(self.def), Single(next.def)),
+            _owners: PhantomData,
+        }
     }
 
     /// Bounds this op by `timeout`: past it the op is cancelled and completes with
     /// `TimedOut` (`ETIMEDOUT`), handing its buffers back as usual. On io_uring this is a
-    /// kernel `LINK_TIMEOUT`; on epoll a readiness wait is abandoned, while a file op already
-    /// running on the blocking pool finishes first.
+    /// kernel `LINK_TIMEOUT`; elsewhere a timer of the worker cancels the op (a file op
+    /// already running on epoll's blocking pool cannot be interrupted and finishes first).
+    /// `Duration::MAX`, or anything beyond decades, means no timeout.
     ///
     /// # Examples
     ///
@@ -552,26 +713,34 @@ impl<'a, T: OpDef> Pending<'a, T> {
     /// # std::io::Result::Ok(())
     /// ```
     pub fn timeout(self, timeout: Duration) -> Timed<'a, T> {
-        let core = self.op.core.clone();
-        if core.choice.kind == BackendKind::Epoll {
-            return Timed {
-                inner: TimedInner::Epoll(self.op, crate::time::sleep(timeout)),
-            };
-        }
-        let ts = types::Timespec::new()
-            .sec(timeout.as_secs())
-            .nsec(timeout.subsec_nanos());
-        let chain = (
-            Single(Raw(self.op.into_def())),
-            Single(LinkTimeout { ts: Box::new(ts) }),
-        );
         Timed {
-            inner: TimedInner::Uring(Link::new(core, chain)),
+            state: TimedState::Unstarted(self.core, self.def, timeout),
+            _owner: PhantomData,
         }
     }
 }
 
-impl<T: OpDef> Future for Pending<'_, T> {
+impl<'a, T: OpDef> IntoFuture for Pending<'a, T> {
+    type Output = T::Output;
+    type IntoFuture = OpFuture<'a, T>;
+
+    fn into_future(self) -> OpFuture<'a, T> {
+        OpFuture {
+            op: Op::new(self.core, self.def),
+            _owner: PhantomData,
+        }
+    }
+}
+
+/// A [`Pending`] op running: what awaiting one polls. Dropping it in flight cancels the
+/// op (the runtime keeps its memory until the kernel is done).
+#[must_use = "futures do nothing unless awaited"]
+pub struct OpFuture<'a, T: OpDef> {
+    op: Op<T>,
+    _owner: PhantomData<&'a ()>,
+}
+
+impl<T: OpDef> Future for OpFuture<'_, T> {
     type Output = T::Output;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T::Output> {

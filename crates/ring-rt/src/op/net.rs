@@ -1,18 +1,44 @@
 //! Socket ops: accept, connect, recv, send, buffer-select recv, zero-copy send, msg ops.
 
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::rc::Rc;
+use std::task::{Context, Poll};
 
 use io_uring::{opcode, squeue, types};
-use ring_core::buf_pool::BufGroup;
+use ring_core::buf_pool::{BufGroup, BufMode};
 use ring_core::cqe::Cqe;
 use ring_core::lifecycle::Orphan;
-use ring_core::release::{Both, CloseFd, Keep, RecycleBid};
 use socket2::{SockAddr, SockAddrStorage};
 
-use super::{Emulation, OpDef};
+use super::multishot::MultishotDef;
+use super::unclaimed::{Item, Unclaimed};
+use super::{Emulation, OpDef, Operation};
 use crate::buf::{read_output, IoBuf, IoBufMut};
+use crate::pool::PooledBuf;
 use crate::sys;
+
+/// Connections a multishot accept may hold that `Incoming::next` has not returned yet:
+/// past this many the accept is cancelled (connections then wait in the kernel's listen
+/// backlog) and re-armed once they are taken. A server that stops calling `next` stops
+/// accepting.
+pub const ACCEPT_QUEUE_MAX: u16 = 16;
+
+/// How a socket op waits on epoll (and a readiness-only op on io_uring): for `fd` to take
+/// or give data.
+fn readable(fd: RawFd) -> Emulation {
+    Emulation::Readiness {
+        fd,
+        events: libc::POLLIN as u32,
+    }
+}
+
+fn writable(fd: RawFd) -> Emulation {
+    Emulation::Readiness {
+        fd,
+        events: libc::POLLOUT as u32,
+    }
+}
 
 /// Socket op lengths: io_uring's send/recv reject lengths above `i32::MAX` (`EINVAL`) where
 /// `send(2)`/`recv(2)` clamp, so a larger buffer is used up to `i32::MAX` bytes (a short
@@ -58,16 +84,16 @@ impl AddrOut {
 pub(crate) struct Accept {
     pub(crate) fd: RawFd,
     pub(crate) addr: Box<AddrOut>,
+    /// The listener's unclaimed connections: taken first, and where a dropped accept's
+    /// connection goes.
+    pub(crate) unclaimed: Rc<Unclaimed>,
 }
 
-impl OpDef for Accept {
-    type Output = io::Result<(OwnedFd, SockAddr)>;
-
+// SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
+// (its buffer, boxed addresses and headers, a CString) and at its own fd.
+unsafe impl Operation for Accept {
     fn emulate(&mut self) -> Emulation {
-        Emulation::Readiness {
-            fd: self.fd,
-            events: libc::POLLIN as u32,
-        }
+        readable(self.fd)
     }
 
     fn try_syscall(&mut self) -> Cqe {
@@ -84,6 +110,10 @@ impl OpDef for Accept {
             .flags(libc::SOCK_CLOEXEC)
             .build()
     }
+}
+
+impl OpDef for Accept {
+    type Output = io::Result<(OwnedFd, SockAddr)>;
 
     fn complete(self, cqe: Cqe) -> Self::Output {
         let fd = owned_fd(cqe.result()?);
@@ -91,20 +121,93 @@ impl OpDef for Accept {
     }
 
     fn into_orphan(self) -> Box<dyn Orphan> {
-        Box::new(Both(Keep(self), CloseFd))
+        self.unclaimed.orphan_started();
+        let unclaimed = self.unclaimed.clone();
+        Box::new(KeepConns {
+            unclaimed,
+            _op: Some(self),
+        })
+    }
+
+    fn poll_prepare(&mut self, cx: &mut Context<'_>) -> Poll<Option<Cqe>> {
+        std::task::ready!(self.unclaimed.poll_settled(cx));
+        let Some(fd) = self.unclaimed.take_conn() else {
+            return Poll::Ready(None);
+        };
+        // The dropped accept that took it knew the peer; ask the socket again.
+        let peer = socket2::SockRef::from(&fd).peer_addr();
+        match peer {
+            Ok(peer) => {
+                // SAFETY: SockAddrStorage holds any address; `peer.len()` bytes of it are
+                // copied from a valid one.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        peer.as_ptr().cast::<u8>(),
+                        (&mut self.addr.storage as *mut SockAddrStorage).cast::<u8>(),
+                        peer.len() as usize,
+                    );
+                }
+                self.addr.len = peer.len();
+                Poll::Ready(Some(Cqe::new(0, fd.into_raw_fd(), 0)))
+            }
+            Err(err) => Poll::Ready(Some(super::error_cqe(&err))),
+        }
+    }
+
+    fn needs_prepare(&self) -> bool {
+        self.unclaimed.is_busy()
+    }
+}
+
+/// The orphan of a dropped accept (or multishot accept): connections it still accepts go
+/// to the listener's unclaimed queue for the next accept; its memory is kept until its
+/// final CQE.
+struct KeepConns<T> {
+    unclaimed: Rc<Unclaimed>,
+    _op: Option<T>,
+}
+
+impl<T> Orphan for KeepConns<T> {
+    fn reap(&mut self, cqe: &Cqe) {
+        if cqe.res >= 0 {
+            self.unclaimed.push(Item::Conn(owned_fd(cqe.res as u32)));
+        }
+        if !cqe.is_more() {
+            self.unclaimed.orphan_done();
+        }
     }
 }
 
 /// Multishot accept (5.19+): one SQE, one CQE per connection, until an error or cancel.
 pub(crate) struct AcceptMulti {
     pub(crate) fd: RawFd,
+    pub(crate) unclaimed: Rc<Unclaimed>,
 }
 
-impl AcceptMulti {
-    pub(crate) fn sqe(&self) -> squeue::Entry {
+// SAFETY: the SQE points at no memory, only at the listener's fd.
+unsafe impl Operation for AcceptMulti {
+    fn sqe(&mut self) -> squeue::Entry {
         opcode::AcceptMulti::new(types::Fd(self.fd))
             .flags(libc::SOCK_CLOEXEC)
             .build()
+    }
+
+    fn emulate(&mut self) -> Emulation {
+        readable(self.fd)
+    }
+}
+
+impl MultishotDef for AcceptMulti {
+    fn queue_max(&self) -> u16 {
+        ACCEPT_QUEUE_MAX
+    }
+
+    fn orphan(&self) -> Box<dyn Orphan> {
+        self.unclaimed.orphan_started();
+        Box::new(KeepConns::<()> {
+            unclaimed: self.unclaimed.clone(),
+            _op: None,
+        })
     }
 }
 
@@ -116,14 +219,11 @@ pub(crate) struct Connect {
     pub(crate) started: bool,
 }
 
-impl OpDef for Connect {
-    type Output = io::Result<()>;
-
+// SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
+// (its buffer, boxed addresses and headers, a CString) and at its own fd.
+unsafe impl Operation for Connect {
     fn emulate(&mut self) -> Emulation {
-        Emulation::Readiness {
-            fd: self.fd,
-            events: libc::POLLOUT as u32,
-        }
+        writable(self.fd)
     }
 
     fn try_syscall(&mut self) -> Cqe {
@@ -138,6 +238,10 @@ impl OpDef for Connect {
         )
         .build()
     }
+}
+
+impl OpDef for Connect {
+    type Output = io::Result<()>;
 
     fn complete(self, cqe: Cqe) -> io::Result<()> {
         cqe.result().map(drop)
@@ -152,16 +256,15 @@ pub(crate) struct Recv<B> {
     /// A stream socket: a short read means its receive queue is empty (see
     /// `OpDef::leaves_unready`); a datagram says nothing of the next one.
     pub(crate) is_stream: bool,
+    /// The socket's unclaimed receives: taken first, and where a dropped read's bytes go.
+    pub(crate) unclaimed: Rc<Unclaimed>,
 }
 
-impl<B: IoBufMut> OpDef for Recv<B> {
-    type Output = (io::Result<usize>, B);
-
+// SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
+// (its buffer, boxed addresses and headers, a CString) and at its own fd.
+unsafe impl<B: IoBufMut> Operation for Recv<B> {
     fn emulate(&mut self) -> Emulation {
-        Emulation::Readiness {
-            fd: self.fd,
-            events: libc::POLLIN as u32,
-        }
+        readable(self.fd)
     }
 
     fn try_syscall(&mut self) -> Cqe {
@@ -189,10 +292,91 @@ impl<B: IoBufMut> OpDef for Recv<B> {
     fn leaves_unready(&self, cqe: &Cqe) -> bool {
         self.is_stream && is_short(cqe, self.buf.bytes_total())
     }
+}
+
+impl<B: IoBufMut> OpDef for Recv<B> {
+    type Output = (io::Result<usize>, B);
 
     fn complete(self, cqe: Cqe) -> Self::Output {
-        // SAFETY: `cqe` is this op's final completion, a read into the start of `buf`.
+        // SAFETY: `cqe` is this op's final completion, a read into the start of `buf` (by
+        // the kernel, or from unclaimed bytes by `poll_prepare`).
         unsafe { read_output(&cqe, self.buf) }
+    }
+
+    fn poll_prepare(&mut self, cx: &mut Context<'_>) -> Poll<Option<Cqe>> {
+        std::task::ready!(self.unclaimed.poll_settled(cx));
+        let (dst, len) = (self.buf.stable_mut_ptr(), self.buf.bytes_total());
+        let n = if self.is_stream {
+            // SAFETY: the buffer is writable for bytes_total bytes and owned by the op.
+            unsafe { self.unclaimed.take_bytes(dst, len) }
+        } else {
+            match self.unclaimed.take_datagram() {
+                // A datagram longer than the buffer is truncated, as the kernel does.
+                Some((data, _)) => {
+                    let n = data.len().min(len);
+                    // SAFETY: as above; `data` is ours, `n` fits both.
+                    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, n) };
+                    return Poll::Ready(Some(Cqe::new(0, n as i32, 0)));
+                }
+                None => 0,
+            }
+        };
+        Poll::Ready((n > 0).then(|| Cqe::new(0, n.min(i32::MAX as usize) as i32, 0)))
+    }
+
+    fn needs_prepare(&self) -> bool {
+        self.unclaimed.is_busy()
+    }
+
+    fn into_orphan(self) -> Box<dyn Orphan> {
+        self.unclaimed.orphan_started();
+        Box::new(KeepReceived {
+            unclaimed: self.unclaimed.clone(),
+            op: self,
+        })
+    }
+}
+
+/// The orphan of a dropped read: bytes it still receives go to the socket's unclaimed
+/// queue for the next read; its buffer is kept until its final CQE.
+struct KeepReceived<T> {
+    unclaimed: Rc<Unclaimed>,
+    op: T,
+}
+
+/// An op that received into its own buffer: what its orphan keeps of a CQE.
+trait Received {
+    /// The first `n` bytes of the buffer, which the kernel wrote, as an unclaimed item.
+    fn item(&self, n: usize) -> Item;
+}
+
+impl<B: IoBufMut> Received for Recv<B> {
+    fn item(&self, n: usize) -> Item {
+        let bytes = received_bytes(&self.buf, n);
+        if self.is_stream {
+            Item::Bytes(PooledBuf::owned(bytes))
+        } else {
+            Item::Datagram(bytes, None)
+        }
+    }
+}
+
+/// A copy of the first `n` bytes of `buf`, which a completed read wrote.
+fn received_bytes<B: IoBuf>(buf: &B, n: usize) -> Vec<u8> {
+    let n = n.min(buf.bytes_total());
+    // SAFETY: a read op's buffer is readable for bytes_total bytes (IoBufMut's contract:
+    // writable, hence allocated), and the kernel initialised the first `n` of them.
+    unsafe { std::slice::from_raw_parts(buf.stable_ptr(), n) }.to_vec()
+}
+
+impl<T: Received> Orphan for KeepReceived<T> {
+    fn reap(&mut self, cqe: &Cqe) {
+        if cqe.res > 0 {
+            self.unclaimed.push(self.op.item(cqe.res as usize));
+        }
+        if !cqe.is_more() {
+            self.unclaimed.orphan_done();
+        }
     }
 }
 
@@ -209,14 +393,11 @@ pub(crate) struct Send<B> {
     pub(crate) flags: i32,
 }
 
-impl<B: IoBuf> OpDef for Send<B> {
-    type Output = (io::Result<usize>, B);
-
+// SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
+// (its buffer, boxed addresses and headers, a CString) and at its own fd.
+unsafe impl<B: IoBuf> Operation for Send<B> {
     fn emulate(&mut self) -> Emulation {
-        Emulation::Readiness {
-            fd: self.fd,
-            events: libc::POLLOUT as u32,
-        }
+        writable(self.fd)
     }
 
     fn try_syscall(&mut self) -> Cqe {
@@ -243,6 +424,10 @@ impl<B: IoBuf> OpDef for Send<B> {
     fn leaves_unready(&self, cqe: &Cqe) -> bool {
         is_short(cqe, self.buf.bytes_init())
     }
+}
+
+impl<B: IoBuf> OpDef for Send<B> {
+    type Output = (io::Result<usize>, B);
 
     fn complete(self, cqe: Cqe) -> Self::Output {
         (cqe.result().map(|n| n as usize), self.buf)
@@ -257,14 +442,11 @@ pub(crate) struct SendZc<B> {
     pub(crate) result: Option<i32>,
 }
 
-impl<B: IoBuf> OpDef for SendZc<B> {
-    type Output = (io::Result<usize>, B);
-
+// SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
+// (its buffer, boxed addresses and headers, a CString) and at its own fd.
+unsafe impl<B: IoBuf> Operation for SendZc<B> {
     fn emulate(&mut self) -> Emulation {
-        Emulation::Readiness {
-            fd: self.fd,
-            events: libc::POLLOUT as u32,
-        }
+        writable(self.fd)
     }
 
     fn try_syscall(&mut self) -> Cqe {
@@ -288,6 +470,10 @@ impl<B: IoBuf> OpDef for SendZc<B> {
             .flags(libc::MSG_NOSIGNAL)
             .build()
     }
+}
+
+impl<B: IoBuf> OpDef for SendZc<B> {
+    type Output = (io::Result<usize>, B);
 
     fn on_more(&mut self, cqe: Cqe) {
         self.result = Some(cqe.res);
@@ -305,20 +491,28 @@ impl<B: IoBuf> OpDef for SendZc<B> {
     }
 }
 
-/// `recv` into a buffer the kernel picks from `group` (buffer select).
+/// `recv` into a buffer the kernel picks from `group` (buffer select); before 5.7 (a
+/// group selected in user space) it waits for readiness and picks the buffer itself.
 pub(crate) struct RecvSelect {
     pub(crate) fd: RawFd,
     pub(crate) group: BufGroup,
+    /// The socket's unclaimed receives: where a dropped receive's chunk goes.
+    pub(crate) unclaimed: Rc<Unclaimed>,
 }
 
-impl OpDef for RecvSelect {
-    type Output = Cqe;
+// SAFETY: the SQE points at no memory of its own: the kernel picks a buffer of `group`,
+// which the driver keeps registered for as long as its ring.
+unsafe impl Operation for RecvSelect {
+    fn sqe(&mut self) -> squeue::Entry {
+        let len = len_u32(self.group.buf_len());
+        opcode::Recv::new(types::Fd(self.fd), std::ptr::null_mut(), len)
+            .buf_group(self.group.bgid())
+            .build()
+            .flags(squeue::Flags::BUFFER_SELECT)
+    }
 
     fn emulate(&mut self) -> Emulation {
-        Emulation::Readiness {
-            fd: self.fd,
-            events: libc::POLLIN as u32,
-        }
+        readable(self.fd)
     }
 
     fn try_syscall(&mut self) -> Cqe {
@@ -330,69 +524,74 @@ impl OpDef for RecvSelect {
         is_short(cqe, self.group.buf_len())
     }
 
-    fn sqe(&mut self) -> squeue::Entry {
-        let len = len_u32(self.group.buf_len());
-        opcode::Recv::new(types::Fd(self.fd), std::ptr::null_mut(), len)
-            .buf_group(self.group.bgid())
-            .build()
-            .flags(squeue::Flags::BUFFER_SELECT)
+    fn is_readiness_only(&self) -> bool {
+        self.group.mode() == BufMode::User
     }
+}
+
+impl OpDef for RecvSelect {
+    type Output = Cqe;
 
     fn complete(self, cqe: Cqe) -> Cqe {
         cqe
     }
 
     fn into_orphan(self) -> Box<dyn Orphan> {
-        // SAFETY: this op's SQE selects from `group`.
-        Box::new(unsafe { RecycleBid::new(self.group) })
+        keep_chunks(&self.group, &self.unclaimed)
     }
 }
 
 /// Multishot recv with buffer select (6.0+).
-pub(crate) fn recv_multi_sqe(fd: RawFd, group: &BufGroup) -> squeue::Entry {
-    opcode::RecvMulti::new(types::Fd(fd), group.bgid()).build()
-}
-
-/// Waits until `fd` is readable (a one-shot `POLL_ADD`; on epoll, a readiness wait).
-pub(crate) struct PollIn {
+pub(crate) struct RecvMulti {
     pub(crate) fd: RawFd,
+    pub(crate) group: BufGroup,
+    pub(crate) unclaimed: Rc<Unclaimed>,
 }
 
-impl OpDef for PollIn {
-    type Output = io::Result<()>;
+// SAFETY: as for `RecvSelect`: the kernel picks the buffers from `group`.
+unsafe impl Operation for RecvMulti {
+    fn sqe(&mut self) -> squeue::Entry {
+        opcode::RecvMulti::new(types::Fd(self.fd), self.group.bgid()).build()
+    }
 
     fn emulate(&mut self) -> Emulation {
-        Emulation::Readiness {
-            fd: self.fd,
-            events: libc::POLLIN as u32,
+        readable(self.fd)
+    }
+}
+
+impl MultishotDef for RecvMulti {
+    fn orphan(&self) -> Box<dyn Orphan> {
+        keep_chunks(&self.group, &self.unclaimed)
+    }
+}
+
+/// The orphan of a dropped pooled receive: chunks it still receives go to the socket's
+/// unclaimed queue for the next receive, copied out so the pool buffer goes back at once
+/// (unclaimed data must not starve the other receives of a worker's shared pool).
+fn keep_chunks(group: &BufGroup, unclaimed: &Rc<Unclaimed>) -> Box<dyn Orphan> {
+    unclaimed.orphan_started();
+    Box::new(KeepChunks {
+        group: group.clone(),
+        unclaimed: unclaimed.clone(),
+    })
+}
+
+struct KeepChunks {
+    group: BufGroup,
+    unclaimed: Rc<Unclaimed>,
+}
+
+impl Orphan for KeepChunks {
+    fn reap(&mut self, cqe: &Cqe) {
+        // `from_cqe` gives each bid back unless it becomes a chunk, which goes back here
+        // once copied.
+        if let Ok(Some(chunk)) = crate::pool::from_cqe(&self.group, *cqe) {
+            self.unclaimed
+                .push(Item::Bytes(PooledBuf::owned(chunk.to_vec())));
         }
-    }
-
-    fn try_syscall(&mut self) -> Cqe {
-        let mut pfd = libc::pollfd {
-            fd: self.fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd, zero timeout.
-        let n = unsafe { libc::poll(&mut pfd, 1, 0) };
-        Cqe::new(
-            0,
-            if n == 0 {
-                -libc::EAGAIN
-            } else {
-                sys::res(n as isize)
-            },
-            0,
-        )
-    }
-
-    fn sqe(&mut self) -> squeue::Entry {
-        opcode::PollAdd::new(types::Fd(self.fd), libc::POLLIN as u32).build()
-    }
-
-    fn complete(self, cqe: Cqe) -> io::Result<()> {
-        cqe.result().map(drop)
+        if !cqe.is_more() {
+            self.unclaimed.orphan_done();
+        }
     }
 }
 
@@ -441,6 +640,45 @@ impl MsgHdr {
     }
 }
 
+impl MsgHdr {
+    /// Sets the address a completed `recvmsg` reports (a datagram taken from the unclaimed
+    /// queue carries its sender there).
+    fn set_name(&mut self, addr: &SockAddr) {
+        let len = (addr.len() as usize).min(std::mem::size_of::<SockAddrStorage>());
+        // SAFETY: copies `len` bytes of a valid address into storage of at least that size.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                addr.as_ptr().cast::<u8>(),
+                (&mut self.addr.storage as *mut SockAddrStorage).cast::<u8>(),
+                len,
+            );
+        }
+        self.msg.msg_namelen = len as libc::socklen_t;
+    }
+}
+
+impl AddrOut {
+    /// The address a completed op left here, `len` bytes of it (`None` for none).
+    fn clone_filled(&self, len: libc::socklen_t) -> Option<SockAddr> {
+        if len == 0 {
+            return None;
+        }
+        let len = len.min(self.storage.size_of());
+        let mut copy = SockAddrStorage::zeroed();
+        // SAFETY: copies `len` bytes between two storages of the same type and size.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                (&self.storage as *const SockAddrStorage).cast::<u8>(),
+                (&mut copy as *mut SockAddrStorage).cast::<u8>(),
+                len as usize,
+            );
+        }
+        // SAFETY: the kernel filled `len` bytes of the storage with an address (the op
+        // completed with a datagram), and `len` is within the storage.
+        Some(unsafe { SockAddr::new(copy, len) })
+    }
+}
+
 /// `sendmsg` to an address (UDP `send_to`).
 pub(crate) struct SendMsg<B> {
     pub(crate) fd: RawFd,
@@ -448,14 +686,11 @@ pub(crate) struct SendMsg<B> {
     pub(crate) hdr: Box<MsgHdr>,
 }
 
-impl<B: IoBuf> OpDef for SendMsg<B> {
-    type Output = (io::Result<usize>, B);
-
+// SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
+// (its buffer, boxed addresses and headers, a CString) and at its own fd.
+unsafe impl<B: IoBuf> Operation for SendMsg<B> {
     fn emulate(&mut self) -> Emulation {
-        Emulation::Readiness {
-            fd: self.fd,
-            events: libc::POLLOUT as u32,
-        }
+        writable(self.fd)
     }
 
     fn try_syscall(&mut self) -> Cqe {
@@ -469,6 +704,10 @@ impl<B: IoBuf> OpDef for SendMsg<B> {
             .flags(libc::MSG_NOSIGNAL as u32)
             .build()
     }
+}
+
+impl<B: IoBuf> OpDef for SendMsg<B> {
+    type Output = (io::Result<usize>, B);
 
     fn complete(self, cqe: Cqe) -> Self::Output {
         (cqe.result().map(|n| n as usize), self.buf)
@@ -480,16 +719,15 @@ pub(crate) struct RecvMsg<B> {
     pub(crate) fd: RawFd,
     pub(crate) buf: B,
     pub(crate) hdr: Box<MsgHdr>,
+    /// The socket's unclaimed datagrams: taken first, and where a dropped receive's go.
+    pub(crate) unclaimed: Rc<Unclaimed>,
 }
 
-impl<B: IoBufMut> OpDef for RecvMsg<B> {
-    type Output = (io::Result<(usize, SockAddr)>, B);
-
+// SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
+// (its buffer, boxed addresses and headers, a CString) and at its own fd.
+unsafe impl<B: IoBufMut> Operation for RecvMsg<B> {
     fn emulate(&mut self) -> Emulation {
-        Emulation::Readiness {
-            fd: self.fd,
-            events: libc::POLLIN as u32,
-        }
+        readable(self.fd)
     }
 
     fn try_syscall(&mut self) -> Cqe {
@@ -501,6 +739,10 @@ impl<B: IoBufMut> OpDef for RecvMsg<B> {
     fn sqe(&mut self) -> squeue::Entry {
         opcode::RecvMsg::new(types::Fd(self.fd), &mut self.hdr.msg).build()
     }
+}
+
+impl<B: IoBufMut> OpDef for RecvMsg<B> {
+    type Output = (io::Result<(usize, SockAddr)>, B);
 
     fn complete(mut self, cqe: Cqe) -> Self::Output {
         let res = cqe.result().map(|n| n as usize);
@@ -512,6 +754,40 @@ impl<B: IoBufMut> OpDef for RecvMsg<B> {
         let mut hdr = self.hdr;
         hdr.addr.len = hdr.msg.msg_namelen;
         (Ok((n, hdr.addr.into_addr())), self.buf)
+    }
+
+    fn poll_prepare(&mut self, cx: &mut Context<'_>) -> Poll<Option<Cqe>> {
+        std::task::ready!(self.unclaimed.poll_settled(cx));
+        let Some((data, from)) = self.unclaimed.take_datagram() else {
+            return Poll::Ready(None);
+        };
+        let n = data.len().min(self.buf.bytes_total());
+        // SAFETY: the buffer is writable for bytes_total >= n bytes and owned by the op;
+        // `data` is ours. A longer datagram is truncated, as the kernel does.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.buf.stable_mut_ptr(), n) };
+        if let Some(from) = from {
+            self.hdr.set_name(&from);
+        }
+        Poll::Ready(Some(Cqe::new(0, n as i32, 0)))
+    }
+
+    fn needs_prepare(&self) -> bool {
+        self.unclaimed.is_busy()
+    }
+
+    fn into_orphan(self) -> Box<dyn Orphan> {
+        self.unclaimed.orphan_started();
+        Box::new(KeepReceived {
+            unclaimed: self.unclaimed.clone(),
+            op: self,
+        })
+    }
+}
+
+impl<B: IoBufMut> Received for RecvMsg<B> {
+    fn item(&self, n: usize) -> Item {
+        let from = self.hdr.addr.clone_filled(self.hdr.msg.msg_namelen);
+        Item::Datagram(received_bytes(&self.buf, n), from)
     }
 }
 
@@ -585,14 +861,11 @@ pub(crate) struct ReadPollable<B> {
     pub(crate) buf: B,
 }
 
-impl<B: IoBufMut> OpDef for ReadPollable<B> {
-    type Output = (io::Result<usize>, B);
-
+// SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
+// (its buffer, boxed addresses and headers, a CString) and at its own fd.
+unsafe impl<B: IoBufMut> Operation for ReadPollable<B> {
     fn emulate(&mut self) -> Emulation {
-        Emulation::Readiness {
-            fd: self.fd,
-            events: libc::POLLIN as u32,
-        }
+        readable(self.fd)
     }
 
     fn try_syscall(&mut self) -> Cqe {
@@ -609,6 +882,10 @@ impl<B: IoBufMut> OpDef for ReadPollable<B> {
             .offset(u64::MAX)
             .build()
     }
+}
+
+impl<B: IoBufMut> OpDef for ReadPollable<B> {
+    type Output = (io::Result<usize>, B);
 
     fn complete(self, cqe: Cqe) -> Self::Output {
         // SAFETY: `cqe` is this op's final completion, a read into the start of `buf`.

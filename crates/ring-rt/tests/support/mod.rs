@@ -147,3 +147,114 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
         })
         .collect()
 }
+
+/// The env var a child trial finds set (to the backend it should use) when this binary
+/// re-runs itself for it: see [`child`].
+pub const CHILD_ENV: &str = "RING_RT_TEST_CHILD_BACKEND";
+
+/// A trial that only runs in a child process (see [`child`]).
+pub type ChildFn = fn(BackendKind) -> Outcome;
+
+/// Runs `tests` on both backends plus `children` (each only when re-run by [`child`]), and
+/// exits with libtest's status.
+pub fn run_with_children(
+    tests: &[(&'static str, TestFn)],
+    children: &[(&'static str, ChildFn)],
+) -> ! {
+    let mut args = Arguments::from_args();
+    args.test_threads.get_or_insert(1);
+    let mut trials = Vec::new();
+    for &(name, f) in tests {
+        for kind in [BackendKind::Uring, BackendKind::Epoll] {
+            trials.push(Trial::ignorable_test(
+                format!("{name}::{kind}"),
+                move || f(kind),
+            ));
+        }
+    }
+    for &(name, f) in children {
+        trials.push(
+            Trial::ignorable_test(name, move || {
+                let Some(kind) = std::env::var(CHILD_ENV)
+                    .ok()
+                    .and_then(|k| BackendKind::parse(&k))
+                else {
+                    return Ok(Completion::ignored_with("runs only as a child of its test"));
+                };
+                f(kind)
+            })
+            .with_ignored_flag(true),
+        );
+    }
+    libtest_mimic::run(&args, trials).exit()
+}
+
+/// What a child process did: its exit status and what it printed.
+pub struct ChildRun {
+    pub status: std::process::ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Re-runs this test binary for its child trial `name` on `kind`, with `env` set, and
+/// returns what it did (a child that aborts or hangs is this test's failure, not the
+/// whole binary's). The child gets `limit` before it is killed.
+pub fn child_run(
+    name: &str,
+    kind: BackendKind,
+    env: &[(&str, &str)],
+    limit: Duration,
+) -> std::io::Result<ChildRun> {
+    let mut cmd = std::process::Command::new(std::env::current_exe()?);
+    cmd.args([
+        name,
+        "--exact",
+        "--ignored",
+        "--test-threads=1",
+        "--nocapture",
+    ])
+    .env(CHILD_ENV, kind.name())
+    .env_remove("RING_RT_BACKEND")
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn()?;
+    let deadline = std::time::Instant::now() + limit;
+    while child.try_wait()?.is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let out = child.wait_with_output()?;
+    Ok(ChildRun {
+        status: out.status,
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    })
+}
+
+/// [`child_run`], mapped to an outcome: the child's own skip is this test's skip; anything
+/// but a clean pass (a failure, an abort, a kill at `limit`) fails with its output.
+pub fn child(name: &str, kind: BackendKind, env: &[(&str, &str)], limit: Duration) -> Outcome {
+    let run = child_run(name, kind, env, limit)?;
+    if let Some(line) = run
+        .stdout
+        .lines()
+        .find(|l| l.contains(&format!("test {name} ... ignored")))
+    {
+        return Ok(Completion::ignored_with(format!("child: {line}")));
+    }
+    if !(run.status.success() && run.stdout.contains("1 passed")) {
+        return Err(format!(
+            "child {name} on {kind} failed ({}):\n{}\n{}",
+            run.status, run.stdout, run.stderr
+        )
+        .into());
+    }
+    eprint!("{}", run.stderr);
+    Ok(Completion::Completed)
+}

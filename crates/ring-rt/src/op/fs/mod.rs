@@ -9,46 +9,19 @@ pub(crate) use path::{MkDirAt, RenameAt, Statx, UnlinkAt};
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::rc::Rc;
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 
 use io_uring::{opcode, squeue, types};
 use ring_core::cqe::Cqe;
 use ring_core::lifecycle::Orphan;
 use ring_core::release::{Both, CloseFd, Keep};
 
-use super::{Emulation, Op, OpDef};
+use super::{Emulation, OpDef, Operation};
 use crate::buf::{read_output, IoBuf, IoBufMut};
-use crate::runtime::Core;
 use crate::sys;
 
 /// Most iovecs one readv/writev takes (`UIO_MAXIOV`); more are left for a short transfer.
 const IOV_MAX: usize = libc::UIO_MAXIOV as usize;
-
-/// Runs `op` on `core`'s backend, unless that backend is io_uring and lacks opcode `code`
-/// (a kernel or feature profile older than the op): then the op's emulation job runs right
-/// here on the loop thread. Only metadata-sized ops (unlink, rename, mkdir, ftruncate) can
-/// take that path, because the runtime refuses io_uring without the 5.6 read/write/open set;
-/// running them inline beats failing with "unsupported" for something the kernel can do.
-pub(crate) async fn run<T: OpDef>(core: Rc<Core>, op: T, code: u8) -> T::Output {
-    let lacks = core
-        .backend
-        .borrow()
-        .features()
-        .is_some_and(|f| !f.has_opcode(code));
-    if lacks {
-        return run_inline(op);
-    }
-    Op::new(core, op).await
-}
-
-fn run_inline<T: OpDef>(mut op: T) -> T::Output {
-    let res = match op.emulate() {
-        Emulation::Blocking(job) => job(),
-        Emulation::Readiness { .. } => op.try_syscall().res,
-    };
-    op.complete(Cqe::new(0, res, 0))
-}
 
 /// Lengths the kernel takes as u32: a larger buffer is used up to u32::MAX bytes (a short
 /// transfer, which every caller handles). The kernel itself stops at `MAX_RW_COUNT`.
@@ -101,20 +74,14 @@ pub(crate) struct OpenAt {
     pub(crate) mode: u32,
 }
 
-impl OpDef for OpenAt {
-    type Output = io::Result<OwnedFd>;
-
+// SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
+// (its buffer, boxed addresses and headers, a CString) and at its own fd.
+unsafe impl Operation for OpenAt {
     fn sqe(&mut self) -> squeue::Entry {
         opcode::OpenAt::new(types::Fd(libc::AT_FDCWD), self.path.as_ptr())
             .flags(self.flags)
             .mode(self.mode)
             .build()
-    }
-
-    fn complete(self, cqe: Cqe) -> Self::Output {
-        let fd = cqe.result()? as RawFd;
-        // SAFETY: a successful openat's result is a new fd nobody else owns.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
     }
 
     fn emulate(&mut self) -> Emulation {
@@ -124,10 +91,21 @@ impl OpDef for OpenAt {
             res_int(unsafe { libc::openat(libc::AT_FDCWD, path as *const _, flags, mode) })
         }))
     }
+}
+
+impl OpDef for OpenAt {
+    type Output = io::Result<OwnedFd>;
+
+    fn complete(self, cqe: Cqe) -> Self::Output {
+        let fd = cqe.result()? as RawFd;
+        // SAFETY: a successful openat's result is a new fd nobody else owns.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
 
     fn into_orphan(self) -> Box<dyn Orphan> {
         // An open that completes after its future was dropped returns an fd nobody owns.
-        Box::new(Both(Keep(self), CloseFd))
+        // SAFETY: an OPENAT's successful CQE is a new fd; the orphan sees only this op's.
+        Box::new(Both(Keep(self), unsafe { CloseFd::new() }))
     }
 }
 
@@ -140,19 +118,14 @@ pub(crate) struct ReadAt<B> {
     pub(crate) nowait: bool,
 }
 
-impl<B: IoBufMut> OpDef for ReadAt<B> {
-    type Output = (io::Result<usize>, B);
-
+// SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
+// (its buffer, boxed addresses and headers, a CString) and at its own fd.
+unsafe impl<B: IoBufMut> Operation for ReadAt<B> {
     fn sqe(&mut self) -> squeue::Entry {
         let len = len_u32(self.buf.bytes_total());
         opcode::Read::new(types::Fd(self.fd), self.buf.stable_mut_ptr(), len)
             .offset(self.pos)
             .build()
-    }
-
-    fn complete(self, cqe: Cqe) -> Self::Output {
-        // SAFETY: `cqe` is this op's final completion, a read into the start of `buf`.
-        unsafe { read_output(&cqe, self.buf) }
     }
 
     fn emulate(&mut self) -> Emulation {
@@ -174,6 +147,15 @@ impl<B: IoBufMut> OpDef for ReadAt<B> {
             iov_len: len_u32(self.buf.bytes_total()) as usize,
         };
         read_nowait(self.fd, &[iov], self.pos)
+    }
+}
+
+impl<B: IoBufMut> OpDef for ReadAt<B> {
+    type Output = (io::Result<usize>, B);
+
+    fn complete(self, cqe: Cqe) -> Self::Output {
+        // SAFETY: `cqe` is this op's final completion, a read into the start of `buf`.
+        unsafe { read_output(&cqe, self.buf) }
     }
 }
 
@@ -249,18 +231,14 @@ pub(crate) struct WriteAt<B> {
     pub(crate) pos: u64,
 }
 
-impl<B: IoBuf> OpDef for WriteAt<B> {
-    type Output = (io::Result<usize>, B);
-
+// SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
+// (its buffer, boxed addresses and headers, a CString) and at its own fd.
+unsafe impl<B: IoBuf> Operation for WriteAt<B> {
     fn sqe(&mut self) -> squeue::Entry {
         let len = len_u32(self.buf.bytes_init());
         opcode::Write::new(types::Fd(self.fd), self.buf.stable_ptr(), len)
             .offset(self.pos)
             .build()
-    }
-
-    fn complete(self, cqe: Cqe) -> Self::Output {
-        (count(&cqe), self.buf)
     }
 
     fn emulate(&mut self) -> Emulation {
@@ -271,6 +249,14 @@ impl<B: IoBuf> OpDef for WriteAt<B> {
             // SAFETY: the op owns the buffer, readable for `len` bytes until completion.
             sys::res(unsafe { libc::pwrite(fd, ptr as *const _, len, pos) })
         })
+    }
+}
+
+impl<B: IoBuf> OpDef for WriteAt<B> {
+    type Output = (io::Result<usize>, B);
+
+    fn complete(self, cqe: Cqe) -> Self::Output {
+        (count(&cqe), self.buf)
     }
 }
 
@@ -301,27 +287,18 @@ impl<B: IoBufMut> ReadvAt<B> {
     }
 }
 
-impl<B: IoBufMut> OpDef for ReadvAt<B> {
-    type Output = (io::Result<usize>, Vec<B>);
+// SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
+// (its buffer, boxed addresses and headers, a CString) and at its own fd.
+unsafe impl<B: IoBufMut> Operation for ReadvAt<B> {
+    fn opcode(&self) -> Option<u8> {
+        Some(opcode::Readv::CODE)
+    }
 
     fn sqe(&mut self) -> squeue::Entry {
         let len = self.iovecs.len() as u32;
         opcode::Readv::new(types::Fd(self.fd), self.iovecs.as_ptr(), len)
             .offset(self.pos)
             .build()
-    }
-
-    fn complete(mut self, cqe: Cqe) -> Self::Output {
-        let res = count(&cqe);
-        if let Ok(mut left) = res {
-            for buf in &mut self.bufs {
-                let filled = left.min(buf.bytes_total());
-                // SAFETY: preadv fills the iovecs in order; this buffer got `filled` bytes.
-                unsafe { buf.set_init(filled) };
-                left -= filled;
-            }
-        }
-        (res, self.bufs)
     }
 
     fn emulate(&mut self) -> Emulation {
@@ -339,6 +316,23 @@ impl<B: IoBufMut> OpDef for ReadvAt<B> {
             return None;
         }
         read_nowait(self.fd, &self.iovecs, self.pos)
+    }
+}
+
+impl<B: IoBufMut> OpDef for ReadvAt<B> {
+    type Output = (io::Result<usize>, Vec<B>);
+
+    fn complete(mut self, cqe: Cqe) -> Self::Output {
+        let res = count(&cqe);
+        if let Ok(mut left) = res {
+            for buf in &mut self.bufs {
+                let filled = left.min(buf.bytes_total());
+                // SAFETY: preadv fills the iovecs in order; this buffer got `filled` bytes.
+                unsafe { buf.set_init(filled) };
+                left -= filled;
+            }
+        }
+        (res, self.bufs)
     }
 }
 
@@ -367,18 +361,18 @@ impl<B: IoBuf> WritevAt<B> {
     }
 }
 
-impl<B: IoBuf> OpDef for WritevAt<B> {
-    type Output = (io::Result<usize>, Vec<B>);
+// SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
+// (its buffer, boxed addresses and headers, a CString) and at its own fd.
+unsafe impl<B: IoBuf> Operation for WritevAt<B> {
+    fn opcode(&self) -> Option<u8> {
+        Some(opcode::Writev::CODE)
+    }
 
     fn sqe(&mut self) -> squeue::Entry {
         let len = self.iovecs.len() as u32;
         opcode::Writev::new(types::Fd(self.fd), self.iovecs.as_ptr(), len)
             .offset(self.pos)
             .build()
-    }
-
-    fn complete(self, cqe: Cqe) -> Self::Output {
-        (count(&cqe), self.bufs)
     }
 
     fn emulate(&mut self) -> Emulation {
@@ -392,15 +386,23 @@ impl<B: IoBuf> OpDef for WritevAt<B> {
     }
 }
 
+impl<B: IoBuf> OpDef for WritevAt<B> {
+    type Output = (io::Result<usize>, Vec<B>);
+
+    fn complete(self, cqe: Cqe) -> Self::Output {
+        (count(&cqe), self.bufs)
+    }
+}
+
 /// `fsync`, or `fdatasync` when `datasync`.
 pub(crate) struct Fsync {
     pub(crate) fd: RawFd,
     pub(crate) datasync: bool,
 }
 
-impl OpDef for Fsync {
-    type Output = io::Result<()>;
-
+// SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
+// (its buffer, boxed addresses and headers, a CString) and at its own fd.
+unsafe impl Operation for Fsync {
     fn sqe(&mut self) -> squeue::Entry {
         let flags = if self.datasync {
             types::FsyncFlags::DATASYNC
@@ -408,10 +410,6 @@ impl OpDef for Fsync {
             types::FsyncFlags::empty()
         };
         opcode::Fsync::new(types::Fd(self.fd)).flags(flags).build()
-    }
-
-    fn complete(self, cqe: Cqe) -> io::Result<()> {
-        cqe.result().map(drop)
     }
 
     fn emulate(&mut self) -> Emulation {
@@ -429,6 +427,14 @@ impl OpDef for Fsync {
     }
 }
 
+impl OpDef for Fsync {
+    type Output = io::Result<()>;
+
+    fn complete(self, cqe: Cqe) -> io::Result<()> {
+        cqe.result().map(drop)
+    }
+}
+
 /// `fallocate(fd, mode, offset, len)`.
 pub(crate) struct Fallocate {
     pub(crate) fd: RawFd,
@@ -437,18 +443,18 @@ pub(crate) struct Fallocate {
     pub(crate) len: u64,
 }
 
-impl OpDef for Fallocate {
-    type Output = io::Result<()>;
+// SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
+// (its buffer, boxed addresses and headers, a CString) and at its own fd.
+unsafe impl Operation for Fallocate {
+    fn opcode(&self) -> Option<u8> {
+        Some(opcode::Fallocate::CODE)
+    }
 
     fn sqe(&mut self) -> squeue::Entry {
         opcode::Fallocate::new(types::Fd(self.fd), self.len)
             .offset(self.offset)
             .mode(self.mode)
             .build()
-    }
-
-    fn complete(self, cqe: Cqe) -> io::Result<()> {
-        cqe.result().map(drop)
     }
 
     fn emulate(&mut self) -> Emulation {
@@ -463,21 +469,29 @@ impl OpDef for Fallocate {
     }
 }
 
+impl OpDef for Fallocate {
+    type Output = io::Result<()>;
+
+    fn complete(self, cqe: Cqe) -> io::Result<()> {
+        cqe.result().map(drop)
+    }
+}
+
 /// `ftruncate(fd, len)` (io_uring 6.9+).
 pub(crate) struct Ftruncate {
     pub(crate) fd: RawFd,
     pub(crate) len: u64,
 }
 
-impl OpDef for Ftruncate {
-    type Output = io::Result<()>;
+// SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
+// (its buffer, boxed addresses and headers, a CString) and at its own fd.
+unsafe impl Operation for Ftruncate {
+    fn opcode(&self) -> Option<u8> {
+        Some(opcode::Ftruncate::CODE)
+    }
 
     fn sqe(&mut self) -> squeue::Entry {
         opcode::Ftruncate::new(types::Fd(self.fd), self.len).build()
-    }
-
-    fn complete(self, cqe: Cqe) -> io::Result<()> {
-        cqe.result().map(drop)
     }
 
     fn emulate(&mut self) -> Emulation {
@@ -489,28 +503,82 @@ impl OpDef for Ftruncate {
     }
 }
 
+impl OpDef for Ftruncate {
+    type Output = io::Result<()>;
+
+    fn complete(self, cqe: Cqe) -> io::Result<()> {
+        cqe.result().map(drop)
+    }
+}
+
 /// `close(fd)`, reporting its result (a file's drop closes without waiting instead).
 pub(crate) struct Close {
-    pub(crate) fd: RawFd,
+    /// Owned until the close has run: a close that never ran (cancelled while its job was
+    /// queued on epoll's blocking pool, or its SQE cancelled) must still close the fd.
+    fd: Option<OwnedFd>,
+}
+
+impl Close {
+    pub(crate) fn new(fd: OwnedFd) -> Close {
+        Close { fd: Some(fd) }
+    }
+
+    fn raw(&self) -> RawFd {
+        self.fd.as_ref().map_or(-1, AsRawFd::as_raw_fd)
+    }
+
+    /// The close's final CQE: it ran (whatever it reported, the fd is gone, as close(2)
+    /// releases it even on error), unless it was cancelled before running; then the fd is
+    /// still open, and dropping it here closes it.
+    fn settle(&mut self, cqe: &Cqe) {
+        if cqe.res != -libc::ECANCELED {
+            // The close ran and released the number: do not close it again.
+            self.fd.take().map(IntoRawFd::into_raw_fd);
+        }
+    }
+}
+
+// SAFETY: the SQE points at no memory, only at the fd the op owns.
+unsafe impl Operation for Close {
+    fn opcode(&self) -> Option<u8> {
+        Some(opcode::Close::CODE)
+    }
+
+    fn sqe(&mut self) -> squeue::Entry {
+        opcode::Close::new(types::Fd(self.raw())).build()
+    }
+
+    fn emulate(&mut self) -> Emulation {
+        let fd = self.raw();
+        Emulation::Blocking(Box::new(move || {
+            // SAFETY: the op owns the fd; the job closes it, and the op, seeing the job's
+            // result, no longer does (`settle`).
+            res_int(unsafe { libc::close(fd) })
+        }))
+    }
 }
 
 impl OpDef for Close {
     type Output = io::Result<()>;
 
-    fn sqe(&mut self) -> squeue::Entry {
-        opcode::Close::new(types::Fd(self.fd)).build()
-    }
-
-    fn complete(self, cqe: Cqe) -> io::Result<()> {
+    fn complete(mut self, cqe: Cqe) -> io::Result<()> {
+        self.settle(&cqe);
+        // Cancelled before it ran: `self.fd` closes the fd as it drops.
         cqe.result().map(drop)
     }
 
-    fn emulate(&mut self) -> Emulation {
-        let fd = self.fd;
-        Emulation::Blocking(Box::new(move || {
-            // SAFETY: the op took the fd from its File, which no longer owns or uses it.
-            res_int(unsafe { libc::close(fd) })
-        }))
+    fn into_orphan(self) -> Box<dyn Orphan> {
+        Box::new(CloseOrphan(self))
+    }
+}
+
+/// A dropped `close()`: its final CQE says whether the close ran; if not, the fd is
+/// closed when the orphan drops.
+struct CloseOrphan(Close);
+
+impl Orphan for CloseOrphan {
+    fn reap(&mut self, cqe: &Cqe) {
+        self.0.settle(cqe);
     }
 }
 

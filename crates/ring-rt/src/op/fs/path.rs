@@ -9,7 +9,7 @@ use io_uring::{opcode, squeue, types};
 use ring_core::cqe::Cqe;
 
 use super::{on_dup, res_int};
-use crate::op::{Emulation, OpDef};
+use crate::op::{Emulation, OpDef, Operation};
 use crate::sys;
 
 /// `statx(dirfd, path, flags, mask)` into a boxed buffer the op owns.
@@ -37,8 +37,12 @@ impl Statx {
     }
 }
 
-impl OpDef for Statx {
-    type Output = io::Result<libc::statx>;
+// SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
+// (its buffer, boxed addresses and headers, a CString) and at its own fd.
+unsafe impl Operation for Statx {
+    fn opcode(&self) -> Option<u8> {
+        Some(opcode::Statx::CODE)
+    }
 
     fn sqe(&mut self) -> squeue::Entry {
         let out: *mut libc::statx = &mut *self.out;
@@ -46,10 +50,6 @@ impl OpDef for Statx {
             .flags(self.flags)
             .mask(self.mask)
             .build()
-    }
-
-    fn complete(self, cqe: Cqe) -> Self::Output {
-        cqe.result().map(|_| *self.out)
     }
 
     fn emulate(&mut self) -> Emulation {
@@ -71,23 +71,31 @@ impl OpDef for Statx {
     }
 }
 
+impl OpDef for Statx {
+    type Output = io::Result<libc::statx>;
+
+    fn complete(self, cqe: Cqe) -> Self::Output {
+        cqe.result().map(|_| *self.out)
+    }
+}
+
 /// `unlinkat(AT_FDCWD, path, flags)`: a file, or a directory with `AT_REMOVEDIR` (5.11).
 pub(crate) struct UnlinkAt {
     pub(crate) path: CString,
     pub(crate) flags: i32,
 }
 
-impl OpDef for UnlinkAt {
-    type Output = io::Result<()>;
+// SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
+// (its buffer, boxed addresses and headers, a CString) and at its own fd.
+unsafe impl Operation for UnlinkAt {
+    fn opcode(&self) -> Option<u8> {
+        Some(opcode::UnlinkAt::CODE)
+    }
 
     fn sqe(&mut self) -> squeue::Entry {
         opcode::UnlinkAt::new(types::Fd(libc::AT_FDCWD), self.path.as_ptr())
             .flags(self.flags)
             .build()
-    }
-
-    fn complete(self, cqe: Cqe) -> io::Result<()> {
-        cqe.result().map(drop)
     }
 
     fn emulate(&mut self) -> Emulation {
@@ -99,22 +107,30 @@ impl OpDef for UnlinkAt {
     }
 }
 
+impl OpDef for UnlinkAt {
+    type Output = io::Result<()>;
+
+    fn complete(self, cqe: Cqe) -> io::Result<()> {
+        cqe.result().map(drop)
+    }
+}
+
 /// `renameat(AT_FDCWD, from, AT_FDCWD, to)` (5.11).
 pub(crate) struct RenameAt {
     pub(crate) from: CString,
     pub(crate) to: CString,
 }
 
-impl OpDef for RenameAt {
-    type Output = io::Result<()>;
+// SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
+// (its buffer, boxed addresses and headers, a CString) and at its own fd.
+unsafe impl Operation for RenameAt {
+    fn opcode(&self) -> Option<u8> {
+        Some(opcode::RenameAt::CODE)
+    }
 
     fn sqe(&mut self) -> squeue::Entry {
         let cwd = types::Fd(libc::AT_FDCWD);
         opcode::RenameAt::new(cwd, self.from.as_ptr(), cwd, self.to.as_ptr()).build()
-    }
-
-    fn complete(self, cqe: Cqe) -> io::Result<()> {
-        cqe.result().map(drop)
     }
 
     fn emulate(&mut self) -> Emulation {
@@ -127,23 +143,31 @@ impl OpDef for RenameAt {
     }
 }
 
+impl OpDef for RenameAt {
+    type Output = io::Result<()>;
+
+    fn complete(self, cqe: Cqe) -> io::Result<()> {
+        cqe.result().map(drop)
+    }
+}
+
 /// `mkdirat(AT_FDCWD, path, mode)` (5.15).
 pub(crate) struct MkDirAt {
     pub(crate) path: CString,
     pub(crate) mode: u32,
 }
 
-impl OpDef for MkDirAt {
-    type Output = io::Result<()>;
+// SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
+// (its buffer, boxed addresses and headers, a CString) and at its own fd.
+unsafe impl Operation for MkDirAt {
+    fn opcode(&self) -> Option<u8> {
+        Some(opcode::MkDirAt::CODE)
+    }
 
     fn sqe(&mut self) -> squeue::Entry {
         opcode::MkDirAt::new(types::Fd(libc::AT_FDCWD), self.path.as_ptr())
             .mode(self.mode)
             .build()
-    }
-
-    fn complete(self, cqe: Cqe) -> io::Result<()> {
-        cqe.result().map(drop)
     }
 
     fn emulate(&mut self) -> Emulation {
@@ -152,5 +176,13 @@ impl OpDef for MkDirAt {
             // SAFETY: path is the op's CString, alive until completion.
             res_int(unsafe { libc::mkdirat(libc::AT_FDCWD, path as *const _, mode) })
         }))
+    }
+}
+
+impl OpDef for MkDirAt {
+    type Output = io::Result<()>;
+
+    fn complete(self, cqe: Cqe) -> io::Result<()> {
+        cqe.result().map(drop)
     }
 }

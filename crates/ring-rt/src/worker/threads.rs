@@ -10,13 +10,14 @@ use std::io;
 use std::sync::{mpsc, Arc, Mutex};
 use std::task::Poll;
 use std::thread;
+use std::time::Instant;
 
-use crate::builder::WorkerConfig;
+use super::WorkerConfig;
 use crate::executor::{Shared, MAIN_KEY};
 
 thread_local! {
-    /// Set on a worker thread when the runtime asks it to stop.
-    static STOP: Cell<bool> = const { Cell::new(false) };
+    /// Set on a worker thread when the runtime asks it to stop: the deadline of its drain.
+    static STOP: Cell<Option<Instant>> = const { Cell::new(None) };
 }
 
 struct Worker {
@@ -52,7 +53,7 @@ impl Workers {
         match failure {
             None => Ok(all),
             Some(err) => {
-                all.shutdown();
+                all.shutdown(Instant::now() + crate::backend::SHUTDOWN_WAIT);
                 Err(err)
             }
         }
@@ -72,13 +73,14 @@ impl Workers {
         Ok(())
     }
 
-    /// Stops every worker and waits for its thread (each drops its tasks and drains its ring).
-    pub(crate) fn shutdown(&self) {
+    /// Stops every worker and waits for its thread: each drops its tasks and drains its
+    /// ring, waiting for the kernel until `deadline`.
+    pub(crate) fn shutdown(&self, deadline: Instant) {
         let mut workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());
         for worker in workers.iter() {
             let shared = worker.shared.clone();
             worker.shared.push_job(Box::new(move || {
-                STOP.with(|s| s.set(true));
+                STOP.with(|s| s.set(Some(deadline)));
                 shared.schedule(MAIN_KEY);
             }));
         }
@@ -103,8 +105,16 @@ fn start_one(index: usize, config: Arc<WorkerConfig>) -> io::Result<Worker> {
                 }
             };
             let _ = ready_tx.send(Ok(core.executor.shared.clone()));
-            core.block_on(stopped());
-            core.shutdown();
+            // A panic that escapes the loop (a waker that panicked: task destructors'
+            // panics stay in their tasks) is reported, and the worker goes on serving.
+            while let Err(payload) =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| core.block_on(stopped())))
+            {
+                let what = panic_message(&payload);
+                tracing::error!(target: "ring_rt", worker = index, panic = %what, "a panic escaped the worker's loop; it keeps running");
+            }
+            let deadline = STOP.with(Cell::get);
+            core.shutdown(deadline.unwrap_or_else(|| Instant::now() + crate::backend::SHUTDOWN_WAIT));
         })?;
     match ready_rx.recv() {
         Ok(Ok(shared)) => Ok(Worker {
@@ -124,10 +134,22 @@ fn start_one(index: usize, config: Arc<WorkerConfig>) -> io::Result<Worker> {
 /// Completes once this worker thread has been asked to stop.
 fn stopped() -> impl Future<Output = ()> {
     std::future::poll_fn(|_| {
-        if STOP.with(|s| s.get()) {
+        if STOP.with(|s| s.get().is_some()) {
             Poll::Ready(())
         } else {
             Poll::Pending
         }
     })
+}
+
+/// A panic payload's message, if it has one.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    match (
+        payload.downcast_ref::<&str>(),
+        payload.downcast_ref::<String>(),
+    ) {
+        (Some(s), _) => (*s).to_string(),
+        (_, Some(s)) => s.clone(),
+        _ => "a non-string panic payload".into(),
+    }
 }

@@ -1,0 +1,438 @@
+//! The per-worker core: its tasks, its backend, its timers, and the thread-local through
+//! which futures on the worker's thread find it; the loop that drives them all.
+//!
+//! Everything above (ops, sockets, files, timers) reaches the backend through the core,
+//! and the core keeps two rules there. Nothing that is not ring-rt's runs while the backend
+//! is borrowed: wakers to wake and finished orphans to drop (a waker's `wake`, a buffer's
+//! destructor) are collected and run once the borrow ends. And work that finds the backend
+//! busy anyway (a drop inside a waker or a destructor) is parked and done right after the
+//! borrow ends, never forgotten: an orphan, a cancel, a close.
+
+mod config;
+mod threads;
+mod timers;
+
+pub(crate) use config::WorkerConfig;
+pub(crate) use threads::Workers;
+pub(crate) use timers::{deadline_after, TimerEntry, Timers, FOREVER};
+
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::io;
+use std::os::fd::RawFd;
+use std::pin::pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use ring_core::cqe::Cqe;
+use ring_core::driver::Wait;
+use ring_core::lifecycle::{Deferred, Orphan};
+use ring_core::user_data::OpId;
+
+use crate::backend::select::Choice;
+use crate::backend::{Backend, Operation, Start, Token};
+use crate::executor::task::Header;
+use crate::executor::Executor;
+
+/// Tasks polled per loop turn before the loop checks the kernel again, so a busy task set
+/// cannot starve I/O completions.
+const TASKS_PER_TURN: usize = 256;
+
+/// One worker's state: its tasks, its backend, its timers. Lives on the worker's thread.
+/// (`pub` only because the hidden `Chain` trait names it; the module is private.)
+#[doc(hidden)]
+pub struct Core {
+    pub(crate) executor: Executor,
+    /// Borrowed only inside this module, never across code that is not ring-rt's.
+    backend: RefCell<Backend>,
+    pub(crate) timers: RefCell<Timers>,
+    pub(crate) choice: Choice,
+    /// How long the loop spins through no-wait turns before it sleeps (`Builder::spin_before_park`).
+    spin: Duration,
+    /// No-wait turns made while spinning (`RuntimeMetrics::spin_turns`).
+    pub(crate) spin_turns: Cell<u64>,
+    /// Work from drops that found the backend borrowed, done once it is free again.
+    parked: RefCell<Vec<Parked>>,
+    /// Wakers and finished orphans the backend handed over, run outside its borrow.
+    deferred: RefCell<Deferred>,
+    /// The queue being run (swapped with `deferred`, so neither reallocates each turn).
+    running: RefCell<Deferred>,
+    /// `run_deferred` is on the stack: a nested call (from a waker or a destructor it
+    /// runs) leaves the new work to that outer loop.
+    is_running_deferred: Cell<bool>,
+    /// `block_on` runs this core: a loop turn is coming that submits what is pushed.
+    is_running: Cell<bool>,
+    /// The runtime was dropped: no op starts, fds close at once (no turn will come).
+    is_shut_down: Cell<bool>,
+}
+
+/// Work a drop could not do because the backend was busy.
+enum Parked {
+    Orphan(OpId, Box<dyn Orphan>),
+    Close(RawFd),
+}
+
+thread_local! {
+    static CURRENT: RefCell<Option<Rc<Core>>> = const { RefCell::new(None) };
+}
+
+impl Core {
+    pub(crate) fn new(
+        executor: Executor,
+        backend: Backend,
+        choice: Choice,
+        spin: Duration,
+    ) -> Core {
+        Core {
+            executor,
+            backend: RefCell::new(backend),
+            timers: RefCell::new(Timers::default()),
+            choice,
+            spin,
+            spin_turns: Cell::new(0),
+            parked: RefCell::new(Vec::new()),
+            deferred: RefCell::new(Deferred::default()),
+            running: RefCell::new(Deferred::default()),
+            is_running_deferred: Cell::new(false),
+            is_running: Cell::new(false),
+            is_shut_down: Cell::new(false),
+        }
+    }
+
+    /// The core of the runtime running on this thread (`None` outside one, and while the
+    /// thread's locals are being destroyed).
+    pub(crate) fn current() -> Option<Rc<Core>> {
+        CURRENT.try_with(|c| c.borrow().clone()).ok().flatten()
+    }
+
+    /// Like [`current`](Self::current), as an `io::Error` for I/O entry points.
+    pub(crate) fn current_io() -> io::Result<Rc<Core>> {
+        Core::current().ok_or_else(|| {
+            io::Error::other("no ring-rt runtime on this thread: call this inside Runtime::block_on or a spawned task")
+        })
+    }
+
+    /// Runs `f` on the backend, then the work its borrow kept waiting. An error if the
+    /// backend is busy: only code called from inside a loop turn (a waker, a destructor)
+    /// can meet that, and it gets an error rather than a panic.
+    pub(crate) fn with_backend<R>(&self, f: impl FnOnce(&mut Backend) -> R) -> io::Result<R> {
+        let out = {
+            let mut backend = self.backend.try_borrow_mut().map_err(|_| busy())?;
+            let out = f(&mut backend);
+            backend.take_deferred(&mut self.deferred.borrow_mut());
+            out
+        };
+        self.run_deferred();
+        Ok(out)
+    }
+
+    /// Reads something of the backend (its kind, features, counters).
+    pub(crate) fn backend_ref<R>(&self, f: impl FnOnce(&Backend) -> R) -> io::Result<R> {
+        let backend = self.backend.try_borrow().map_err(|_| busy())?;
+        Ok(f(&backend))
+    }
+
+    /// True once the runtime was dropped: nothing drives this core any more.
+    pub(crate) fn is_shut_down(&self) -> bool {
+        self.is_shut_down.get()
+    }
+
+    /// Starts `op` on this worker's backend. Refused once the runtime was dropped.
+    pub(crate) fn start(&self, op: &mut dyn Operation) -> io::Result<Start> {
+        if self.is_shut_down.get() {
+            return Err(shut_down());
+        }
+        self.with_backend(|b| b.start(op))?
+    }
+
+    /// Polls an op this core started. After shutdown an op with nothing in flight (one
+    /// waiting for readiness) fails at once: no loop turn will ever report the readiness.
+    pub(crate) fn poll(
+        &self,
+        token: &mut Token,
+        op: &mut dyn Operation,
+        waker: &Waker,
+    ) -> Poll<io::Result<Cqe>> {
+        if self.is_shut_down.get() && token.in_flight().is_none() {
+            return Poll::Ready(Err(shut_down()));
+        }
+        match self.with_backend(|b| b.poll(token, op, waker)) {
+            Ok(polled) => polled,
+            Err(err) => Poll::Ready(Err(err)),
+        }
+    }
+
+    /// The one orphan path: the future of op `id` is gone, `orphan` keeps its memory until
+    /// the final CQE. If the backend is busy the orphaning is parked, never skipped.
+    pub(crate) fn orphan(&self, id: OpId, orphan: Box<dyn Orphan>) {
+        match self.backend.try_borrow_mut() {
+            Ok(mut backend) => {
+                backend.orphan(id, orphan);
+                backend.take_deferred(&mut self.deferred.borrow_mut());
+            }
+            Err(_) => {
+                self.parked.borrow_mut().push(Parked::Orphan(id, orphan));
+                return;
+            }
+        }
+        self.run_deferred();
+    }
+
+    /// Closes `fd`, which the caller owned, through the backend (ordered after the ops
+    /// already pushed for it). Parked if the backend is busy; done at once if no loop turn
+    /// is coming (outside `block_on`: the peer sees the close now, not at the next call).
+    pub(crate) fn close(&self, fd: RawFd) {
+        if self.is_shut_down.get() {
+            // SAFETY: the caller hands its fd over; nothing is in flight after shutdown.
+            unsafe { ring_core::release::close_quietly(fd) };
+            return;
+        }
+        let closed = self.with_backend(|b| {
+            b.close(fd);
+            if !self.is_running.get() {
+                let _ = b.submit();
+            }
+        });
+        if closed.is_err() {
+            self.parked.borrow_mut().push(Parked::Close(fd));
+        }
+    }
+
+    /// Runs the parked work and then the deferred wakes and drops, until both are empty.
+    /// A panic in a waker or a destructor leaves the rest queued for the next call.
+    fn run_deferred(&self) {
+        if self.is_running_deferred.replace(true) {
+            return;
+        }
+        let _running = ClearOnDrop(&self.is_running_deferred);
+        loop {
+            if !self.parked.borrow().is_empty() {
+                self.run_parked();
+            }
+            let mut batch = std::mem::take(&mut *self.running.borrow_mut());
+            std::mem::swap(&mut batch, &mut *self.deferred.borrow_mut());
+            if batch.is_empty() {
+                *self.running.borrow_mut() = batch;
+                return;
+            }
+            let guard = RequeueOnPanic {
+                core: self,
+                batch: &mut batch,
+            };
+            guard.batch.run();
+            std::mem::forget(guard);
+            *self.running.borrow_mut() = batch;
+        }
+    }
+
+    fn run_parked(&self) {
+        let Ok(mut backend) = self.backend.try_borrow_mut() else {
+            return;
+        };
+        let parked = std::mem::take(&mut *self.parked.borrow_mut());
+        for work in parked {
+            match work {
+                Parked::Orphan(id, orphan) => backend.orphan(id, orphan),
+                Parked::Close(fd) if self.is_shut_down.get() => {
+                    // SAFETY: the fd was handed over to be closed; nothing runs any more.
+                    unsafe { ring_core::release::close_quietly(fd) }
+                }
+                Parked::Close(fd) => backend.close(fd),
+            }
+        }
+        backend.take_deferred(&mut self.deferred.borrow_mut());
+    }
+
+    /// Runs `future` to completion, driving tasks, timers and I/O; then submits what the
+    /// last polls queued (a socket dropped at the end is closed now, not at some later
+    /// call).
+    pub(crate) fn block_on<F: Future>(self: &Rc<Core>, future: F) -> F::Output {
+        let _entered = self
+            .executor
+            .enter()
+            .expect("Runtime::block_on called from inside a running ring-rt runtime");
+        let _current = CurrentGuard::set(self.clone());
+        let _running = RunningGuard::set(self);
+        let main_waker = Waker::from(Arc::new(Header::main(self.executor.shared.clone())));
+        let mut cx = Context::from_waker(&main_waker);
+        let mut future = pin!(future);
+        // Poll the new future at once, whatever an earlier block_on left in the flag.
+        let mut woken = true;
+        loop {
+            if std::mem::take(&mut woken) | self.executor.take_main_woken() {
+                if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+                    self.flush();
+                    return out;
+                }
+            }
+            self.executor.run_ready(TASKS_PER_TURN);
+            self.turn();
+        }
+    }
+
+    /// Submits what is queued, without waiting.
+    fn flush(&self) {
+        if let Err(err) = self.with_backend(|b| b.submit()).and_then(|r| r) {
+            tracing::error!(target: "ring_rt", error = %err, "submitting queued work failed");
+        }
+    }
+
+    /// One loop turn: wait for I/O (not at all if work is ready, and only after spinning
+    /// if `Builder::spin_before_park` asks for it), then fire due timers.
+    fn turn(&self) {
+        let wait = self.next_wait();
+        if wait == Wait::No || self.spin.is_zero() {
+            self.backend_turn(wait);
+        } else if !self.spin_finds_work() {
+            // The spin took time: the next timer is that much closer.
+            self.backend_turn(self.next_wait());
+        }
+        let due = self.timers.borrow_mut().take_expired(Instant::now());
+        for waker in due {
+            waker.wake();
+        }
+    }
+
+    /// Before a turn that would sleep, turns the backend without waiting for up to the
+    /// configured spin, so completions that arrive within it are run without the cost of
+    /// sleeping and being woken (an IRQ, a context switch, a cold cache). On io_uring with
+    /// TASKRUN_FLAG (5.19+) such a turn enters the kernel only when the ring's flags
+    /// announce completions; on epoll each is an `epoll_wait(0)`. Returns true once a task
+    /// is ready or a timer is due (the caller then skips its wait), false when the spin ran
+    /// out and the loop should park.
+    fn spin_finds_work(&self) -> bool {
+        let start = Instant::now();
+        loop {
+            self.backend_turn(Wait::No);
+            self.spin_turns.set(self.spin_turns.get() + 1);
+            let now = Instant::now();
+            let is_timer_due = self
+                .timers
+                .borrow()
+                .next_deadline()
+                .is_some_and(|deadline| deadline <= now);
+            if self.executor.has_ready() || is_timer_due {
+                return true;
+            }
+            if now.duration_since(start) >= self.spin {
+                return false;
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// How long the next turn may wait: not at all if work is ready, else until the next
+    /// timer is due (or for I/O alone).
+    fn next_wait(&self) -> Wait {
+        if self.executor.has_ready() {
+            return Wait::No;
+        }
+        match self.timers.borrow().next_deadline() {
+            Some(deadline) => Wait::For(deadline.saturating_duration_since(Instant::now())),
+            None => Wait::Forever,
+        }
+    }
+
+    fn backend_turn(&self, wait: Wait) {
+        let turned = self.with_backend(|b| {
+            let turned = b.turn(wait);
+            (turned, b.kind())
+        });
+        if let Ok((Err(err), backend)) = turned {
+            // The backend failing to enter the kernel is not something a task can handle;
+            // report it and keep the loop alive so ops still in flight can complete.
+            tracing::error!(target: "ring_rt", %backend, error = %err, "backend turn failed");
+        }
+    }
+
+    pub(crate) fn spawn<F: Future + 'static>(&self, future: F) -> crate::JoinHandle<F::Output> {
+        self.executor.spawn(future)
+    }
+
+    /// Shuts the worker down: drops every task (their ops become orphans, cancelled), then
+    /// waits until `deadline` for the kernel to finish with every op. Afterwards no op
+    /// starts (an error says the runtime is gone) and fds close at once; an op left in
+    /// flight by a future outside any task has its cancelled completion to collect.
+    pub(crate) fn shutdown(self: &Rc<Core>, deadline: Instant) {
+        let _current = CurrentGuard::set(self.clone());
+        self.executor.shutdown();
+        let _ = self.with_backend(|b| b.drain(deadline));
+        self.is_shut_down.set(true);
+        self.run_deferred();
+    }
+}
+
+/// Puts a batch that a panicking waker or destructor interrupted back in front of the
+/// queue, so the rest still runs (once, by the next `run_deferred`).
+struct RequeueOnPanic<'a> {
+    core: &'a Core,
+    batch: &'a mut Deferred,
+}
+
+impl Drop for RequeueOnPanic<'_> {
+    fn drop(&mut self) {
+        let mut queued = self.core.deferred.borrow_mut();
+        self.batch.append(&mut queued);
+        std::mem::swap(&mut *queued, self.batch);
+    }
+}
+
+/// Clears a flag when dropped (on unwinding too).
+struct ClearOnDrop<'a>(&'a Cell<bool>);
+
+impl Drop for ClearOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.set(false);
+    }
+}
+
+/// Marks the core as driven by `block_on` while it lives.
+struct RunningGuard<'a>(&'a Core, bool);
+
+impl<'a> RunningGuard<'a> {
+    fn set(core: &'a Core) -> RunningGuard<'a> {
+        RunningGuard(core, core.is_running.replace(true))
+    }
+}
+
+impl Drop for RunningGuard<'_> {
+    fn drop(&mut self) {
+        self.0.is_running.set(self.1);
+    }
+}
+
+/// Installs a core as this thread's current one, restoring the previous on drop. While the
+/// thread's locals are being destroyed (a runtime kept in a `thread_local!` is dropped at
+/// thread exit) there is no current core to install: the guard does nothing then.
+pub(crate) struct CurrentGuard(Option<Option<Rc<Core>>>);
+
+impl CurrentGuard {
+    pub(crate) fn set(core: Rc<Core>) -> CurrentGuard {
+        CurrentGuard(CURRENT.try_with(|c| c.borrow_mut().replace(core)).ok())
+    }
+}
+
+impl Drop for CurrentGuard {
+    fn drop(&mut self) {
+        if let Some(previous) = self.0.take() {
+            let _ = CURRENT.try_with(|c| *c.borrow_mut() = previous);
+        }
+    }
+}
+
+fn busy() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::WouldBlock,
+        "the ring-rt worker is in the middle of a loop turn (called from a waker or a \
+         destructor it runs): retry from a task",
+    )
+}
+
+fn shut_down() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::NotConnected,
+        "the ring-rt runtime this object belongs to was dropped",
+    )
+}

@@ -1,0 +1,128 @@
+//! A worker's timers: one ordered map of deadlines, whose earliest becomes the wait timeout
+//! of the loop's next `io_uring_enter` (or `epoll_wait`). No timer thread, no SQE per timer.
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use super::Core;
+
+/// Identifies one timer: its deadline, and a number that breaks ties between equal ones.
+pub(crate) type TimerKey = (Instant, u64);
+
+/// A worker's pending timers, earliest first.
+#[derive(Default)]
+pub(crate) struct Timers {
+    map: BTreeMap<TimerKey, Waker>,
+    next_id: u64,
+}
+
+impl Timers {
+    pub(crate) fn insert(&mut self, deadline: Instant, waker: Waker) -> TimerKey {
+        let key = (deadline, self.next_id);
+        self.next_id += 1;
+        self.map.insert(key, waker);
+        key
+    }
+
+    pub(crate) fn update(&mut self, key: TimerKey, waker: &Waker) {
+        if let Some(current) = self.map.get_mut(&key) {
+            if !current.will_wake(waker) {
+                *current = waker.clone();
+            }
+        }
+    }
+
+    pub(crate) fn remove(&mut self, key: TimerKey) {
+        self.map.remove(&key);
+    }
+
+    /// The earliest deadline, if any timer is pending.
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        self.map.first_key_value().map(|(key, _)| key.0)
+    }
+
+    /// Removes and returns the wakers of every timer due at `now`.
+    pub(crate) fn take_expired(&mut self, now: Instant) -> Vec<Waker> {
+        let mut due = Vec::new();
+        while let Some(entry) = self.map.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            due.push(entry.remove());
+        }
+        due
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+}
+
+/// The furthest a timer reaches: `Duration::MAX` (a common "no timeout") and other huge
+/// waits mean "never", which 30 years out stands for. Far beyond any process's life, and
+/// well inside what `Instant` can add on every platform, so no deadline overflows.
+pub(crate) const FOREVER: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
+
+/// The deadline `d` from now, huge `d`s cut to [`FOREVER`].
+pub(crate) fn deadline_after(d: Duration) -> Instant {
+    Instant::now() + d.min(FOREVER)
+}
+
+/// One timer in a worker's map, registered when first polled before its deadline and
+/// removed when dropped: what `Sleep` and an op's timeout wait on.
+#[derive(Default)]
+pub(crate) struct TimerEntry {
+    /// The worker whose map holds the timer (the current one at first poll, unless set).
+    core: Option<Rc<Core>>,
+    key: Option<TimerKey>,
+}
+
+impl TimerEntry {
+    /// A timer on `core`'s map (an op's timeout, which belongs to the op's worker).
+    pub(crate) fn on(core: Rc<Core>) -> TimerEntry {
+        TimerEntry {
+            core: Some(core),
+            key: None,
+        }
+    }
+
+    /// Ready once `deadline` has passed; else registers (or updates) the timer so `cx` is
+    /// woken then. A timer whose worker was shut down moves to the current one.
+    ///
+    /// # Panics
+    /// Outside a ring-rt runtime, for a timer not tied to a worker (nothing would wake it).
+    pub(crate) fn poll(&mut self, deadline: Instant, cx: &mut Context<'_>) -> Poll<()> {
+        if Instant::now() >= deadline {
+            self.cancel();
+            return Poll::Ready(());
+        }
+        if self.core.as_ref().is_some_and(|core| core.is_shut_down()) {
+            self.cancel();
+            self.core = None;
+        }
+        let core = self.core.get_or_insert_with(|| {
+            Core::current().expect("a ring-rt timer polled outside a ring-rt runtime")
+        });
+        let mut timers = core.timers.borrow_mut();
+        match self.key {
+            Some(key) => timers.update(key, cx.waker()),
+            None => self.key = Some(timers.insert(deadline, cx.waker().clone())),
+        }
+        Poll::Pending
+    }
+
+    /// Removes the timer (a later poll registers it again).
+    pub(crate) fn cancel(&mut self) {
+        if let (Some(key), Some(core)) = (self.key.take(), &self.core) {
+            core.timers.borrow_mut().remove(key);
+        }
+    }
+}
+
+impl Drop for TimerEntry {
+    fn drop(&mut self) {
+        self.cancel();
+    }
+}

@@ -1,0 +1,858 @@
+//! Soundness and cancel-safety (issue 16): what safe code must never be able to do to the
+//! runtime, each as the program that did it: make the kernel write into freed memory, lose
+//! received bytes, leak an fd, hang, or abort. Every test runs on both backends; the ones
+//! that could take the process down (an abort, a stuck thread, a lowered resource limit)
+//! run in a child process.
+
+#[macro_use]
+mod support;
+
+use std::cell::RefCell;
+use std::future::{poll_fn, Future, IntoFuture};
+use std::io::{ErrorKind, Read};
+use std::os::fd::AsRawFd;
+use std::pin::{pin, Pin};
+use std::rc::Rc;
+use std::task::Poll;
+
+use std::time::{Duration, Instant};
+
+use libtest_mimic::Completion;
+use ring_rt::buf::IoBuf;
+use ring_rt::fs::File;
+use ring_rt::net::{TcpListener, TcpStream, UdpSocket, UnixStream};
+use ring_rt::time::{interval, sleep, timeout};
+use ring_rt::{BackendKind, Runtime};
+use support::{bounded, open_fds, pattern, wait_for, Outcome};
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+fn main() {
+    support::run_with_children(
+        &[
+            (
+                "timed_stream_reads_lose_no_byte",
+                timed_stream_reads_lose_no_byte,
+            ),
+            (
+                "dropped_reads_hand_their_bytes_to_the_next_read",
+                dropped_reads_hand_their_bytes_to_the_next_read,
+            ),
+            (
+                "dropped_recv_from_keeps_its_datagram",
+                dropped_recv_from_keeps_its_datagram,
+            ),
+            (
+                "failed_blocking_job_never_runs_later",
+                failed_blocking_job_never_runs_later,
+            ),
+            (
+                "runtime_in_a_thread_local_exits_cleanly",
+                runtime_in_a_thread_local_exits_cleanly,
+            ),
+            (
+                "runtime_drop_is_bounded_by_a_stuck_blocking_op",
+                runtime_drop_is_bounded_by_a_stuck_blocking_op,
+            ),
+            (
+                "io_after_its_runtime_is_dropped_is_an_error",
+                io_after_its_runtime_is_dropped_is_an_error,
+            ),
+            (
+                "panicking_task_destructors_stay_in_the_task",
+                panicking_task_destructors_stay_in_the_task,
+            ),
+            (
+                "reading_a_huge_sparse_file_is_out_of_memory",
+                reading_a_huge_sparse_file_is_out_of_memory,
+            ),
+            ("duration_max_means_never", duration_max_means_never),
+            (
+                "dropped_close_still_closes_the_fd",
+                dropped_close_still_closes_the_fd,
+            ),
+            (
+                "drop_before_block_on_returns_closes_at_once",
+                drop_before_block_on_returns_closes_at_once,
+            ),
+            (
+                "drops_inside_a_turn_cancel_and_deregister",
+                drops_inside_a_turn_cancel_and_deregister,
+            ),
+            (
+                "incoming_stops_accepting_when_nobody_takes",
+                incoming_stops_accepting_when_nobody_takes,
+            ),
+            (
+                "sub_millisecond_sleeps_are_not_rounded_up",
+                sub_millisecond_sleeps_are_not_rounded_up,
+            ),
+        ],
+        &[
+            (CHILD_THREAD_LOCAL, child_thread_local_runtime),
+            (CHILD_NO_THREADS, child_blocking_job_without_threads),
+            (CHILD_STUCK_DROP, child_drop_with_stuck_blocking_op),
+        ],
+    )
+}
+
+const CHILD_THREAD_LOCAL: &str = "child_thread_local_runtime";
+const CHILD_NO_THREADS: &str = "child_blocking_job_without_threads";
+const CHILD_STUCK_DROP: &str = "child_drop_with_stuck_blocking_op";
+
+/// `timeout(d, stream.read(buf))` in a loop (the tokio pattern): a timeout that fires after
+/// the kernel completed the read must not take the bytes with the dropped future. 2 MB in
+/// 10-byte writes against a 15 µs timeout lost 70-230 bytes on io_uring.
+fn timed_stream_reads_lose_no_byte(kind: BackendKind) -> Outcome {
+    const TOTAL: usize = 2_000_000;
+    let rt = runtime!(kind);
+    let std_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let addr = std_listener.local_addr()?;
+    let data = pattern(16, TOTAL);
+    // The writer is another thread, so data lands while the reader's timer runs out.
+    let writer = {
+        let data = data.clone();
+        std::thread::spawn(move || -> std::io::Result<()> {
+            use std::io::Write;
+            let mut s = std::net::TcpStream::connect(addr)?;
+            s.set_nodelay(true)?;
+            for chunk in data.chunks(10) {
+                s.write_all(chunk)?;
+            }
+            Ok(())
+        })
+    };
+    let (accepted, _) = std_listener.accept()?;
+    let out = rt.block_on(bounded(Duration::from_secs(120), async {
+        let b = TcpStream::from_std(accepted)?;
+        let mut got = Vec::with_capacity(TOTAL);
+        let mut timeouts = 0u64;
+        let mut i = 0u64;
+        loop {
+            i += 1;
+            let d = Duration::from_micros(1 + i % 30);
+            match timeout(d, b.read(Vec::with_capacity(4096))).await {
+                Err(_) => timeouts += 1,
+                Ok((res, buf)) => match res? {
+                    0 => break,
+                    n => got.extend_from_slice(&buf[..n]),
+                },
+            }
+        }
+        check!(
+            got.len() == TOTAL,
+            "received {} of {TOTAL} bytes ({} lost) over {timeouts} timeouts",
+            got.len(),
+            TOTAL as i64 - got.len() as i64
+        );
+        check!(got == data, "bytes arrived out of order");
+        eprintln!("{kind}: {timeouts} timeouts, no byte lost");
+        Ok(Completion::Completed)
+    }));
+    writer.join().map_err(|_| "writer panicked")??;
+    out?
+}
+
+/// A read completed by the kernel and then dropped (its task aborted, a select lost) hands
+/// its bytes to the next read of the stream, whatever that read's size, in order.
+fn dropped_reads_hand_their_bytes_to_the_next_read(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(bounded(LIMIT, async {
+        let (a, b) = UnixStream::pair()?;
+        for round in 0..20u64 {
+            let data = pattern(round, 100);
+            let mut read = Box::pin(b.read(Vec::with_capacity(256)).into_future());
+            // Polled once, so on io_uring the recv is in the kernel when the data lands.
+            let first = poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await;
+            check!(
+                first.is_pending(),
+                "round {round}: read ready before any data"
+            );
+            a.write_all(data.clone()).await.0?;
+            // Let the kernel complete the recv into the dropped future's buffer.
+            sleep(Duration::from_millis(2)).await;
+            drop(read);
+            // The next read is smaller than what the dropped one received.
+            let mut got = Vec::new();
+            while got.len() < data.len() {
+                let (n, buf) = b.read(Vec::with_capacity(30)).await;
+                let n = n?;
+                check!(n > 0, "round {round}: end of stream after {}", got.len());
+                got.extend_from_slice(&buf[..n]);
+            }
+            check!(got == data, "round {round}: the data was lost or reordered");
+        }
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// The same for datagrams: a `recv_from` dropped after it received keeps its datagram (and
+/// the sender) for the next receive.
+fn dropped_recv_from_keeps_its_datagram(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(bounded(LIMIT, async {
+        let a = UdpSocket::bind("127.0.0.1:0")?;
+        let b = UdpSocket::bind("127.0.0.1:0")?;
+        let to = b.local_addr()?;
+        for round in 0..10u64 {
+            let mut recv = Box::pin(b.recv_from(Vec::with_capacity(256)));
+            let first = poll_fn(|cx| Poll::Ready(recv.as_mut().poll(cx))).await;
+            check!(
+                first.is_pending(),
+                "round {round}: datagram before any was sent"
+            );
+            let data = pattern(round, 64);
+            a.send_to(data.clone(), to).await.0?;
+            sleep(Duration::from_millis(2)).await;
+            drop(recv);
+            let (res, buf) = b.recv_from(Vec::with_capacity(256)).await;
+            let (n, from) = res?;
+            check!(from == a.local_addr()?, "round {round}: sender {from}");
+            check!(buf[..n] == data[..], "round {round}: the datagram was lost");
+        }
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// When the blocking pool cannot start a thread, an op reported as failed must never run
+/// later: a `write_at` that failed was performed afterwards, with the bytes the caller had
+/// put in the returned buffer since. Run in a child under a low `RLIMIT_AS`.
+fn failed_blocking_job_never_runs_later(kind: BackendKind) -> Outcome {
+    support::child(CHILD_NO_THREADS, kind, &[], Duration::from_secs(60))
+}
+
+fn child_blocking_job_without_threads(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Runtime::builder().blocking_threads(4));
+    let path = temp_path("no-threads");
+    rt.block_on(bounded(LIMIT, async {
+        // Opened by std: no blocking op (and so no pool thread) before the write.
+        let std_file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)?;
+        let file = File::from_std(std_file)?;
+        // Room for small allocations, none for a thread's stack.
+        let vm = vm_size_bytes()?;
+        let _limit = AddressSpaceLimit::set(vm + (1 << 20))?;
+        let (res, mut buf) = file.write_at(vec![b'A'; 64], 0).await;
+        let failed = res.is_err();
+        drop(_limit);
+        if !failed {
+            // This backend did not need a thread (io_uring's own workers are kernel threads).
+            let on_disk = std::fs::read(&path)?;
+            check!(
+                on_disk == vec![b'A'; 64],
+                "write reported done but not on disk"
+            );
+            std::fs::remove_file(&path)?;
+            return Ok(Completion::Completed);
+        }
+        // The caller reuses the buffer it got back, then does more file I/O (threads start).
+        buf.fill(b'B');
+        file.write_at(vec![b'C'; 8], 100).await.0?;
+        file.sync_all().await?;
+        sleep(Duration::from_millis(50)).await;
+        let on_disk = std::fs::read(&path)?;
+        std::fs::remove_file(&path)?;
+        check!(
+            on_disk.len() == 108 && on_disk[..64].iter().all(|&b| b == 0),
+            "a write reported as failed ran later: the file starts {:?}",
+            String::from_utf8_lossy(&on_disk[..on_disk.len().min(16)])
+        );
+        drop(buf);
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// A `Runtime` kept in a `thread_local!` (thread-per-core setups do this) is dropped while
+/// the thread's other thread-locals are being destroyed: the process must exit cleanly,
+/// not abort.
+fn runtime_in_a_thread_local_exits_cleanly(kind: BackendKind) -> Outcome {
+    support::child(CHILD_THREAD_LOCAL, kind, &[], Duration::from_secs(30))
+}
+
+thread_local! {
+    static RT: RefCell<Option<Runtime>> = const { RefCell::new(None) };
+}
+
+fn child_thread_local_runtime(kind: BackendKind) -> Outcome {
+    let work = move || -> std::io::Result<()> {
+        // The slot is set up before the runtime's own thread-locals, so it is destroyed
+        // after them.
+        RT.with(|_| ());
+        let rt = Runtime::builder().backend(kind).build()?;
+        rt.block_on(async {
+            let (a, b) = UnixStream::pair()?;
+            a.write_all(&b"tls"[..]).await.0?;
+            let (n, _) = b.read(Vec::with_capacity(8)).await;
+            // A task left running, and a socket, so the drop has work to do.
+            ring_rt::spawn(async move {
+                let _ = b.read(Vec::with_capacity(8)).await;
+            });
+            drop(a);
+            n.map(drop)
+        })?;
+        RT.with(|slot| *slot.borrow_mut() = Some(rt));
+        Ok(())
+    };
+    // On a thread that then exits, and on the main thread (dropped at process exit).
+    std::thread::spawn(work)
+        .join()
+        .map_err(|_| "thread panicked")??;
+    work()?;
+    Ok(Completion::Completed)
+}
+
+/// Dropping a runtime while a blocking op is stuck in the kernel (opening a FIFO that has no
+/// writer) returns within the shutdown bound; it does not wait for the op for ever.
+fn runtime_drop_is_bounded_by_a_stuck_blocking_op(kind: BackendKind) -> Outcome {
+    support::child(CHILD_STUCK_DROP, kind, &[], Duration::from_secs(30))
+}
+
+fn child_drop_with_stuck_blocking_op(kind: BackendKind) -> Outcome {
+    let fifo = Fifo::new("fifo")?;
+    let rt = runtime!(kind);
+    rt.block_on(async {
+        let path = fifo.0.clone();
+        ring_rt::spawn(async move { File::open(&path).await });
+        sleep(Duration::from_millis(100)).await;
+    });
+    let start = Instant::now();
+    drop(rt);
+    let took = start.elapsed();
+    // Release the stuck open (if it still waits) so nothing outlives the test.
+    drop(fifo);
+    check!(
+        took < Duration::from_secs(7),
+        "dropping the runtime took {took:?}"
+    );
+    eprintln!("{kind}: runtime dropped in {took:?} with a stuck open");
+    Ok(Completion::Completed)
+}
+
+/// I/O on an object whose runtime was dropped gives a clear error on both backends; it
+/// neither hangs (io_uring: nobody turns that ring any more) nor works by accident.
+fn io_after_its_runtime_is_dropped_is_an_error(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let (a, b) = rt.block_on(async { UnixStream::pair() })?;
+    // An op started under the first runtime and left in flight.
+    let mut pending = Box::pin(b.read(Vec::with_capacity(8)).into_future());
+    let first = rt.block_on(poll_fn(|cx| Poll::Ready(pending.as_mut().poll(cx))));
+    check!(first.is_pending(), "read ready with nothing written");
+    drop(rt);
+    let rt2 = runtime!(kind);
+    rt2.block_on(bounded(Duration::from_secs(5), async {
+        let (res, _) = a.write_all(&b"late"[..]).await;
+        check!(
+            res.is_err(),
+            "a write on a stream of a dropped runtime succeeded"
+        );
+        let (res, _) = b.read(Vec::with_capacity(8)).await;
+        check!(
+            res.is_err(),
+            "a read on a stream of a dropped runtime succeeded"
+        );
+        let (res, _) = pending.as_mut().await;
+        check!(
+            res.is_err(),
+            "the read left in flight completed after its runtime was dropped"
+        );
+        Ok(Completion::Completed)
+    }))
+    .map_err(|e| format!("hang: {e:?}"))?
+}
+
+/// A value whose destructor panics.
+struct PanicOnDrop(&'static str);
+
+impl Drop for PanicOnDrop {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            panic!("{}", self.0);
+        }
+    }
+}
+
+/// A future that is ready at once with its value, and whose field's destructor then runs
+/// when the task drops it.
+struct Finished {
+    value: i32,
+    _guard: PanicOnDrop,
+}
+
+impl Future for Finished {
+    type Output = i32;
+
+    fn poll(self: Pin<&mut Self>, _cx: &mut std::task::Context<'_>) -> Poll<i32> {
+        Poll::Ready(self.value)
+    }
+}
+
+/// A panic in a task's destructor (when the task completes, is aborted, or is dropped at
+/// shutdown) stays in the task: `block_on` goes on, the JoinHandle resolves, the slot is
+/// freed, and an extra worker survives it.
+fn panicking_task_destructors_stay_in_the_task(kind: BackendKind) -> Outcome {
+    support::expecting_panics(|| -> Outcome {
+        let rt = runtime!(kind, Runtime::builder().threads(2));
+        let rt = &rt;
+        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            rt.block_on(async {
+                // A future whose destructor panics once it has produced its output.
+                let done = ring_rt::spawn(Finished {
+                    value: 7,
+                    _guard: PanicOnDrop("completed"),
+                });
+                let aborted = ring_rt::spawn(async {
+                    let _guard = PanicOnDrop("aborted");
+                    std::future::pending::<()>().await
+                });
+                ring_rt::yield_now().await;
+                aborted.abort();
+                let done = done.await;
+                let aborted = aborted.await;
+                (done.ok(), aborted.is_err())
+            })
+        }));
+        let (done, aborted) = out.map_err(|_| "a task's destructor panic escaped block_on")?;
+        check!(done == Some(7), "the completed task's output was {done:?}");
+        check!(aborted, "the aborted task did not report an error");
+        check!(rt.metrics().tasks_alive == 0, "task slots leaked");
+        // On an extra worker: the worker must survive and keep serving.
+        let ran = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        for _ in 0..2 {
+            let ran = ran.clone();
+            rt.spawn_on_all(move |_| {
+                let ran = ran.clone();
+                async move {
+                    let _guard = PanicOnDrop("on a worker");
+                    ran.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            });
+            rt.block_on(sleep(Duration::from_millis(50)));
+        }
+        check!(
+            ran.load(std::sync::atomic::Ordering::SeqCst) == 4,
+            "workers ran {} of 4 tasks",
+            ran.load(std::sync::atomic::Ordering::SeqCst)
+        );
+        // At shutdown.
+        rt.block_on(async {
+            drop(ring_rt::spawn(async {
+                let _guard = PanicOnDrop("at shutdown");
+                std::future::pending::<()>().await
+            }));
+            ring_rt::yield_now().await;
+        });
+        Ok(Completion::Completed)
+    })
+}
+
+/// `fs::read` of a file whose size cannot be allocated is an `OutOfMemory` error, as in
+/// std, not an abort.
+fn reading_a_huge_sparse_file_is_out_of_memory(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let path = temp_path("sparse");
+    let file = std::fs::File::create(&path)?;
+    // The largest sparse size this filesystem takes, from 64 TiB down to 1 TiB: each is
+    // far beyond this machine's memory.
+    let sized = [46, 44, 43, 42, 40]
+        .into_iter()
+        .find(|&bits| file.set_len(1 << bits).is_ok());
+    if sized.is_none() {
+        std::fs::remove_file(&path)?;
+        return Ok(Completion::ignored_with(
+            "this filesystem has no sparse files of 1 TiB or more",
+        ));
+    }
+    let res = rt.block_on(ring_rt::fs::read(&path));
+    std::fs::remove_file(&path)?;
+    let err = res
+        .err()
+        .ok_or("a read of a file of 1 TiB or more succeeded")?;
+    check!(err.kind() == ErrorKind::OutOfMemory, "got {err:?}");
+    Ok(Completion::Completed)
+}
+
+/// `Duration::MAX` is the usual "no timeout": every timer takes it as far in the future.
+fn duration_max_means_never(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(bounded(LIMIT, async {
+        let never = sleep(Duration::MAX);
+        check!(never.deadline() > Instant::now(), "sleep(MAX) is due");
+        let out = timeout(Duration::MAX, async { 5 }).await;
+        check!(out == Ok(5), "timeout(MAX) gave {out:?}");
+        let mut every = interval(Duration::MAX);
+        every.tick().await;
+        let mut second = pin!(every.tick());
+        let polled = poll_fn(|cx| Poll::Ready(second.as_mut().poll(cx).is_pending())).await;
+        check!(polled, "an interval of Duration::MAX ticked twice");
+        let (a, b) = UnixStream::pair()?;
+        let read = b.read(Vec::with_capacity(8)).timeout(Duration::MAX);
+        let writer = ring_rt::spawn(async move {
+            sleep(Duration::from_millis(20)).await;
+            a.write_all(&b"later"[..]).await.0
+        });
+        let (n, _) = read.await;
+        check!(
+            n.as_ref().ok() == Some(&5),
+            "read with a MAX timeout gave {n:?}"
+        );
+        writer.await??;
+        #[cfg(feature = "hyper")]
+        {
+            use hyper::rt::Timer;
+            let timer = ring_rt::compat::HyperTimer::new();
+            let sleep = timer.sleep(Duration::MAX);
+            drop(sleep);
+        }
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// `File::close()` dropped before it ran (its job still queued on the blocking pool) still
+/// closes the fd.
+fn dropped_close_still_closes_the_fd(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Runtime::builder().blocking_threads(1));
+    let path = temp_path("close");
+    let fifo = Fifo::new("close-fifo")?;
+    let out = rt.block_on(bounded(LIMIT, async {
+        let file = File::create(&path).await?;
+        let fd = file.as_raw_fd();
+        let inode = std::fs::metadata(&path).map(|m| std::os::unix::fs::MetadataExt::ino(&m))?;
+        // Occupy the one blocking thread (epoll) with an open that waits for a writer.
+        let stuck = {
+            let fifo = fifo.0.clone();
+            ring_rt::spawn(async move { File::open(&fifo).await })
+        };
+        sleep(Duration::from_millis(20)).await;
+        let mut close = Box::pin(file.close());
+        let first = poll_fn(|cx| Poll::Ready(close.as_mut().poll(cx))).await;
+        drop(close);
+        let _writer = fifo.release();
+        stuck.await??;
+        // The number may have been reused since (the FIFO's ends): closed means it no
+        // longer refers to the file.
+        let closed = wait_for(Duration::from_secs(2), || fd_inode(fd) != Some(inode)).await;
+        check!(
+            closed.is_ok(),
+            "fd {fd} still open after a dropped close (first poll: {})",
+            if first.is_ready() { "ready" } else { "pending" }
+        );
+        Ok(Completion::Completed)
+    }));
+    drop(fifo);
+    let _ = std::fs::remove_file(&path);
+    out?
+}
+
+/// The inode fd number `fd` refers to now, if it is open.
+fn fd_inode(fd: i32) -> Option<u64> {
+    // SAFETY: stat is plain data; all-zero is a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat on any number fills a live stat or fails with EBADF.
+    let rc = unsafe { libc::fstat(fd, &mut st) };
+    (rc == 0).then_some(st.st_ino)
+}
+
+/// A socket dropped just before `block_on` returns is closed then, not at some later turn:
+/// the peer sees end of stream while the program does other work. The same for a socket
+/// dropped outside `block_on` once `block_on` runs, even with nothing to do.
+fn drop_before_block_on_returns_closes_at_once(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let std_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let addr = std_listener.local_addr()?;
+    for case in ["inside block_on", "outside, then block_on(async {})"] {
+        let stream = rt.block_on(TcpStream::connect(addr))?;
+        let (mut peer, _) = std_listener.accept()?;
+        peer.set_read_timeout(Some(Duration::from_millis(500)))?;
+        if case == "inside block_on" {
+            rt.block_on(async move { drop(stream) });
+        } else {
+            drop(stream);
+            rt.block_on(async {});
+        }
+        let mut buf = [0u8; 8];
+        match peer.read(&mut buf) {
+            Ok(0) => {}
+            Ok(n) => return Err(format!("{case}: {n} unexpected bytes").into()),
+            Err(e) => return Err(format!("{case}: no end of stream at the peer: {e}").into()),
+        }
+    }
+    Ok(Completion::Completed)
+}
+
+/// A read future kept somewhere a destructor can drop it.
+type HeldRead = Pin<Box<dyn Future<Output = (std::io::Result<usize>, Vec<u8>)>>>;
+
+/// A buffer whose destructor drops something of the runtime's (a future, a socket): as
+/// part of an op's orphan it is dropped while the backend is busy.
+struct Hostage {
+    buf: Vec<u8>,
+    held: Box<dyn std::any::Any>,
+}
+
+// SAFETY: forwards to the Vec, whose heap buffer does not move with the struct.
+unsafe impl IoBuf for Hostage {
+    fn stable_ptr(&self) -> *const u8 {
+        self.buf.stable_ptr()
+    }
+    fn bytes_init(&self) -> usize {
+        self.buf.bytes_init()
+    }
+    fn bytes_total(&self) -> usize {
+        self.buf.bytes_total()
+    }
+}
+
+impl Drop for Hostage {
+    fn drop(&mut self) {
+        // What it holds is an Rc<RefCell<Option<_>>> shared with the test: empty it.
+        if let Some(r) =
+            self.held.downcast_ref::<Rc<
+                RefCell<Option<Pin<Box<dyn Future<Output = (std::io::Result<usize>, Vec<u8>)>>>>>,
+            >>()
+        {
+            drop(r.borrow_mut().take());
+        }
+        if let Some(r) = self.held.downcast_ref::<Rc<RefCell<Option<UnixStream>>>>() {
+            drop(r.borrow_mut().take());
+        }
+    }
+}
+
+/// Drops that run while the backend is busy (here: from the destructor of an orphaned
+/// write's buffer, run when the orphan is reaped: inside a loop turn on io_uring, inside the
+/// cancel of a queued blocking job on epoll) still cancel what they drop and close sockets
+/// properly: an in-flight read dropped there is cancelled (it does not go on taking data),
+/// and a socket dropped there is forgotten by epoll before its number is reused.
+fn drops_inside_a_turn_cancel_and_deregister(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Runtime::builder().blocking_threads(1));
+    let path = temp_path("hostage");
+    let fifo = Fifo::new("hostage-fifo")?;
+    let out = rt.block_on(bounded(LIMIT, async {
+        // The read held hostage: in flight on stream `c` (io_uring), or waiting for
+        // readiness with `c` registered (epoll).
+        let (c_peer, c) = UnixStream::pair()?;
+        let c = Rc::new(c);
+        let held_read = {
+            let c = c.clone();
+            Box::pin(async move { c.read(Vec::with_capacity(64)).await })
+        };
+        let mut held_read: HeldRead = held_read;
+        let first = poll_fn(|cx| Poll::Ready(held_read.as_mut().poll(cx))).await;
+        check!(first.is_pending(), "hostage read ready early");
+        let held = Rc::new(RefCell::new(Some(held_read)));
+        // The socket held hostage: registered with epoll by a pending read.
+        let (d_peer, d) = UnixStream::pair()?;
+        let d_fd = d.as_raw_fd();
+        {
+            let mut read = pin!(d.read(Vec::with_capacity(8)).into_future());
+            let _ = poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await;
+        }
+        let held_socket = Rc::new(RefCell::new(Some(d)));
+        // epoll: the one blocking thread waits in an open, so the writes below queue.
+        let file = File::create(&path).await?;
+        let stuck = {
+            let fifo = fifo.0.clone();
+            ring_rt::spawn(async move { File::open(&fifo).await })
+        };
+        sleep(Duration::from_millis(20)).await;
+        // Writes whose buffers hold both, dropped in flight: their orphans drop them.
+        for held_what in [0, 1] {
+            let buf = Hostage {
+                buf: vec![7u8; 64],
+                held: if held_what == 0 {
+                    Box::new(held.clone()) as Box<dyn std::any::Any>
+                } else {
+                    Box::new(held_socket.clone())
+                },
+            };
+            let mut w = Box::pin(file.write_at(buf, 0).into_future());
+            let _ = poll_fn(|cx| Poll::Ready(w.as_mut().poll(cx))).await;
+            drop(w);
+        }
+        drop(held);
+        drop(held_socket);
+        sleep(Duration::from_millis(20)).await;
+        // The hostage socket was closed: a new socket on its fd number must work.
+        drop(d_peer);
+        let mut reused = None;
+        let mut keep = Vec::new();
+        for _ in 0..16 {
+            let (x, y) = UnixStream::pair()?;
+            if x.as_raw_fd() == d_fd || y.as_raw_fd() == d_fd {
+                reused = Some((x, y));
+                break;
+            }
+            keep.push((x, y));
+        }
+        let (x, y) = reused.ok_or("fd number never reused")?;
+        let (reader, writer) = if x.as_raw_fd() == d_fd {
+            (x, y)
+        } else {
+            (y, x)
+        };
+        let waiting = ring_rt::spawn(async move { reader.read(Vec::with_capacity(8)).await.0 });
+        sleep(Duration::from_millis(10)).await;
+        writer.write_all(&b"wake"[..]).await.0?;
+        let got = timeout(Duration::from_secs(2), waiting).await;
+        check!(
+            matches!(got, Ok(Ok(Ok(4)))),
+            "a socket reusing the number of one dropped while the backend was busy: {got:?}"
+        );
+        let _writer = fifo.release();
+        stuck.await??;
+        // The hostage read was dropped: it must not take the next bytes on `c`.
+        c_peer.write_all(&b"for the next read"[..]).await.0?;
+        let got = timeout(Duration::from_secs(2), c.read(Vec::with_capacity(64))).await;
+        check!(
+            matches!(&got, Ok((Ok(17), buf)) if &buf[..] == b"for the next read"),
+            "a read dropped while the backend was busy went on taking data: {:?}",
+            got.map(|(n, _)| n)
+        );
+        drop(c_peer);
+        Ok(Completion::Completed)
+    }));
+    drop(fifo);
+    let _ = std::fs::remove_file(&path);
+    out?
+}
+
+/// A server that stops taking connections stops accepting them: the multishot accept does
+/// not queue every waiting client (each an fd) until EMFILE.
+fn incoming_stops_accepting_when_nobody_takes(kind: BackendKind) -> Outcome {
+    const CLIENTS: usize = 40;
+    let rt = runtime!(kind);
+    rt.block_on(bounded(LIMIT, async {
+        let l = TcpListener::bind("127.0.0.1:0")?;
+        let addr = l.local_addr()?;
+        let mut incoming = l.incoming();
+        let clients: Vec<std::net::TcpStream> = (0..CLIENTS)
+            .map(|_| std::net::TcpStream::connect(addr))
+            .collect::<Result<_, _>>()?;
+        let before = open_fds();
+        let first = incoming.next().await.ok_or("incoming ended")??;
+        sleep(Duration::from_millis(100)).await;
+        let held = open_fds() - before;
+        check!(
+            held <= 1 + ring_rt::net::tcp::ACCEPT_QUEUE_MAX as usize,
+            "{held} connections accepted while the server took one"
+        );
+        drop(first);
+        for _ in 1..CLIENTS {
+            incoming.next().await.ok_or("incoming ended")??;
+        }
+        drop(clients);
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// epoll timers are as precise as io_uring's: a 100 µs sleep does not wait a millisecond.
+fn sub_millisecond_sleeps_are_not_rounded_up(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let mut late = Vec::new();
+    rt.block_on(async {
+        for _ in 0..41 {
+            let start = Instant::now();
+            sleep(Duration::from_micros(100)).await;
+            late.push(start.elapsed().saturating_sub(Duration::from_micros(100)));
+        }
+    });
+    late.sort();
+    let median = late[late.len() / 2];
+    // 1 ms rounding shows as ~900 µs late at the median; a busy machine adds far less.
+    check!(
+        median < Duration::from_micros(600),
+        "a 100 µs sleep overshot by {median:?} at the median"
+    );
+    eprintln!("{kind}: 100 µs sleep, median overshoot {median:?}");
+    Ok(Completion::Completed)
+}
+
+/// A FIFO whose reader (an `open` parked in the kernel until a writer comes) is released
+/// when this is dropped, whatever the test did; then the FIFO is removed.
+struct Fifo(std::path::PathBuf);
+
+impl Fifo {
+    fn new(what: &str) -> std::io::Result<Fifo> {
+        let path = temp_path(what);
+        let c_path = std::ffi::CString::new(path.to_str().unwrap_or_default())?;
+        // SAFETY: a valid NUL-terminated path.
+        if unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Fifo(path))
+    }
+
+    /// Opens the write end without blocking: releases a reader waiting in `open`.
+    fn release(&self) -> Option<std::fs::File> {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&self.0)
+            .ok()
+    }
+}
+
+impl Drop for Fifo {
+    fn drop(&mut self) {
+        drop(self.release());
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn temp_path(what: &str) -> std::path::PathBuf {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    std::env::temp_dir().join(format!(
+        "ring-rt-soundness-{}-{what}-{n}",
+        std::process::id()
+    ))
+}
+
+/// This process's virtual size, from /proc.
+fn vm_size_bytes() -> std::io::Result<u64> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    let kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmSize:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .ok_or_else(|| std::io::Error::other("no VmSize in /proc/self/status"))?;
+    Ok(kb * 1024)
+}
+
+/// Lowers the soft `RLIMIT_AS` for as long as it lives.
+struct AddressSpaceLimit(libc::rlimit);
+
+impl AddressSpaceLimit {
+    fn set(bytes: u64) -> std::io::Result<AddressSpaceLimit> {
+        let mut old = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: valid pointers to live rlimits.
+        unsafe {
+            if libc::getrlimit(libc::RLIMIT_AS, &mut old) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let new = libc::rlimit {
+                rlim_cur: bytes,
+                rlim_max: old.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &new) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        Ok(AddressSpaceLimit(old))
+    }
+}
+
+impl Drop for AddressSpaceLimit {
+    fn drop(&mut self) {
+        // SAFETY: restores the limits read in `set`.
+        unsafe { libc::setrlimit(libc::RLIMIT_AS, &self.0) };
+    }
+}
