@@ -66,13 +66,14 @@ pub unsafe trait IoBuf: Unpin + 'static {
         Self: Sized,
     {
         let total = self.bytes_total();
+        // Saturating: `..=usize::MAX` means "to the end", clamped like any long range.
         let begin = match range.start_bound() {
             Bound::Included(&n) => n,
-            Bound::Excluded(&n) => n + 1,
+            Bound::Excluded(&n) => n.saturating_add(1),
             Bound::Unbounded => 0,
         };
         let end = match range.end_bound() {
-            Bound::Included(&n) => n + 1,
+            Bound::Included(&n) => n.saturating_add(1),
             Bound::Excluded(&n) => n,
             Bound::Unbounded => total,
         };
@@ -405,6 +406,19 @@ mod tests {
             (1, 4, 3, 3)
         );
         let s = vec![0u8; 2].slice(5..);
+        assert_eq!(s.bytes_total(), 0);
+    }
+
+    #[test]
+    fn slice_bounds_at_usize_max_do_not_overflow() {
+        let s = vec![1u8, 2, 3].slice(..=usize::MAX);
+        assert_eq!((s.begin(), s.end()), (0, 3));
+        let s = vec![1u8, 2, 3].slice((
+            std::ops::Bound::Excluded(usize::MAX),
+            std::ops::Bound::Unbounded,
+        ));
+        assert_eq!((s.begin(), s.end(), s.bytes_total()), (3, 3, 0));
+        let s = vec![1u8, 2, 3].slice(usize::MAX..);
         assert_eq!(s.bytes_total(), 0);
     }
 
