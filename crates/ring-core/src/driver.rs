@@ -163,6 +163,16 @@ impl Driver {
     /// and after that through the orphan given to [`orphan`](Self::orphan). Its fd (or
     /// fixed-file slot, or registered buffer index) must be one the caller may use until
     /// then. This is the io-uring crate's contract for pushing an SQE.
+    ///
+    /// Safe code cannot push an SQE (it could point the kernel at memory freed later):
+    ///
+    /// ```compile_fail,E0133
+    /// # fn f(driver: &mut ring_core::driver::Driver) -> std::io::Result<()> {
+    /// let mut buf = vec![0u8; 64];
+    /// let read = io_uring::opcode::Read::new(io_uring::types::Fd(0), buf.as_mut_ptr(), 64);
+    /// driver.submit_op(read.build())?; // needs `unsafe`, and its contract
+    /// # Ok(()) }
+    /// ```
     pub unsafe fn submit_op(&mut self, sqe: squeue::Entry) -> io::Result<OpId> {
         self.provide_queued();
         let id = self.ops.insert()?;

@@ -153,6 +153,14 @@ impl OpTable {
     /// the op its `user_data` names: an orphan acts on it (closes the fd in `res`, returns
     /// the buffer id in `flags`), so a made-up CQE could close an fd or return a buffer
     /// that someone else owns.
+    ///
+    /// ```compile_fail,E0133
+    /// use ring_core::{cqe::Cqe, op_table::OpTable};
+    ///
+    /// let mut table = OpTable::new();
+    /// let id = table.insert().unwrap();
+    /// table.complete(Cqe::new(id.to_user_data(), 0, 0)); // needs `unsafe`
+    /// ```
     pub unsafe fn complete(&mut self, cqe: Cqe) -> Dispatch {
         let id = match user_data::decode(cqe.user_data) {
             UserData::Op(id) => id,

@@ -25,6 +25,10 @@ impl CloseFd {
     /// owns (accept, open, socket, without a fixed-file slot), and feed it only that op's
     /// own CQEs: it closes the number in `res`, which for any other CQE could be an fd
     /// someone else owns.
+    ///
+    /// ```compile_fail,E0133
+    /// let closer = ring_core::release::CloseFd::new(); // needs `unsafe`
+    /// ```
     pub unsafe fn new() -> CloseFd {
         CloseFd { _private: () }
     }
@@ -89,6 +93,10 @@ impl<A: Orphan, B: Orphan> Orphan for Both<A, B> {
 /// The caller owns `fd`, and nothing will use or close that number again on the strength
 /// of having owned it (I/O safety: closing an fd someone else owns lets their next use hit
 /// whatever file reuses the number).
+///
+/// ```compile_fail,E0133
+/// ring_core::release::close_quietly(0); // needs `unsafe`: fd 0 is not ours to close
+/// ```
 pub unsafe fn close_quietly(fd: RawFd) {
     // SAFETY: the caller's contract: the fd is ours alone to close.
     unsafe {
