@@ -39,6 +39,8 @@ use std::task::{Context, Poll, Waker};
 
 use io_uring::{opcode, squeue, Submitter};
 
+use crate::lifecycle::Deferred;
+
 use crate::buf_ring::{page_size, BufRing, ENTRIES_MAX};
 
 /// How a group's buffers reach whoever fills them.
@@ -372,7 +374,21 @@ impl BufGroup {
     /// group and is returned once; otherwise the kernel could be given a bid it still holds and
     /// hand the same buffer to two ops.
     pub unsafe fn recycle(&self, bid: u16) {
-        self.0.give_back(bid, self.0.picked());
+        if let Some(waker) = self.0.give_back(bid, self.0.picked()) {
+            waker.wake();
+        }
+    }
+
+    /// [`recycle`](Self::recycle), with the wake of a receive waiting for the bid put in
+    /// `deferred` instead of run here: for an orphan's release step, which runs inside the
+    /// op table (see [`Orphan`](crate::lifecycle::Orphan)).
+    ///
+    /// # Safety
+    /// As for [`recycle`](Self::recycle).
+    pub unsafe fn recycle_into(&self, bid: u16, deferred: &mut Deferred) {
+        if let Some(waker) = self.0.give_back(bid, self.0.picked()) {
+            deferred.wake(waker);
+        }
     }
 
     /// User mode: claims a free bid; `None` when all are out (the caller reports ENOBUFS and
@@ -500,8 +516,9 @@ impl Group {
             })
     }
 
-    /// Returns `bid` from `from` to where free bids live in this mode.
-    fn give_back(&self, bid: u16, from: BidState) {
+    /// Returns `bid` from `from` to where free bids live in this mode; the waker of the
+    /// receive whose turn this return is, for the caller to wake (now, or deferred).
+    fn give_back(&self, bid: u16, from: BidState) -> Option<Waker> {
         let to = match self.mode {
             BufMode::Legacy => BidState::Queued,
             BufMode::Ring | BufMode::User => BidState::Kernel,
@@ -509,7 +526,7 @@ impl Group {
         let mut books = self.books.borrow_mut();
         if books.change(bid, from, to).is_err() {
             self.bad_returns.set(self.bad_returns.get() + 1);
-            return;
+            return None;
         }
         match self.mode {
             BufMode::Ring => {
@@ -525,12 +542,8 @@ impl Group {
         }
         drop(books);
         self.returns.set(self.returns.get() + 1);
-        // One bid, one receive woken. Taken out before waking: a woken task may poll again
-        // at once.
-        let waker = self.waiters.borrow_mut().wake_one();
-        if let Some(waker) = waker {
-            waker.wake();
-        }
+        // One bid, one receive woken (by the caller, after every borrow here ended).
+        self.waiters.borrow_mut().wake_one()
     }
 
     /// Start of `bid`'s buffer. Callers check `bid < count`; `wrapping_add` keeps the pointer
@@ -730,9 +743,25 @@ impl DerefMut for BufLease {
     }
 }
 
+impl BufLease {
+    /// Gives the buffer back, putting the wake of a receive waiting for it in `deferred`
+    /// (for code that runs inside the op table, as an orphan's release step does).
+    pub fn release_into(self, deferred: &mut Deferred) {
+        let this = std::mem::ManuallyDrop::new(self);
+        if let Some(waker) = this.group.0.give_back(this.bid, BidState::Leased) {
+            deferred.wake(waker);
+        }
+        // SAFETY: `this` is never used or dropped again; its group handle is moved out
+        // exactly once, so the group's refcount stays right.
+        drop(unsafe { std::ptr::read(&this.group) });
+    }
+}
+
 impl Drop for BufLease {
     fn drop(&mut self) {
-        self.group.0.give_back(self.bid, BidState::Leased);
+        if let Some(waker) = self.group.0.give_back(self.bid, BidState::Leased) {
+            waker.wake();
+        }
     }
 }
 

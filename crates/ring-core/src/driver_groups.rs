@@ -8,7 +8,7 @@ use super::Driver;
 use crate::buf_pool::{BufGroup, BufMode, ProvideRun};
 use crate::cqe::Cqe;
 use crate::errno;
-use crate::lifecycle::Orphan;
+use crate::lifecycle::{Deferred, Orphan};
 use crate::probe::Feature;
 
 /// Groups registered on one ring. Each keeps its memory alive for as long as the driver:
@@ -39,7 +39,7 @@ struct ProvideOrphan {
 }
 
 impl Orphan for ProvideOrphan {
-    fn reap(&mut self, cqe: &Cqe) {
+    fn reap(&mut self, cqe: &Cqe, _deferred: &mut Deferred) {
         if cqe.res < 0 {
             self.group.provide_failed(self.run.bid, self.run.nbufs);
         }

@@ -25,9 +25,14 @@ use crate::cqe::Cqe;
 /// multishot ops). It releases what the kernel produced: closes an accepted or opened fd,
 /// returns a provided buffer id. Dropping the box afterwards frees the op's buffers, which
 /// is safe because the final CQE has arrived.
+///
+/// `reap` runs inside the op table, in the middle of a CQE's dispatch: it must not run code
+/// that is not its own (a waker, a destructor of a value someone else may own). A wake it
+/// causes (a receive waiting for the buffer it returns) goes into `deferred`, which the
+/// table's owner runs once it has let go of the table.
 pub trait Orphan {
     /// Releases what one late CQE produced.
-    fn reap(&mut self, cqe: &Cqe);
+    fn reap(&mut self, cqe: &Cqe, deferred: &mut Deferred);
 }
 
 /// What applying CQEs and drops leaves to run once the caller no longer holds the op
@@ -146,8 +151,8 @@ struct KeptAlso {
 }
 
 impl Orphan for KeptAlso {
-    fn reap(&mut self, cqe: &Cqe) {
-        self.first.reap(cqe);
+    fn reap(&mut self, cqe: &Cqe, deferred: &mut Deferred) {
+        self.first.reap(cqe, deferred);
     }
 }
 
@@ -162,7 +167,7 @@ impl Lifecycle {
     pub unsafe fn on_cqe(&mut self, cqe: Cqe, deferred: &mut Deferred) -> OnCqe {
         match self {
             Lifecycle::Orphaned(orphan) => {
-                orphan.reap(&cqe);
+                orphan.reap(&cqe, deferred);
                 if cqe.is_more() {
                     return OnCqe::Reaped;
                 }
@@ -240,7 +245,7 @@ impl Lifecycle {
             }
         };
         for cqe in &queued {
-            orphan.reap(cqe);
+            orphan.reap(cqe, deferred);
         }
         if queued.last().is_some_and(|cqe| !cqe.is_more()) {
             deferred.drop_later(orphan);

@@ -25,7 +25,7 @@ fn counting_waker() -> (Arc<CountWaker>, Waker) {
 struct Recorder(Rc<RefCell<Vec<i32>>>);
 
 impl Orphan for Recorder {
-    fn reap(&mut self, cqe: &Cqe) {
+    fn reap(&mut self, cqe: &Cqe, _deferred: &mut Deferred) {
         self.0.borrow_mut().push(cqe.res);
     }
 }
@@ -168,7 +168,7 @@ fn wakes_and_finished_orphans_are_deferred_to_the_owner() {
 
     struct DropFlag(Rc<Cell<bool>>);
     impl Orphan for DropFlag {
-        fn reap(&mut self, _cqe: &Cqe) {}
+        fn reap(&mut self, _cqe: &Cqe, _deferred: &mut Deferred) {}
     }
     impl Drop for DropFlag {
         fn drop(&mut self) {

@@ -77,7 +77,7 @@ fn polling_an_orphaned_op_is_an_error_not_a_panic() {
 fn an_orphan_that_is_done_is_dropped_by_the_owner_not_the_table() {
     struct DropFlag(Rc<Cell<bool>>);
     impl Orphan for DropFlag {
-        fn reap(&mut self, _cqe: &Cqe) {}
+        fn reap(&mut self, _cqe: &Cqe, _deferred: &mut Deferred) {}
     }
     impl Drop for DropFlag {
         fn drop(&mut self) {
@@ -157,7 +157,7 @@ fn multishot_slot_is_freed_only_by_final_cqe() {
 struct CountReaps(Rc<Cell<usize>>);
 
 impl Orphan for CountReaps {
-    fn reap(&mut self, _cqe: &Cqe) {
+    fn reap(&mut self, _cqe: &Cqe, _deferred: &mut Deferred) {
         self.0.set(self.0.get() + 1);
     }
 }

@@ -8,7 +8,7 @@ use std::os::fd::RawFd;
 
 use crate::buf_pool::BufGroup;
 use crate::cqe::Cqe;
-use crate::lifecycle::Orphan;
+use crate::lifecycle::{Deferred, Orphan};
 
 /// Closes the fd a late accept/open/socket CQE returned.
 #[derive(Debug)]
@@ -35,7 +35,7 @@ impl CloseFd {
 }
 
 impl Orphan for CloseFd {
-    fn reap(&mut self, cqe: &Cqe) {
+    fn reap(&mut self, cqe: &Cqe, _deferred: &mut Deferred) {
         if cqe.res >= 0 && cqe.bid().is_none() {
             // SAFETY: `new`'s contract: this successful CQE of the op returned a new fd,
             // and its future (which alone could have taken it) is gone.
@@ -60,11 +60,11 @@ impl RecycleBid {
 }
 
 impl Orphan for RecycleBid {
-    fn reap(&mut self, cqe: &Cqe) {
+    fn reap(&mut self, cqe: &Cqe, deferred: &mut Deferred) {
         if let Some(bid) = cqe.bid() {
             // SAFETY: `new`'s contract: the bid comes from this op's own CQE, taken from this
             // group by the kernel; the op being orphaned, nobody leased it.
-            unsafe { self.0.recycle(bid) };
+            unsafe { self.0.recycle_into(bid, deferred) };
         }
     }
 }
@@ -73,16 +73,16 @@ impl Orphan for RecycleBid {
 pub struct Keep<T>(pub T);
 
 impl<T> Orphan for Keep<T> {
-    fn reap(&mut self, _cqe: &Cqe) {}
+    fn reap(&mut self, _cqe: &Cqe, _deferred: &mut Deferred) {}
 }
 
 /// Runs two release steps on each CQE: e.g. keep a buffer and close an fd.
 pub struct Both<A, B>(pub A, pub B);
 
 impl<A: Orphan, B: Orphan> Orphan for Both<A, B> {
-    fn reap(&mut self, cqe: &Cqe) {
-        self.0.reap(cqe);
-        self.1.reap(cqe);
+    fn reap(&mut self, cqe: &Cqe, deferred: &mut Deferred) {
+        self.0.reap(cqe, deferred);
+        self.1.reap(cqe, deferred);
     }
 }
 

@@ -653,7 +653,11 @@ fn shutdown_reaps_every_orphan() -> Outcome {
 fn a_panic_in_dispatch_delivers_the_rest_once() -> Outcome {
     struct PanicOnReap;
     impl ring_core::lifecycle::Orphan for PanicOnReap {
-        fn reap(&mut self, _cqe: &ring_core::cqe::Cqe) {
+        fn reap(
+            &mut self,
+            _cqe: &ring_core::cqe::Cqe,
+            _deferred: &mut ring_core::lifecycle::Deferred,
+        ) {
             panic!("release step panicked");
         }
     }

@@ -694,13 +694,14 @@ fn echo_5000_concurrent_connections(kind: BackendKind) -> Outcome {
                 })
             })
             .collect();
-        let mut failed = 0;
+        let mut failed = std::collections::BTreeMap::<String, usize>::new();
         for c in clients {
-            if c.await?.is_err() {
-                failed += 1;
+            if let Err(e) = c.await? {
+                *failed.entry(format!("{:?} ({e})", e.kind())).or_default() += 1;
             }
         }
-        check!(failed == 0, "{failed} of {CONNS} connections failed");
+        let n: usize = failed.values().sum();
+        check!(n == 0, "{n} of {CONNS} connections failed: {failed:?}");
         Ok(Completion::Completed)
     }))?
 }

@@ -48,7 +48,45 @@ fn main() {
             "huge_socket_buffers_are_clamped_not_rejected",
             huge_socket_buffers_are_clamped_not_rejected,
         ),
+        (
+            "udp_receive_ends_when_its_socket_is_shut_down",
+            udp_receive_ends_when_its_socket_is_shut_down,
+        ),
     ])
+}
+
+/// Shutting a UDP socket down wakes a receive waiting on it (a common way to stop a
+/// receiving task): io_uring's blocking recvmsg then returns 0, and so must epoll's
+/// emulation, whose non-blocking recvmsg answers EAGAIN for ever after the one edge epoll
+/// reports. (Found by the runtime_schedule fuzz target.)
+fn udp_receive_ends_when_its_socket_is_shut_down(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(bounded(LIMIT, async {
+        let socket = std::rc::Rc::new(UdpSocket::bind("127.0.0.1:0")?);
+        for started_before in [true, false] {
+            let waiting = {
+                let socket = socket.clone();
+                ring_rt::spawn(async move { socket.recv(Vec::with_capacity(64)).await.0 })
+            };
+            if started_before {
+                sleep(Duration::from_millis(10)).await;
+            }
+            // SAFETY: shutdown on the socket's own fd; ENOTCONN for an unconnected UDP
+            // socket, which is shut down all the same.
+            unsafe { libc::shutdown(socket.as_raw_fd(), libc::SHUT_RDWR) };
+            let got = timeout(Duration::from_secs(2), waiting).await;
+            check!(
+                matches!(got, Ok(Ok(Ok(0)))),
+                "a receive {} the shutdown gave {got:?}",
+                if started_before {
+                    "started before"
+                } else {
+                    "started after"
+                }
+            );
+        }
+        Ok(Completion::Completed)
+    }))?
 }
 
 fn tcp_pair() -> std::io::Result<(TcpListener, std::net::SocketAddr)> {

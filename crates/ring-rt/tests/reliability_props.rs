@@ -16,6 +16,7 @@ use ring_rt::BackendKind;
 use support::Outcome;
 
 fn main() {
+    reliability_program::silence_injected_panics();
     support::run(&[(
         "random_op_schedules_keep_every_invariant",
         random_op_schedules_keep_every_invariant,

@@ -99,10 +99,21 @@ fn echo_10000_concurrent_connections(kind: BackendKind) -> Outcome {
             .args([CHILD, "--exact", "--ignored", "--test-threads=1"])
             .env(ADDR_ENV, addr.to_string())
             .env(BACKEND_ENV, kind.name())
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()?;
+        // The child's connects return once the kernel holds each connection, accepted or
+        // not: it starts its round trips only when the server has accepted all of them, so
+        // "open at once" is about the runtime, not about who ran first on a busy machine.
+        let mut go = child.stdin.take();
         while child.try_wait()?.is_none() {
+            if go.is_some() && counts.accepted.get() == CONNS {
+                use std::io::Write;
+                go.take()
+                    .map(|mut stdin| stdin.write_all(b"go\n"))
+                    .transpose()?;
+            }
             sleep(Duration::from_millis(20)).await;
         }
         let out = child.wait_with_output()?;
@@ -184,6 +195,10 @@ fn child_echo_clients() -> Outcome {
     let start = Instant::now();
     let streams = connect_all(addr)?;
     let connected_in = start.elapsed();
+    // Wait for the server to have accepted every connection (see the parent).
+    let mut go = String::new();
+    std::io::stdin().read_line(&mut go)?;
+    check!(go.trim() == "go", "no go from the server (got {go:?})");
     let rt = runtime!(kind, Runtime::builder().entries(1024));
     let failures = rt.block_on(bounded(LIMIT, async {
         let tasks: Vec<_> = streams

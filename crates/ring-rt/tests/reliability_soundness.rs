@@ -13,6 +13,7 @@ use std::io::{ErrorKind, Read};
 use std::os::fd::AsRawFd;
 use std::pin::{pin, Pin};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::Poll;
 
 use std::time::{Duration, Instant};
@@ -86,6 +87,18 @@ fn main() {
             (
                 "sub_millisecond_sleeps_are_not_rounded_up",
                 sub_millisecond_sleeps_are_not_rounded_up,
+            ),
+            (
+                "a_panicking_waker_leaves_every_op_accounted_for",
+                a_panicking_waker_leaves_every_op_accounted_for,
+            ),
+            (
+                "a_panicking_buffer_destructor_leaves_every_op_accounted_for",
+                a_panicking_buffer_destructor_leaves_every_op_accounted_for,
+            ),
+            (
+                "a_panicking_waker_of_a_waiting_read_leaves_the_table_whole",
+                a_panicking_waker_of_a_waiting_read_leaves_the_table_whole,
             ),
         ],
         &[
@@ -802,6 +815,277 @@ impl Drop for Fifo {
         drop(self.release());
         let _ = std::fs::remove_file(&self.0);
     }
+}
+
+/// A waker that wakes its task, then panics (foreign code the runtime must survive).
+struct PanickingWaker(std::task::Waker);
+
+impl std::task::Wake for PanickingWaker {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.0.wake_by_ref();
+        panic!("a waker that panics");
+    }
+}
+
+/// Wakes the task, then panics while its flag is set.
+struct ArmedWaker(std::task::Waker, std::sync::Arc<AtomicBool>);
+
+impl std::task::Wake for ArmedWaker {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.0.wake_by_ref();
+        if self.1.load(Ordering::SeqCst) {
+            panic!("a waker that panics");
+        }
+    }
+}
+
+/// A waker that panics when the runtime wakes it: the panic reaches the caller of
+/// `block_on` from between two loop turns, never from inside an op's poll or the op table.
+/// (Found by the runtime_schedule fuzz target: run inside another op's poll, it unwound
+/// between the push of that op's SQE and the op recording it, and the op's buffer was
+/// freed with its SQE in flight; run inside the op table, it left a slot orphaned for
+/// ever.) Afterwards every op is accounted for and the sockets still work.
+fn a_panicking_waker_leaves_every_op_accounted_for(kind: BackendKind) -> Outcome {
+    support::expecting_panics(|| -> Outcome {
+        let rt = runtime!(kind);
+        let (steady, pairs) = rt.block_on(async {
+            ring_rt::yield_now().await;
+            let steady = rt.metrics().io.ops_in_flight;
+            let pairs: Vec<_> = (0..4)
+                .map(|_| UnixStream::pair())
+                .collect::<Result<_, _>>()?;
+            std::io::Result::Ok((
+                steady,
+                pairs
+                    .into_iter()
+                    .map(|(a, b)| (Rc::new(a), Rc::new(b)))
+                    .collect::<Vec<_>>(),
+            ))
+        })?;
+        for round in 0..3 {
+            let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                rt.block_on(async {
+                    // Reads waiting on every pair, one polled with the panicking waker; then
+                    // data, for that one's pair last (the panic may cut this future short).
+                    let mut readers = Vec::new();
+                    for (i, (_, b)) in pairs.iter().enumerate() {
+                        let b = b.clone();
+                        readers.push(ring_rt::spawn(async move {
+                            let mut read = Box::pin(b.read(vec![0u8; 64]).into_future());
+                            if i == 0 {
+                                poll_fn(|cx| {
+                                    let waker = std::task::Waker::from(std::sync::Arc::new(
+                                        PanickingWaker(cx.waker().clone()),
+                                    ));
+                                    read.as_mut()
+                                        .poll(&mut std::task::Context::from_waker(&waker))
+                                })
+                                .await
+                            } else {
+                                read.await
+                            }
+                        }));
+                    }
+                    ring_rt::yield_now().await;
+                    for (a, _) in pairs.iter().rev() {
+                        a.write_all(vec![round as u8; 8]).await.0?;
+                    }
+                    for r in readers {
+                        r.await.map_err(std::io::Error::from)?.0?;
+                    }
+                    std::io::Result::Ok(())
+                })
+            }));
+            check!(
+                panicked.is_err(),
+                "round {round}: the waker's panic did not surface"
+            );
+            // Whatever the panic cut short is finished by the next block_on.
+            rt.block_on(bounded(LIMIT, async {
+                let tasks = wait_for(Duration::from_secs(5), || rt.metrics().tasks_alive == 0);
+                tasks.await.map_err(|_| {
+                    format!("round {round}: {} tasks left", rt.metrics().tasks_alive)
+                })?;
+                let ops = wait_for(Duration::from_secs(5), || {
+                    rt.metrics().io.ops_in_flight == steady
+                });
+                ops.await.map_err(|_| {
+                    let left = rt.metrics().io.ops_in_flight;
+                    format!("round {round}: {left} ops in flight, {steady} when idle")
+                })?;
+                for (a, b) in &pairs {
+                    a.write_all(&b"after"[..]).await.0?;
+                    let mut got = Vec::new();
+                    while !got.ends_with(b"after") {
+                        let (n, buf) = b.read(vec![0u8; 64]).await;
+                        let n = n?;
+                        check!(n > 0, "round {round}: end of stream after the panic");
+                        got.extend_from_slice(&buf[..n]);
+                    }
+                }
+                Outcome::Ok(Completion::Completed)
+            }))??;
+        }
+        Ok(Completion::Completed)
+    })
+}
+
+/// A buffer whose destructor panics.
+struct PanicBuf(Vec<u8>);
+
+// SAFETY: forwards to the Vec, whose heap buffer does not move with the struct.
+unsafe impl IoBuf for PanicBuf {
+    fn stable_ptr(&self) -> *const u8 {
+        self.0.stable_ptr()
+    }
+    fn bytes_init(&self) -> usize {
+        self.0.bytes_init()
+    }
+    fn bytes_total(&self) -> usize {
+        self.0.bytes_total()
+    }
+}
+
+// SAFETY: forwards to the Vec.
+unsafe impl ring_rt::buf::IoBufMut for PanicBuf {
+    fn stable_mut_ptr(&mut self) -> *mut u8 {
+        self.0.stable_mut_ptr()
+    }
+    unsafe fn set_init(&mut self, pos: usize) {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { self.0.set_init(pos) }
+    }
+}
+
+impl Drop for PanicBuf {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            panic!("a buffer's destructor panics");
+        }
+    }
+}
+
+/// The destructor of a buffer an orphan kept panics (it runs when the orphan is done): the
+/// panic must not land between another op's start and that op recording it (it once did:
+/// the new op's SQE was in flight with nobody to keep its buffer, and its slot was never
+/// freed). Every op stays accounted for, and the runtime goes on.
+fn a_panicking_buffer_destructor_leaves_every_op_accounted_for(kind: BackendKind) -> Outcome {
+    support::expecting_panics(|| -> Outcome {
+        let rt = runtime!(kind);
+        let steady = rt.block_on(async {
+            ring_rt::yield_now().await;
+            rt.metrics().io.ops_in_flight
+        });
+        let (a0, b0) = rt.block_on(async { UnixStream::pair() })?;
+        let (a1, b1) = rt.block_on(async { UnixStream::pair() })?;
+        let (a1, b1) = (Rc::new(a1), Rc::new(b1));
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            rt.block_on(async {
+                let b1 = b1.clone();
+                let task = ring_rt::spawn(async move {
+                    // A read that completes in the kernel, then is dropped: its orphan (and
+                    // the panicking buffer) is done at once.
+                    let mut first = Box::pin(b0.read(PanicBuf(vec![0; 64])).into_future());
+                    let _ = poll_fn(|cx| Poll::Ready(first.as_mut().poll(cx))).await;
+                    a0.write_all(&b"x"[..]).await.0?;
+                    sleep(Duration::from_millis(5)).await;
+                    drop(first);
+                    // Another op starts while that drop waits to run.
+                    b1.read(vec![0u8; 64]).await.0
+                });
+                sleep(Duration::from_millis(20)).await;
+                a1.write_all(&b"y"[..]).await.0?;
+                let _ = task.await;
+                std::io::Result::Ok(())
+            })
+        }));
+        // Wherever the panic surfaced (the caller of block_on, or the task), the second read
+        // was not lost track of. (The panic may have cut the writer short: write again.)
+        drop(ran);
+        rt.block_on(bounded(LIMIT, async {
+            a1.write_all(&b"y"[..]).await.0?;
+            let settled = wait_for(Duration::from_secs(5), || {
+                rt.metrics().io.ops_in_flight == steady && rt.metrics().tasks_alive == 0
+            });
+            settled.await.map_err(|_| {
+                let m = rt.metrics();
+                format!(
+                    "{} ops in flight ({steady} when idle), {} tasks",
+                    m.io.ops_in_flight, m.tasks_alive
+                )
+            })?;
+            a1.write_all(&b"again"[..]).await.0?;
+            let (n, buf) = b1.read(vec![0u8; 64]).await;
+            let n = n?;
+            check!(
+                buf[..n].ends_with(b"again"),
+                "the socket lost data: {:?}",
+                &buf[..n]
+            );
+            Outcome::Ok(Completion::Completed)
+        }))?
+    })
+}
+
+/// A read waits for a dropped read of the same socket to finish (its bytes come first);
+/// its waker panics when that one finishes. The wake is run outside the op table: the
+/// dropped read's slot is freed, nothing is left in flight. (Found by the runtime_schedule
+/// fuzz target: the wake ran inside the table, in the dropped read's release step, and the
+/// panic left that slot orphaned for ever.)
+fn a_panicking_waker_of_a_waiting_read_leaves_the_table_whole(kind: BackendKind) -> Outcome {
+    support::expecting_panics(|| -> Outcome {
+        let rt = runtime!(kind);
+        // Disarmed after the first phase: epoll keeps a dropped read's waker parked on the
+        // socket (a stale wake is allowed) and would wake it at the next readiness.
+        let armed = std::sync::Arc::new(AtomicBool::new(true));
+        let steady = rt.block_on(async {
+            ring_rt::yield_now().await;
+            rt.metrics().io.ops_in_flight
+        });
+        let (a, b) = rt.block_on(async { UnixStream::pair() })?;
+        let b = Rc::new(b);
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            rt.block_on(async {
+                let mut first = Box::pin(b.read(vec![0u8; 64]).into_future());
+                let _ = poll_fn(|cx| Poll::Ready(first.as_mut().poll(cx))).await;
+                drop(first); // in flight: cancelled, and the next read waits for it
+                let mut second = Box::pin(b.read(vec![0u8; 64]).into_future());
+                // Epoll's second read waits for data nobody sends: the timeout ends it.
+                let waiting = poll_fn(|cx| {
+                    let waker = std::task::Waker::from(std::sync::Arc::new(ArmedWaker(
+                        cx.waker().clone(),
+                        armed.clone(),
+                    )));
+                    second
+                        .as_mut()
+                        .poll(&mut std::task::Context::from_waker(&waker))
+                });
+                let _ = timeout(Duration::from_millis(300), waiting).await;
+            })
+        }));
+        let panicked = ran.is_err();
+        rt.block_on(bounded(LIMIT, async {
+            let settled = wait_for(Duration::from_secs(5), || {
+                rt.metrics().io.ops_in_flight == steady
+            });
+            settled.await.map_err(|_| {
+                let left = rt.metrics().io.ops_in_flight;
+                format!("{left} ops in flight ({steady} when idle) after the panic")
+            })
+        }))??;
+        armed.store(false, Ordering::SeqCst);
+        rt.block_on(bounded(LIMIT, async {
+            a.write_all(&b"after"[..]).await.0?;
+            let (n, buf) = b.read(vec![0u8; 64]).await;
+            check!(&buf[..n?] == b"after", "the socket lost data");
+            Outcome::Ok(Completion::Completed)
+        }))??;
+        // Epoll's reads wait for readiness: nothing is in flight to wait for, no wake runs.
+        if kind == BackendKind::Uring {
+            check!(panicked, "the waker never ran: the test proved nothing");
+        }
+        Ok(Completion::Completed)
+    })
 }
 
 fn temp_path(what: &str) -> std::path::PathBuf {

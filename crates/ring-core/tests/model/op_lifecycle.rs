@@ -84,7 +84,7 @@ struct Recorder {
 }
 
 impl Orphan for Recorder {
-    fn reap(&mut self, cqe: &Cqe) {
+    fn reap(&mut self, cqe: &Cqe, _deferred: &mut Deferred) {
         self.log.borrow_mut().push((self.op, *cqe));
     }
 }

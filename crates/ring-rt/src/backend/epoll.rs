@@ -183,6 +183,12 @@ impl EpollBackend {
                     }
                     return Poll::Ready(Ok(cqe));
                 }
+                if self.is_read_closed(fd, events) {
+                    // Shut down for reading (a UDP socket shut down locally): the blocking
+                    // call io_uring makes returns 0 here, while the non-blocking one keeps
+                    // answering EAGAIN after the one edge epoll reported. Say 0 too.
+                    return Poll::Ready(Ok(Cqe::new(0, 0, 0)));
+                }
             }
             return match self.wait_ready(fd, events, waker) {
                 Ok(()) => Poll::Pending,
@@ -242,6 +248,16 @@ impl EpollBackend {
         if let Some(reg) = usize::try_from(fd).ok().and_then(|i| self.regs.get_mut(i)) {
             reg.unready = 0;
         }
+    }
+
+    /// Whether epoll reported `fd` closed for reading and `events` asks to read.
+    fn is_read_closed(&self, fd: RawFd, events: u32) -> bool {
+        let read = libc::POLLIN as u32;
+        events & read != 0
+            && usize::try_from(fd)
+                .ok()
+                .and_then(|i| self.regs.get(i))
+                .is_some_and(|reg| reg.closed & read != 0)
     }
 
     /// Whether `fd` is known to be drained for all of `events`.

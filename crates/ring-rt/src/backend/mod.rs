@@ -2,9 +2,9 @@
 //!
 //! This is the ground floor: it imports nothing of ring-rt above it, and it is the one
 //! place that knows which backend runs. An op reaches it as an [`Operation`] (how to run it
-//! either way) and comes back as a [`Token`] to poll, or done; both backends complete ops
+//! either way) and comes back as a `Token` to poll, or done; both backends complete ops
 //! through ring-core's op table with the same `Cqe` values, so futures, cancellation and
-//! orphan release above are one code path. [`select`] decides which backend a worker gets.
+//! orphan release above are one code path. `select` decides which backend a worker gets.
 
 pub(crate) mod blocking;
 pub(crate) mod epoll;

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use io_uring::{opcode, squeue, types};
 use ring_core::cqe::Cqe;
-use ring_core::lifecycle::Orphan;
+use ring_core::lifecycle::{Deferred, Orphan};
 use ring_core::user_data::OpId;
 
 use super::{error_cqe, Emulation, Op, OpDef, Operation};
@@ -306,13 +306,18 @@ impl<C: Chain> Drop for InKernel<C> {
         };
         let mut orphans = Vec::with_capacity(self.ids.len());
         chain.orphans(&mut orphans);
+        let mut deferred = Deferred::default();
         for (i, mut orphan) in orphans.into_iter().enumerate() {
             if self.done[i] {
-                self.cqes[i].iter().for_each(|cqe| orphan.reap(cqe));
+                self.cqes[i]
+                    .iter()
+                    .for_each(|cqe| orphan.reap(cqe, &mut deferred));
+                deferred.drop_later(orphan);
             } else {
                 self.core.orphan(self.ids[i], orphan);
             }
         }
+        self.core.defer(deferred);
     }
 }
 
@@ -606,7 +611,7 @@ fn timed_out_cqe(cqe: Cqe) -> Cqe {
 /// polled, so creating one and dropping it unawaited costs nothing.
 ///
 /// It is not itself a future: awaiting it (`.await`, or
-/// [`IntoFuture::into_future`](std::future::IntoFuture::into_future) for combinators that
+/// [`IntoFuture::into_future`] for combinators that
 /// want a `Future`) turns it into one, [`OpFuture`]. So `link` and `timeout` can only be
 /// called before the op started.
 ///

@@ -1,6 +1,6 @@
 //! The one op interface every backend runs: an op is a plain struct that says how to run
 //! it either way (the backend's [`Operation`]) and turns its final completion into an
-//! output ([`OpDef`]). [`Op`] is the future that starts it on first poll and, dropped with
+//! output ([`OpDef`]). `Op` is the future that starts it on first poll and, dropped with
 //! the op in flight, hands the op's memory to the worker as an orphan: the one orphan path
 //! that single-shot, linked and multishot ops all take.
 

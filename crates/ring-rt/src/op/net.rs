@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 use io_uring::{opcode, squeue, types};
 use ring_core::buf_pool::{BufGroup, BufMode};
 use ring_core::cqe::Cqe;
-use ring_core::lifecycle::Orphan;
+use ring_core::lifecycle::{Deferred, Orphan};
 use socket2::{SockAddr, SockAddrStorage};
 
 use super::multishot::MultishotDef;
@@ -168,12 +168,12 @@ struct KeepConns<T> {
 }
 
 impl<T> Orphan for KeepConns<T> {
-    fn reap(&mut self, cqe: &Cqe) {
+    fn reap(&mut self, cqe: &Cqe, deferred: &mut Deferred) {
         if cqe.res >= 0 {
             self.unclaimed.push(Item::Conn(owned_fd(cqe.res as u32)));
         }
         if !cqe.is_more() {
-            self.unclaimed.orphan_done();
+            self.unclaimed.orphan_done(deferred);
         }
     }
 }
@@ -370,12 +370,12 @@ fn received_bytes<B: IoBuf>(buf: &B, n: usize) -> Vec<u8> {
 }
 
 impl<T: Received> Orphan for KeepReceived<T> {
-    fn reap(&mut self, cqe: &Cqe) {
+    fn reap(&mut self, cqe: &Cqe, deferred: &mut Deferred) {
         if cqe.res > 0 {
             self.unclaimed.push(self.op.item(cqe.res as usize));
         }
         if !cqe.is_more() {
-            self.unclaimed.orphan_done();
+            self.unclaimed.orphan_done(deferred);
         }
     }
 }
@@ -582,15 +582,22 @@ struct KeepChunks {
 }
 
 impl Orphan for KeepChunks {
-    fn reap(&mut self, cqe: &Cqe) {
-        // `from_cqe` gives each bid back unless it becomes a chunk, which goes back here
-        // once copied.
-        if let Ok(Some(chunk)) = crate::pool::from_cqe(&self.group, *cqe) {
-            self.unclaimed
-                .push(Item::Bytes(PooledBuf::owned(chunk.to_vec())));
+    fn reap(&mut self, cqe: &Cqe, deferred: &mut Deferred) {
+        if let Some(bid) = cqe.bid() {
+            // Copied out, and the buffer given back at once (its waiter woken later).
+            // SAFETY: the bid comes from this op's own CQE, selected from `group`, and the
+            // kernel wrote `res` bytes into it when `res` is positive.
+            let lease = unsafe { self.group.lease(bid, cqe.res.max(0) as usize) };
+            if let Ok(lease) = lease {
+                if !lease.is_empty() {
+                    self.unclaimed
+                        .push(Item::Bytes(PooledBuf::owned(lease.as_slice().to_vec())));
+                }
+                lease.release_into(deferred);
+            }
         }
         if !cqe.is_more() {
-            self.unclaimed.orphan_done();
+            self.unclaimed.orphan_done(deferred);
         }
     }
 }

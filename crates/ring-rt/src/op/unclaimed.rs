@@ -14,6 +14,8 @@ use std::os::fd::OwnedFd;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 
+use ring_core::lifecycle::Deferred;
+
 use socket2::SockAddr;
 
 use crate::pool::PooledBuf;
@@ -49,12 +51,14 @@ impl Unclaimed {
         self.pending.set(self.pending.get() + 1);
     }
 
-    /// A dropped receive's final completion arrived.
-    pub(crate) fn orphan_done(&self) {
+    /// A dropped receive's final completion arrived. The receives that waited for it are
+    /// woken through `deferred`: this runs inside the op table (an orphan's release step).
+    pub(crate) fn orphan_done(&self, deferred: &mut Deferred) {
         self.pending.set(self.pending.get().saturating_sub(1));
         if self.pending.get() == 0 {
-            let waiters = std::mem::take(&mut *self.waiters.borrow_mut());
-            waiters.into_iter().for_each(Waker::wake);
+            for waker in self.waiters.borrow_mut().drain(..) {
+                deferred.wake(waker);
+            }
         }
     }
 

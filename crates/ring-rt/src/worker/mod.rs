@@ -2,11 +2,15 @@
 //! which futures on the worker's thread find it; the loop that drives them all.
 //!
 //! Everything above (ops, sockets, files, timers) reaches the backend through the core,
-//! and the core keeps two rules there. Nothing that is not ring-rt's runs while the backend
-//! is borrowed: wakers to wake and finished orphans to drop (a waker's `wake`, a buffer's
-//! destructor) are collected and run once the borrow ends. And work that finds the backend
-//! busy anyway (a drop inside a waker or a destructor) is parked and done right after the
-//! borrow ends, never forgotten: an orphan, a cancel, a close.
+//! and the core keeps two rules there. Code that is not ring-rt's (a waker's `wake`, the
+//! destructor of a buffer an orphan kept) never runs inside a backend call or between a
+//! backend call and the op recording its result: wakers to wake and finished orphans to
+//! drop are collected and run only at safe points, after a loop turn, at the end of
+//! `block_on` and at shutdown, where no op is half-way through a state change. (Run inside
+//! an op's poll, a panicking waker once unwound between the push of an SQE and the op
+//! recording it, and the op's buffer was freed with the SQE in flight.) And work that finds
+//! the backend busy (a drop inside such code) is parked and done at the next safe point,
+//! never forgotten: an orphan, a close.
 
 mod config;
 mod threads;
@@ -114,17 +118,13 @@ impl Core {
         })
     }
 
-    /// Runs `f` on the backend, then the work its borrow kept waiting. An error if the
-    /// backend is busy: only code called from inside a loop turn (a waker, a destructor)
-    /// can meet that, and it gets an error rather than a panic.
+    /// Runs `f` on the backend; the wakes and drops it produced wait for the next safe
+    /// point (see the module header). An error if the backend is busy: only code called
+    /// from inside a backend call can meet that, and it gets an error rather than a panic.
     pub(crate) fn with_backend<R>(&self, f: impl FnOnce(&mut Backend) -> R) -> io::Result<R> {
-        let out = {
-            let mut backend = self.backend.try_borrow_mut().map_err(|_| busy())?;
-            let out = f(&mut backend);
-            backend.take_deferred(&mut self.deferred.borrow_mut());
-            out
-        };
-        self.run_deferred();
+        let mut backend = self.backend.try_borrow_mut().map_err(|_| busy())?;
+        let out = f(&mut backend);
+        backend.take_deferred(&mut self.deferred.borrow_mut());
         Ok(out)
     }
 
@@ -172,12 +172,13 @@ impl Core {
                 backend.orphan(id, orphan);
                 backend.take_deferred(&mut self.deferred.borrow_mut());
             }
-            Err(_) => {
-                self.parked.borrow_mut().push(Parked::Orphan(id, orphan));
-                return;
-            }
+            Err(_) => self.parked.borrow_mut().push(Parked::Orphan(id, orphan)),
         }
-        self.run_deferred();
+    }
+
+    /// Queues wakes and drops for the next safe point.
+    pub(crate) fn defer(&self, mut work: Deferred) {
+        self.deferred.borrow_mut().append(&mut work);
     }
 
     /// Closes `fd`, which the caller owned, through the backend (ordered after the ops
@@ -200,8 +201,14 @@ impl Core {
         }
     }
 
-    /// Runs the parked work and then the deferred wakes and drops, until both are empty.
-    /// A panic in a waker or a destructor leaves the rest queued for the next call.
+    /// Wakes, drops or parked work wait for the next safe point.
+    fn has_deferred(&self) -> bool {
+        !self.deferred.borrow().is_empty() || !self.parked.borrow().is_empty()
+    }
+
+    /// At a safe point: runs the parked work and then the deferred wakes and drops, until
+    /// both are empty. A panic in a waker or a destructor goes to the caller of `block_on`
+    /// and leaves the rest queued for the next safe point.
     fn run_deferred(&self) {
         if self.is_running_deferred.replace(true) {
             return;
@@ -272,11 +279,13 @@ impl Core {
         }
     }
 
-    /// Submits what is queued, without waiting.
+    /// Submits what is queued, without waiting; then runs what waits for a safe point
+    /// (`block_on`'s future has finished: no op is half-way through a state change).
     fn flush(&self) {
         if let Err(err) = self.with_backend(|b| b.submit()).and_then(|r| r) {
             tracing::error!(target: "ring_rt", error = %err, "submitting queued work failed");
         }
+        self.run_deferred();
     }
 
     /// One loop turn: wait for I/O (not at all if work is ready, and only after spinning
@@ -323,10 +332,11 @@ impl Core {
         }
     }
 
-    /// How long the next turn may wait: not at all if work is ready, else until the next
-    /// timer is due (or for I/O alone).
+    /// How long the next turn may wait: not at all if work is ready (a task, or wakes and
+    /// drops queued for the safe point right after the turn), else until the next timer is
+    /// due (or for I/O alone).
     fn next_wait(&self) -> Wait {
-        if self.executor.has_ready() {
+        if self.executor.has_ready() || self.has_deferred() {
             return Wait::No;
         }
         match self.timers.borrow().next_deadline() {
@@ -345,6 +355,8 @@ impl Core {
             // report it and keep the loop alive so ops still in flight can complete.
             tracing::error!(target: "ring_rt", %backend, error = %err, "backend turn failed");
         }
+        // A safe point: between loop turns, outside every task's poll.
+        self.run_deferred();
     }
 
     pub(crate) fn spawn<F: Future + 'static>(&self, future: F) -> crate::JoinHandle<F::Output> {

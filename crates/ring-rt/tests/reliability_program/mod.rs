@@ -3,10 +3,14 @@
 //! (`tests/reliability_props.rs`, both backends) and the `runtime_schedule` fuzz target.
 //!
 //! The bytes spawn ops (recv, pooled recv, multishot recv stream, read, write, accept,
-//! incoming, connect, file read/write/open, sleep), each with a drop policy: run to the end,
-//! a timeout around it, a kernel link timeout, an abort of its task some steps later, a drop
-//! after k polls, or detached. Between ops the program yields, sleeps or half-closes a socket.
-//! At the end every socket is shut down so each op still alive must finish.
+//! incoming, connect, file read/write/open, sleep, UDP send and receive, linked file
+//! chains, reads with a timeout of zero or `Duration::MAX`, reads of zero and huge sizes),
+//! each with a drop policy: run to the end, a timeout around it, a kernel link timeout, an
+//! abort of its task some steps later, a drop after k polls, or detached. The bytes also
+//! inject faults: a future whose destructor panics, a waker that panics (the panic leaves
+//! `block_on`; the runtime must be whole afterwards), and the process out of fds for a few
+//! steps (a lowered `RLIMIT_NOFILE`). Between ops the program yields, sleeps or half-closes
+//! a socket. At the end every socket is shut down so each op still alive must finish.
 //!
 //! Invariants (any violation is an `Err` naming it):
 //! - no panic in any task, and every task not aborted finishes once its sockets are shut
@@ -16,7 +20,12 @@
 //! - afterwards the fd count is back to where it was, `ops_in_flight` is back to its steady
 //!   value (every orphan reaped), no pooled receive buffer is out, no stale or lost CQE,
 //!   and every cancelled orphan was reaped (`orphans_reaped >= cancels_sent`);
-//! - after the runtime is dropped the process's fd count is back to its baseline.
+//! - after the runtime is dropped the process's fd count is back to its baseline;
+//! - after a panicking waker unwound `block_on`, the same holds once the world is shut
+//!   down, and the runtime still serves a round trip.
+//!
+//! Replaying a failure: set `RING_RT_TRACE=1` and each spawned op and its drop policy is
+//! printed as the program runs.
 
 #![allow(dead_code)]
 
@@ -31,11 +40,35 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use ring_rt::fs::File;
-use ring_rt::net::{TcpListener, TcpStream, UnixStream};
+use ring_rt::net::{TcpListener, TcpStream, UdpSocket, UnixStream};
 use ring_rt::time::{sleep, timeout};
 use ring_rt::{BackendKind, JoinHandle, Runtime};
 
 pub use ops::{Op, Policy};
+
+/// What injected panics say: a panic hook installed by [`silence_injected_panics`] keeps
+/// them out of the log (and out of libFuzzer's crash handling).
+pub const INJECTED: &str = "ring-rt-program: injected panic";
+
+/// Installs a panic hook that swallows the panics programs inject on purpose and hands any
+/// other to the hook installed before (the default one, or libFuzzer's, which aborts).
+pub fn silence_injected_panics() {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if !is_injected(info.payload()) {
+            previous(info);
+        }
+    }));
+}
+
+/// True for a panic a program injected.
+fn is_injected(payload: &(dyn std::any::Any + Send)) -> bool {
+    let msg = payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str));
+    msg.is_some_and(|m| m.contains(INJECTED))
+}
 
 /// Steps one program runs at most, whatever its length.
 pub const STEPS_MAX: usize = 64;
@@ -61,6 +94,10 @@ pub struct Report {
 /// The sockets and the file a program's ops work on.
 pub struct World {
     pairs: Vec<(Rc<UnixStream>, Rc<UnixStream>)>,
+    /// Two UDP sockets with datagrams waiting both ways.
+    udp: [Rc<UdpSocket>; 2],
+    /// fds held to keep the process at its fd limit (see `Op::Ballast`).
+    ballast: RefCell<Option<ops::Ballast>>,
     listener: Rc<TcpListener>,
     addr: SocketAddr,
     /// Accepted and connected TCP streams, for TCP reads and writes (at most `TCP_MAX`).
@@ -90,6 +127,18 @@ impl World {
         }
         let listener = TcpListener::bind("127.0.0.1:0")?;
         let addr = listener.local_addr()?;
+        let udp = [
+            Rc::new(UdpSocket::bind("127.0.0.1:0")?),
+            Rc::new(UdpSocket::bind("127.0.0.1:0")?),
+        ];
+        for (from, to) in [(0, 1), (1, 0)] {
+            for len in [1usize, 100, 1500] {
+                let (res, _) = udp[from]
+                    .send_to(vec![0x22u8; len], udp[to].local_addr()?)
+                    .await;
+                res?;
+            }
+        }
         std::fs::write(&path, vec![7u8; 64 << 10])?;
         let file = ring_rt::fs::OpenOptions::new()
             .read(true)
@@ -98,6 +147,8 @@ impl World {
             .await?;
         Ok(World {
             pairs,
+            udp,
+            ballast: RefCell::new(None),
             listener: Rc::new(listener),
             addr,
             tcp: RefCell::new(Vec::new()),
@@ -129,6 +180,7 @@ impl World {
     /// Shuts every socket down, so that every op on one finishes: reads see EOF, writes
     /// EPIPE, accepts EINVAL (a listening socket shut down stops listening).
     fn shut_down(&self) {
+        drop(self.ballast.borrow_mut().take());
         for (a, b) in &self.pairs {
             let _ = a.shutdown(std::net::Shutdown::Both);
             let _ = b.shutdown(std::net::Shutdown::Both);
@@ -139,6 +191,11 @@ impl World {
         }
         // SAFETY: shutdown on an fd the listener owns for its whole life; no memory involved.
         unsafe { libc::shutdown(self.listener.as_raw_fd(), libc::SHUT_RDWR) };
+        for udp in &self.udp {
+            // SAFETY: as above. An unconnected UDP socket answers ENOTCONN but is shut
+            // down all the same (its receives return at once).
+            unsafe { libc::shutdown(udp.as_raw_fd(), libc::SHUT_RDWR) };
+        }
     }
 }
 
@@ -151,11 +208,13 @@ pub fn open_fds() -> usize {
 /// cannot run here.
 pub fn run(kind: BackendKind, data: &[u8]) -> Result<Option<Report>, String> {
     let outer_fds = open_fds();
-    // A tiny SQ and receive pool, so SQ-full pushes and ENOBUFS happen in short programs.
+    // A tiny SQ, receive pool and blocking pool, so SQ-full pushes, ENOBUFS and queued
+    // blocking jobs happen in short programs.
     let built = Runtime::builder()
         .backend(kind)
         .entries(8)
         .recv_buffers(2, 256)
+        .blocking_threads(2)
         .build();
     let rt = match built {
         Ok(rt) => rt,
@@ -163,14 +222,35 @@ pub fn run(kind: BackendKind, data: &[u8]) -> Result<Option<Report>, String> {
         Err(e) => return Err(format!("building a {kind} runtime: {e}")),
     };
     let path = scratch_path();
-    let report = rt.block_on(async {
-        match timeout(PROGRAM_LIMIT, program(&rt, data, path.clone())).await {
-            Ok(res) => res,
-            Err(_) => Err(format!(
-                "program did not finish within {PROGRAM_LIMIT:?}: a hang"
-            )),
+    let state = State::default();
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        rt.block_on(async {
+            match timeout(PROGRAM_LIMIT, program(&rt, data, path.clone(), &state)).await {
+                Ok(res) => res,
+                Err(_) => Err(format!(
+                    "program did not finish within {PROGRAM_LIMIT:?}: a hang"
+                )),
+            }
+        })
+    }));
+    let mut ran = ran;
+    // A waker the program made panicked as asked and unwound block_on: the runtime must be
+    // whole all the same. (Another such waker may fire while winding down: again.)
+    for _ in 0..8 {
+        match ran {
+            Err(payload) if is_injected(&*payload) => {
+                ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    rt.block_on(recover(&rt, &state))
+                }));
+            }
+            _ => break,
         }
-    });
+    }
+    let report = match ran {
+        Ok(report) => report,
+        Err(payload) => std::panic::resume_unwind(payload),
+    };
+    drop(state);
     drop(rt);
     let _ = std::fs::remove_file(&path);
     let report = report?;
@@ -181,6 +261,53 @@ pub fn run(kind: BackendKind, data: &[u8]) -> Result<Option<Report>, String> {
         ));
     }
     Ok(Some(report))
+}
+
+/// What a program shares with `run`, so a program cut short by an injected waker panic can
+/// be wound down from outside.
+#[derive(Default)]
+struct State {
+    world: RefCell<Option<Rc<World>>>,
+    /// fds, ops in flight and counters when the program started.
+    start: std::cell::Cell<Option<(usize, u64)>>,
+    before: std::cell::Cell<Option<ring_rt::RuntimeMetrics>>,
+}
+
+/// After an injected waker panic: shut every socket down, let every task finish (the
+/// program's JoinHandles went with it), then check the runtime is back to its steady state
+/// and still serves a round trip.
+async fn recover(rt: &Runtime, state: &State) -> Result<Report, String> {
+    if let Some(world) = state.world.borrow_mut().take() {
+        world.shut_down();
+    }
+    let deadline = Instant::now() + FINISH_LIMIT;
+    while rt.metrics().tasks_alive > 0 {
+        if Instant::now() > deadline {
+            return Err(format!(
+                "{} tasks never finished after an injected waker panic and shutdown",
+                rt.metrics().tasks_alive
+            ));
+        }
+        sleep(Duration::from_millis(1)).await;
+    }
+    let (fds, steady_ops) = state.start.get().unwrap_or((open_fds(), 0));
+    settle(rt, fds, steady_ops).await?;
+    let (a, b) = UnixStream::pair().map_err(|e| format!("after the panic: {e}"))?;
+    a.write_all(&b"still here"[..])
+        .await
+        .0
+        .map_err(|e| e.to_string())?;
+    let (n, buf) = b.read(Vec::with_capacity(16)).await;
+    if n.map_err(|e| e.to_string())? != 10 || &buf[..] != b"still here" {
+        return Err("no round trip after an injected waker panic".into());
+    }
+    let before = state.before.get().map(|m| m.io).unwrap_or_default();
+    let delta = rt.metrics().io.since(&before);
+    Ok(Report {
+        cancels_sent: delta.cancels_sent,
+        orphans_reaped: delta.orphans_reaped,
+        ..Report::default()
+    })
 }
 
 fn scratch_path() -> PathBuf {
@@ -198,12 +325,20 @@ struct Spawned {
     abort_at: Option<usize>,
 }
 
-async fn program(rt: &Runtime, data: &[u8], path: PathBuf) -> Result<Report, String> {
+async fn program(
+    rt: &Runtime,
+    data: &[u8],
+    path: PathBuf,
+    state: &State,
+) -> Result<Report, String> {
     ring_rt::yield_now().await;
     let fds = open_fds();
     let steady_ops = rt.metrics().io.ops_in_flight;
+    state.start.set(Some((fds, steady_ops)));
+    state.before.set(Some(rt.metrics()));
     let before = rt.metrics().io;
     let world = Rc::new(World::new(path).await.map_err(|e| format!("setup: {e}"))?);
+    *state.world.borrow_mut() = Some(world.clone());
     let mut bytes = ops::Bytes::new(data);
     let mut spawned: Vec<Spawned> = Vec::new();
     let mut step = 0;
@@ -218,8 +353,10 @@ async fn program(rt: &Runtime, data: &[u8], path: PathBuf) -> Result<Report, Str
         for s in spawned.iter().filter(|s| s.abort_at == Some(step)) {
             s.handle.abort();
         }
+        world.release_ballast_at(step);
     }
     world.shut_down();
+    state.world.borrow_mut().take();
     let aborted = finish(&mut spawned).await?;
     drop(spawned);
     drop(world);
@@ -261,6 +398,11 @@ async fn finish(spawned: &mut [Spawned]) -> Result<usize, String> {
             Ok(Ok(())) => {}
             Ok(Err(violation)) => return Err(format!("task {i} ({:?}): {violation}", s.op)),
             Err(e) if e.is_cancelled() && s.abort_at.is_some() => aborted += 1,
+            // A future whose destructor panics, dropped inside the task's poll (a timeout,
+            // a drop after k polls) or by an abort: the task reports that panic.
+            Err(e) if e.is_panic() && s.op.panics_on_drop() => {
+                aborted += usize::from(s.abort_at.is_some());
+            }
             Err(e) => return Err(format!("task {i} ({:?}, {:?}): {e}", s.op, s.policy)),
         }
     }

@@ -4,7 +4,8 @@ use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::rc::Rc;
-use std::task::{Context, Poll};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use ring_rt::buf::IoBuf;
@@ -12,7 +13,7 @@ use ring_rt::fs::File;
 use ring_rt::net::TcpStream;
 use ring_rt::time::{sleep, timeout};
 
-use super::{Spawned, World, PAIRS};
+use super::{Spawned, World, INJECTED, PAIRS};
 
 /// Reads a program's bytes; past the end every read is 0, so any input is a whole program.
 pub struct Bytes<'a> {
@@ -88,6 +89,61 @@ pub enum Op {
     Sleep {
         us: u64,
     },
+    /// `recv_from` on one of the two UDP sockets.
+    UdpRecv {
+        side: bool,
+        cap: usize,
+    },
+    UdpSend {
+        side: bool,
+        len: usize,
+    },
+    /// write -> fdatasync -> read, linked.
+    Chain {
+        pos: u64,
+        len: usize,
+    },
+    /// A read bounded by `Pending::timeout` of zero, a few microseconds or `Duration::MAX`.
+    ReadTimed {
+        pair: usize,
+        side: bool,
+        cap: usize,
+        timeout: Timeout,
+    },
+    /// Reads and writes of nothing, a slice to `..=usize::MAX`, a file offset past i64.
+    Extremes {
+        pair: usize,
+        side: bool,
+    },
+    /// A read inside a future whose destructor panics.
+    PanicOnDrop {
+        pair: usize,
+        side: bool,
+    },
+    /// A read polled with a waker that panics when woken: the panic unwinds `block_on`.
+    WakerPanics {
+        pair: usize,
+        side: bool,
+    },
+    /// The process at its fd limit for `steps` program steps.
+    Ballast {
+        steps: u8,
+    },
+}
+
+/// The timeouts `Op::ReadTimed` tries.
+#[derive(Clone, Copy, Debug)]
+pub enum Timeout {
+    Zero,
+    Micros(u64),
+    Never,
+}
+
+impl Op {
+    /// An op whose future panics when dropped (its task may end with that panic).
+    pub fn panics_on_drop(&self) -> bool {
+        matches!(self, Op::PanicOnDrop { .. })
+    }
 }
 
 /// How and when the op's future is dropped.
@@ -109,7 +165,7 @@ fn op(b: &mut Bytes) -> Op {
     let pair = usize::from(b.u8()) % PAIRS;
     let side = b.u8() & 1 == 1;
     let size = |b: &mut Bytes| 1 + usize::from(b.u8()) * 257;
-    match b.u8() % 13 {
+    match b.u8() % 21 {
         0 => Op::RecvPooled {
             pair,
             side,
@@ -153,9 +209,43 @@ fn op(b: &mut Bytes) -> Op {
             len: size(b),
         },
         11 => Op::Open,
-        _ => Op::Sleep {
+        12 => Op::Sleep {
             us: u64::from(b.u8()) * 4,
         },
+        13 => Op::UdpRecv {
+            side,
+            cap: usize::from(b.u8()) * 8,
+        },
+        14 => Op::UdpSend {
+            side,
+            len: usize::from(b.u8()) * 8,
+        },
+        15 => Op::Chain {
+            pos: u64::from(b.u8()) * 509,
+            len: size(b),
+        },
+        16 => Op::ReadTimed {
+            pair,
+            side,
+            cap: size(b),
+            timeout: match b.u8() % 3 {
+                0 => Timeout::Zero,
+                1 => Timeout::Micros(u64::from(b.u8())),
+                _ => Timeout::Never,
+            },
+        },
+        17 => Op::Extremes { pair, side },
+        18 => Op::PanicOnDrop { pair, side },
+        19 => match b.u8() % 8 {
+            // Rare: each one ends the program early (recovery is checked instead).
+            0 => Op::WakerPanics { pair, side },
+            _ => Op::Read {
+                pair,
+                side,
+                cap: size(b),
+            },
+        },
+        _ => Op::Ballast { steps: b.u8() % 6 },
     }
 }
 
@@ -174,6 +264,12 @@ fn policy(b: &mut Bytes) -> Policy {
 pub(super) fn spawn(world: &Rc<World>, b: &mut Bytes, step: usize) -> Spawned {
     let op = op(b);
     let policy = policy(b);
+    if std::env::var_os("RING_RT_TRACE").is_some() {
+        eprintln!("step {step}: {op:?} {policy:?}");
+    }
+    if let Op::Ballast { steps } = op {
+        world.hold_ballast(step + usize::from(steps));
+    }
     let future = run_op(world.clone(), op, policy);
     let handle = ring_rt::spawn(async move {
         match policy {
@@ -316,8 +412,229 @@ fn run_op(world: Rc<World>, op: Op, policy: Policy) -> OpFuture {
                 sleep(Duration::from_micros(us)).await;
                 Ok(())
             }
+            Op::UdpRecv { side, cap } => {
+                let (me, peer) = world.udp_pair(side);
+                let buf = Vec::with_capacity(cap);
+                let (ptr, cap) = (buf.as_ptr(), buf.capacity());
+                let (res, buf) = me.recv_from(buf).await;
+                match res {
+                    Ok((n, from)) if from != peer.local_addr().map_err(|e| e.to_string())? => {
+                        Err(format!("{n}-byte datagram from {from}, not the peer"))
+                    }
+                    Ok((n, _)) => read_back(Ok(n), &buf, ptr, cap),
+                    // A shut-down UDP socket gives 0 bytes from nobody, which has no inet
+                    // address to report (std errs the same way).
+                    Err(e) if e.kind() == io::ErrorKind::InvalidData && world.closed.get() => {
+                        Ok(())
+                    }
+                    Err(e) => read_back(Err(e), &buf, ptr, cap),
+                }
+            }
+            Op::UdpSend { side, len } => {
+                let (me, peer) = world.udp_pair(side);
+                let to = peer.local_addr().map_err(|e| e.to_string())?;
+                let data = vec![0x22u8; len];
+                let ptr = data.as_ptr();
+                let (res, buf) = me.send_to(data, to).await;
+                write_back(res, &buf, ptr, len)
+            }
+            Op::Chain { pos, len } => {
+                let data = vec![0x44u8; len];
+                let back = Vec::with_capacity(len);
+                let (ptr, rptr) = (data.as_ptr(), back.as_ptr());
+                let ((written, synced), read) = world
+                    .file
+                    .write_at(data, pos)
+                    .link(world.file.sync_data())
+                    .link(world.file.read_at(back, pos))
+                    .await;
+                write_back(written.0, &written.1, ptr, len)?;
+                synced.or_else(os_error)?;
+                read_back(read.0, &read.1, rptr, len)
+            }
+            Op::ReadTimed {
+                pair,
+                side,
+                cap,
+                timeout: limit,
+            } => {
+                let s = world.side(pair, side);
+                let buf = Vec::with_capacity(cap);
+                let (ptr, cap) = (buf.as_ptr(), buf.capacity());
+                let d = match limit {
+                    Timeout::Zero => Duration::ZERO,
+                    Timeout::Micros(us) => Duration::from_micros(us),
+                    Timeout::Never => Duration::MAX,
+                };
+                let (res, buf) = s.read(buf).timeout(d).await;
+                read_back(res, &buf, ptr, cap)
+            }
+            Op::Extremes { pair, side } => extremes(&world, pair, side).await,
+            Op::PanicOnDrop { pair, side } => {
+                let s = world.side(pair, side);
+                let read = async move {
+                    let buf = Vec::with_capacity(64);
+                    let (ptr, cap) = (buf.as_ptr(), buf.capacity());
+                    let (res, buf) = s.read(buf).await;
+                    read_back(res, &buf, ptr, cap)
+                };
+                PanicsWhenDropped(Box::pin(read)).await
+            }
+            Op::WakerPanics { pair, side } => {
+                let s = world.side(pair, side);
+                let buf = Vec::with_capacity(64);
+                let (ptr, cap) = (buf.as_ptr(), buf.capacity());
+                let mut read = Box::pin(std::future::IntoFuture::into_future(s.read(buf)));
+                let fired = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let (res, buf) = std::future::poll_fn(|cx| {
+                    let waker = PanickingWaker {
+                        task: cx.waker().clone(),
+                        fired: fired.clone(),
+                    };
+                    let waker = Waker::from(Arc::new(waker));
+                    read.as_mut().poll(&mut Context::from_waker(&waker))
+                })
+                .await;
+                read_back(res, &buf, ptr, cap)
+            }
+            // Held by the world (see `spawn`): nothing to run here.
+            Op::Ballast { .. } => Ok(()),
         }
     })
+}
+
+/// Zero-length reads and writes complete at once with 0; a slice to `..=usize::MAX` is
+/// the whole buffer; a file offset past `i64::MAX` is EINVAL.
+async fn extremes(world: &World, pair: usize, side: bool) -> Result<(), String> {
+    let s = world.side(pair, side);
+    let (res, buf) = s.read(Vec::new()).await;
+    read_back(res, &buf, buf.as_ptr(), 0)?;
+    let (res, _) = s.write(Vec::new()).await;
+    if res.as_ref().is_ok_and(|&n| n != 0) {
+        return Err(format!("an empty write wrote {res:?}"));
+    }
+    let whole = vec![0x66u8; 32].slice(..=usize::MAX);
+    if whole.bytes_init() != 32 {
+        return Err(format!("slice(..=usize::MAX) holds {}", whole.bytes_init()));
+    }
+    let (res, _) = s.write(whole).await;
+    res.map(drop).or_else(os_error)?;
+    let (res, _) = world.file.read_at(Vec::with_capacity(8), u64::MAX).await;
+    match res {
+        // EINVAL; or EMFILE on epoll while the process is at its fd limit (the blocking
+        // job's own fd could not be made).
+        Err(e) if e.raw_os_error().is_some() => Ok(()),
+        other => Err(format!("a read at offset u64::MAX gave {other:?}")),
+    }
+}
+
+/// A future whose destructor panics (an injected panic), once its inner future is done
+/// with or dropped.
+struct PanicsWhenDropped(Pin<Box<dyn Future<Output = Result<(), String>>>>);
+
+impl Future for PanicsWhenDropped {
+    type Output = Result<(), String>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.0.as_mut().poll(cx)
+    }
+}
+
+impl Drop for PanicsWhenDropped {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            panic!("{INJECTED}: a future's destructor");
+        }
+    }
+}
+
+/// A waker that panics the first time it is woken (an injected panic), after waking the
+/// task it stands for: a waker that lost the wake-up would leave its task asleep for ever,
+/// which no runtime can mend; one that panics must not cost anyone else theirs.
+struct PanickingWaker {
+    task: Waker,
+    /// Shared by every waker of one op: it panics once.
+    fired: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Wake for PanickingWaker {
+    fn wake(self: Arc<Self>) {
+        self.task.wake_by_ref();
+        if !self.fired.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            panic!("{INJECTED}: a waker");
+        }
+    }
+}
+
+/// fds held open at the process's fd limit, which is lowered to just above them: every
+/// op that needs an fd meanwhile fails with EMFILE. Dropping it closes them and restores
+/// the limit.
+pub struct Ballast {
+    files: Vec<std::fs::File>,
+    limit: libc::rlimit,
+    /// The program step that releases it.
+    until: usize,
+}
+
+impl Ballast {
+    fn hold(until: usize) -> Option<Ballast> {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: a valid pointer to a live rlimit.
+        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+            return None;
+        }
+        let lowered = libc::rlimit {
+            rlim_cur: (super::open_fds() as u64 + 4).min(limit.rlim_max),
+            rlim_max: limit.rlim_max,
+        };
+        // SAFETY: a valid pointer to a live rlimit; lowering the soft limit needs nothing.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lowered) } != 0 {
+            return None;
+        }
+        let mut files = Vec::new();
+        while let Ok(f) = std::fs::File::open("/dev/null") {
+            files.push(f);
+        }
+        Some(Ballast {
+            files,
+            limit,
+            until,
+        })
+    }
+}
+
+impl Drop for Ballast {
+    fn drop(&mut self) {
+        self.files.clear();
+        // SAFETY: restores the limit read in `hold`.
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &self.limit) };
+    }
+}
+
+impl World {
+    fn udp_pair(&self, side: bool) -> (Rc<ring_rt::net::UdpSocket>, Rc<ring_rt::net::UdpSocket>) {
+        let (me, peer) = if side { (1, 0) } else { (0, 1) };
+        (self.udp[me].clone(), self.udp[peer].clone())
+    }
+
+    /// Holds the process at its fd limit until step `until` (one ballast at a time).
+    pub(super) fn hold_ballast(&self, until: usize) {
+        let mut ballast = self.ballast.borrow_mut();
+        if ballast.is_none() {
+            *ballast = Ballast::hold(until);
+        }
+    }
+
+    /// Lets the fds go once the program reached the ballast's last step.
+    pub(super) fn release_ballast_at(&self, step: usize) {
+        let mut ballast = self.ballast.borrow_mut();
+        if ballast.as_ref().is_some_and(|b| step >= b.until) {
+            *ballast = None;
+        }
+    }
 }
 
 async fn recv_stream(

@@ -13,7 +13,7 @@ use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 
 use io_uring::{opcode, squeue, types};
 use ring_core::cqe::Cqe;
-use ring_core::lifecycle::Orphan;
+use ring_core::lifecycle::{Deferred, Orphan};
 use ring_core::release::{Both, CloseFd, Keep};
 
 use super::{Emulation, OpDef, Operation};
@@ -577,7 +577,7 @@ impl OpDef for Close {
 struct CloseOrphan(Close);
 
 impl Orphan for CloseOrphan {
-    fn reap(&mut self, cqe: &Cqe) {
+    fn reap(&mut self, cqe: &Cqe, _deferred: &mut Deferred) {
         self.0.settle(cqe);
     }
 }
