@@ -13,8 +13,10 @@
 //! an orphan to drop go into [`Deferred`], which the table's owner runs once it has let go
 //! of the table.
 
+use std::any::Any;
 use std::collections::VecDeque;
 use std::fmt;
+use std::panic::AssertUnwindSafe;
 use std::task::{Poll, Waker};
 
 use crate::cqe::Cqe;
@@ -44,12 +46,18 @@ pub trait Orphan {
 ///
 /// `run` takes one item at a time: if a waker or a destructor panics, the items after it
 /// stay queued for the next `run`, so none is lost and none runs twice.
+///
+/// A panic inside an orphan's `reap` (a bug in that orphan) is caught where it happens,
+/// so the table's state stays whole (the CQE was consumed, the slot moves on as if `reap`
+/// had returned), and is kept here: `run` re-raises it after the rest of its work.
 #[derive(Default)]
 pub struct Deferred {
     /// Wakers of ops whose CQE arrived, oldest first.
     wakers: VecDeque<Waker>,
     /// Orphans whose final CQE arrived: their memory may be freed now.
     orphans: VecDeque<Box<dyn Orphan>>,
+    /// The first panic of an orphan's `reap` since the last `run` (later ones are dropped).
+    panic: Option<Box<dyn Any + Send>>,
 }
 
 impl Deferred {
@@ -65,22 +73,37 @@ impl Deferred {
 
     /// True when nothing is queued.
     pub fn is_empty(&self) -> bool {
-        self.wakers.is_empty() && self.orphans.is_empty()
+        self.wakers.is_empty() && self.orphans.is_empty() && self.panic.is_none()
     }
 
     /// Moves everything queued in `other` to the end of this queue.
     pub fn append(&mut self, other: &mut Deferred) {
         self.wakers.append(&mut other.wakers);
         self.orphans.append(&mut other.orphans);
+        if let Some(payload) = other.panic.take() {
+            self.panic.get_or_insert(payload);
+        }
     }
 
-    /// Wakes every queued waker, then drops every queued orphan, one at a time.
+    /// Wakes every queued waker, then drops every queued orphan, one at a time; then
+    /// re-raises a panic an orphan's `reap` left.
     pub fn run(&mut self) {
         while let Some(waker) = self.wakers.pop_front() {
             waker.wake();
         }
         while let Some(orphan) = self.orphans.pop_front() {
             drop(orphan);
+        }
+        if let Some(payload) = self.panic.take() {
+            std::panic::resume_unwind(payload);
+        }
+    }
+
+    /// Runs `orphan.reap`, catching a panic (see the type's docs).
+    fn reap(&mut self, orphan: &mut dyn Orphan, cqe: &Cqe) {
+        let caught = std::panic::catch_unwind(AssertUnwindSafe(|| orphan.reap(cqe, self)));
+        if let Err(payload) = caught {
+            self.panic.get_or_insert(payload);
         }
     }
 }
@@ -90,6 +113,7 @@ impl fmt::Debug for Deferred {
         f.debug_struct("Deferred")
             .field("wakers", &self.wakers.len())
             .field("orphans", &self.orphans.len())
+            .field("panicked", &self.panic.is_some())
             .finish()
     }
 }
@@ -167,7 +191,7 @@ impl Lifecycle {
     pub unsafe fn on_cqe(&mut self, cqe: Cqe, deferred: &mut Deferred) -> OnCqe {
         match self {
             Lifecycle::Orphaned(orphan) => {
-                orphan.reap(&cqe, deferred);
+                deferred.reap(orphan.as_mut(), &cqe);
                 if cqe.is_more() {
                     return OnCqe::Reaped;
                 }
@@ -245,7 +269,7 @@ impl Lifecycle {
             }
         };
         for cqe in &queued {
-            orphan.reap(cqe, deferred);
+            deferred.reap(orphan.as_mut(), cqe);
         }
         if queued.last().is_some_and(|cqe| !cqe.is_more()) {
             deferred.drop_later(orphan);

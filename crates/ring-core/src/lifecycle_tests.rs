@@ -192,6 +192,42 @@ fn wakes_and_finished_orphans_are_deferred_to_the_owner() {
     assert!(dropped.get());
 }
 
+/// A panicking `reap` (a bug in that orphan) leaves the slot as if it had returned: more
+/// CQEs keep it orphaned, the final one finishes it; the panic comes out of `run`, after
+/// the wakes and drops queued with it.
+#[test]
+fn a_panicking_reap_is_caught_and_raised_by_run() {
+    struct PanicOnReap(Rc<Cell<u32>>);
+    impl Orphan for PanicOnReap {
+        fn reap(&mut self, _cqe: &Cqe, _deferred: &mut Deferred) {
+            self.0.set(self.0.get() + 1);
+            panic!("reap panicked");
+        }
+    }
+    let reaps = Rc::new(Cell::new(0));
+    let mut deferred = Deferred::default();
+    let mut op = Lifecycle::Submitted;
+    assert_eq!(
+        op.on_drop(Box::new(PanicOnReap(reaps.clone())), &mut deferred),
+        OnDrop::NeedsCancel
+    );
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    // SAFETY: the orphan releases nothing real.
+    let more = unsafe { op.on_cqe(cqe(1, F_MORE), &mut deferred) };
+    // SAFETY: as above.
+    let last = unsafe { op.on_cqe(cqe(-libc::ECANCELED, 0), &mut deferred) };
+    let (count, waker) = counting_waker();
+    deferred.wake(waker);
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| deferred.run()));
+    std::panic::set_hook(previous);
+    assert_eq!((more, last), (OnCqe::Reaped, OnCqe::ReapedFinal));
+    assert_eq!(reaps.get(), 2, "every CQE reaches reap despite the panics");
+    assert!(ran.is_err(), "the panic was swallowed");
+    assert_eq!(count.0.load(Ordering::SeqCst), 1, "a wake was lost");
+    assert!(deferred.is_empty(), "the panic is raised once");
+}
+
 #[test]
 fn a_second_orphan_keeps_both_memories_and_reaps_once() {
     let seen = Rc::new(RefCell::new(Vec::new()));

@@ -73,11 +73,12 @@
 //! `select`-style code; [`op::link::Pending::timeout`] instead bounds one op in the kernel
 //! and hands its buffer back.
 //!
-//! A read dropped after the kernel completed it, but before its future saw the result,
-//! takes the bytes it read with it: with completion I/O the kernel has already copied them
-//! into the op's buffer. To race receiving against something else without that risk, use
-//! [`net::RecvStream::next`]: its receive in flight belongs to the stream, not to the
-//! future, so a dropped `next` loses nothing.
+//! Every receive is cancel-safe: a read, `recv_pooled`, `recv_from`, an accept, or a
+//! [`net::RecvStream`] or [`net::Incoming`] dropped after the kernel completed it (with
+//! completion I/O the data is already in the op's buffer) hands what it got to its
+//! socket, and the next receive on that socket returns it first, in order: bytes on a
+//! stream, the datagram with its sender on UDP, the connection on a listener. So
+//! `timeout(d, stream.read(buf))` in a loop, or a `select` that lost, never loses data.
 //!
 //! A write or `write_all` dropped in flight may already have sent part of its buffer
 //! (`write_all` sends it in pieces when the socket takes less): how much reached the peer

@@ -27,7 +27,8 @@ use crate::pool::{self, PooledBuf};
 /// Made by `recv_stream` on [`TcpStream`](crate::net::TcpStream) and
 /// [`UnixStream`](crate::net::UnixStream). Each chunk is a [`PooledBuf`]; hold few of them
 /// at a time, as a chunk held is a pool buffer out. Dropping the stream cancels its
-/// receive and returns the buffers of any late completions to the pool.
+/// receive; data that still arrives for it (a late completion) is copied out, its pool
+/// buffer goes back at once, and the socket's next receive returns that data first.
 ///
 /// `next` is cancel-safe: a receive in flight belongs to the stream, so a dropped
 /// [`RecvNext`] loses nothing and the following `next` picks up where it stopped.

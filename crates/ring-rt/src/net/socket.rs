@@ -283,6 +283,9 @@ macro_rules! stream_methods {
         /// stream. While the connection is idle it holds no buffer. Dropping the
         /// [`PooledBuf`] returns the buffer to the pool.
         ///
+        /// Cancel-safe like [`read`](Self::read): data a dropped `recv_pooled` received
+        /// goes to the stream's next receive.
+        ///
         /// # Examples
         ///
         /// Shown on a [`UnixStream`](crate::net::UnixStream) pair;
