@@ -99,6 +99,9 @@ pub struct Driver {
     /// The registered buffer table's pool, kept alive while the kernel may use it: until
     /// `unregister_buffers` or the ring is gone (after shutdown has reaped every op).
     registered_bufs: Option<RegisteredBufs>,
+    /// Set once a [`drain`](Driver::drain) gave up on ops the kernel had not finished:
+    /// dropping the driver then leaks them without waiting again.
+    abandoned: bool,
 }
 
 impl Driver {
@@ -120,6 +123,7 @@ impl Driver {
             overflow_seen: 0,
             batch: None,
             registered_bufs: None,
+            abandoned: false,
         })
     }
 
@@ -430,6 +434,9 @@ impl Drop for Driver {
     /// Cancels everything in flight and waits for every CQE: closing the ring does not prove
     /// the kernel is done with an op's memory, the final CQE does.
     fn drop(&mut self) {
-        self.drain(std::time::Instant::now() + SHUTDOWN_WAIT);
+        if !self.abandoned {
+            self.drain(std::time::Instant::now() + SHUTDOWN_WAIT);
+        }
+        self.leak_abandoned();
     }
 }

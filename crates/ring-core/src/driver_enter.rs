@@ -269,8 +269,10 @@ impl Driver {
     }
 
     /// Cancels every op and waits until `deadline` for every final CQE. An op that has not
-    /// completed by then keeps its memory for ever (leaked rather than freed under the
-    /// kernel). The driver stays usable; what the CQEs woke or finished is deferred
+    /// completed by then is abandoned: it stays in the table, so polling it stays pending
+    /// (its future never gets its buffer back, as the kernel may still write into it), and
+    /// when the driver is dropped its memory is leaked rather than freed under the kernel.
+    /// The driver stays usable; what the CQEs woke or finished is deferred
     /// ([`take_deferred`](Driver::take_deferred)).
     pub fn drain(&mut self, deadline: Instant) {
         for id in self.ops.ids() {
@@ -280,6 +282,12 @@ impl Driver {
             self.ops.awaiting_kernel() > 0
                 && self.turn(Wait::For(Duration::from_millis(50))).is_ok()
         });
+        self.abandoned |= self.ops.awaiting_kernel() > 0;
+    }
+
+    /// At drop: leaks the memory of ops still awaiting the kernel (and the buffers the
+    /// kernel may still write: provided groups, the registered table) instead of freeing it.
+    pub(crate) fn leak_abandoned(&mut self) {
         if self.ops.awaiting_kernel() > 0 {
             std::mem::forget(std::mem::take(&mut self.ops));
             self.groups.leak();

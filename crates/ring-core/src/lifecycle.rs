@@ -56,6 +56,9 @@ pub struct Deferred {
     wakers: VecDeque<Waker>,
     /// Orphans whose final CQE arrived: their memory may be freed now.
     orphans: VecDeque<Box<dyn Orphan>>,
+    /// Wakers replaced by a newer one or left by a dropped future: only dropped, as a
+    /// waker's destructor is code that is not ring-core's too.
+    stale: VecDeque<Waker>,
     /// The first panic of an orphan's `reap` since the last `run` (later ones are dropped).
     panic: Option<Box<dyn Any + Send>>,
 }
@@ -71,28 +74,40 @@ impl Deferred {
         self.orphans.push_back(orphan);
     }
 
+    /// Queues a waker nobody will wake, to be dropped.
+    pub fn drop_waker_later(&mut self, waker: Waker) {
+        self.stale.push_back(waker);
+    }
+
     /// True when nothing is queued.
     pub fn is_empty(&self) -> bool {
-        self.wakers.is_empty() && self.orphans.is_empty() && self.panic.is_none()
+        self.wakers.is_empty()
+            && self.orphans.is_empty()
+            && self.stale.is_empty()
+            && self.panic.is_none()
     }
 
     /// Moves everything queued in `other` to the end of this queue.
     pub fn append(&mut self, other: &mut Deferred) {
         self.wakers.append(&mut other.wakers);
         self.orphans.append(&mut other.orphans);
+        self.stale.append(&mut other.stale);
         if let Some(payload) = other.panic.take() {
             self.panic.get_or_insert(payload);
         }
     }
 
-    /// Wakes every queued waker, then drops every queued orphan, one at a time; then
-    /// re-raises a panic an orphan's `reap` left.
+    /// Wakes every queued waker, then drops every queued orphan and stale waker, one at a
+    /// time; then re-raises a panic an orphan's `reap` left.
     pub fn run(&mut self) {
         while let Some(waker) = self.wakers.pop_front() {
             waker.wake();
         }
         while let Some(orphan) = self.orphans.pop_front() {
             drop(orphan);
+        }
+        while let Some(waker) = self.stale.pop_front() {
+            drop(waker);
         }
         if let Some(payload) = self.panic.take() {
             std::panic::resume_unwind(payload);
@@ -113,6 +128,7 @@ impl fmt::Debug for Deferred {
         f.debug_struct("Deferred")
             .field("wakers", &self.wakers.len())
             .field("orphans", &self.orphans.len())
+            .field("stale", &self.stale.len())
             .field("panicked", &self.panic.is_some())
             .finish()
     }
@@ -229,7 +245,10 @@ impl Lifecycle {
     /// # Panics
     /// On an orphaned op: its future is gone, so nothing may poll it (the op table answers
     /// such a poll with an error before it gets here).
-    pub fn poll_next(&mut self, waker: &Waker) -> Poll<Cqe> {
+    ///
+    /// A waker it replaces goes into `deferred` to be dropped: a waker's destructor is not
+    /// ring-core's code, and must not run (or unwind) inside the table.
+    pub fn poll_next(&mut self, waker: &Waker, deferred: &mut Deferred) -> Poll<Cqe> {
         match self {
             Lifecycle::Completed(cqe) => {
                 let cqe = *cqe;
@@ -239,13 +258,16 @@ impl Lifecycle {
             Lifecycle::Multishot(queue) => match queue.cqes.pop_front() {
                 Some(cqe) => Poll::Ready(cqe),
                 None => {
-                    store_waker(&mut queue.waker, waker);
+                    store_waker(&mut queue.waker, waker, deferred);
                     Poll::Pending
                 }
             },
             Lifecycle::Waiting(current) if current.will_wake(waker) => Poll::Pending,
             Lifecycle::Submitted | Lifecycle::Waiting(_) => {
-                *self = Lifecycle::Waiting(waker.clone());
+                let previous = std::mem::replace(self, Lifecycle::Waiting(waker.clone()));
+                if let Lifecycle::Waiting(old) = previous {
+                    deferred.drop_waker_later(old);
+                }
                 Poll::Pending
             }
             Lifecycle::Orphaned(_) => panic!("an orphaned op has no future left to poll it"),
@@ -256,10 +278,22 @@ impl Lifecycle {
     /// reaped now; if the final one is among them the slot can be freed at once, and the
     /// orphan goes into `deferred` to be dropped.
     pub fn on_drop(&mut self, mut orphan: Box<dyn Orphan>, deferred: &mut Deferred) -> OnDrop {
+        // The future's waker is only dropped, later: its destructor is not ring-core's
+        // code, and unwinding from here would drop `orphan`, the op's memory, with the op
+        // still in the kernel.
         let queued: Vec<Cqe> = match std::mem::replace(self, Lifecycle::Submitted) {
             Lifecycle::Completed(cqe) => vec![cqe],
-            Lifecycle::Multishot(queue) => queue.cqes.into(),
-            Lifecycle::Submitted | Lifecycle::Waiting(_) => Vec::new(),
+            Lifecycle::Multishot(mut queue) => {
+                if let Some(waker) = queue.waker.take() {
+                    deferred.drop_waker_later(waker);
+                }
+                std::mem::take(&mut queue.cqes).into()
+            }
+            Lifecycle::Submitted => Vec::new(),
+            Lifecycle::Waiting(waker) => {
+                deferred.drop_waker_later(waker);
+                Vec::new()
+            }
             Lifecycle::Orphaned(first) => {
                 *self = Lifecycle::Orphaned(Box::new(KeptAlso {
                     first,
@@ -304,10 +338,14 @@ impl Lifecycle {
     }
 }
 
-fn store_waker(slot: &mut Option<Waker>, waker: &Waker) {
+fn store_waker(slot: &mut Option<Waker>, waker: &Waker, deferred: &mut Deferred) {
     match slot {
         Some(current) if current.will_wake(waker) => {}
-        _ => *slot = Some(waker.clone()),
+        _ => {
+            if let Some(old) = slot.replace(waker.clone()) {
+                deferred.drop_waker_later(old);
+            }
+        }
     }
 }
 

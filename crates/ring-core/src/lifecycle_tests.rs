@@ -44,6 +44,76 @@ fn apply(op: &mut Lifecycle, cqe: Cqe) -> OnCqe {
 }
 
 /// Drops the future of `op`, running what that deferred.
+/// Polls `op`, running what the poll deferred (a replaced waker to drop) at once.
+fn poll(op: &mut Lifecycle, waker: &Waker) -> Poll<Cqe> {
+    let mut deferred = Deferred::default();
+    let out = op.poll_next(waker, &mut deferred);
+    deferred.run();
+    out
+}
+
+/// A waker whose destructor panics: dropping it inside the table would unwind from there.
+struct DropPanics;
+
+impl Wake for DropPanics {
+    fn wake(self: Arc<Self>) {}
+}
+
+impl Drop for DropPanics {
+    fn drop(&mut self) {
+        panic!("a waker's destructor panicked");
+    }
+}
+
+/// A dropped future's waker, and a waker replaced by a newer poll, are dropped by the
+/// owner, not inside the table: a panicking destructor there once unwound out of `on_drop`
+/// and freed the orphan (the op's memory) with the op still in the kernel.
+#[test]
+fn wakers_are_dropped_by_the_owner_not_the_table() {
+    let mut op = Lifecycle::Submitted;
+    let mut deferred = Deferred::default();
+    let first = Waker::from(Arc::new(DropPanics));
+    assert_eq!(op.poll_next(&first, &mut deferred), Poll::Pending);
+    drop(first); // the slot holds the last clone
+    let (_, second) = counting_waker();
+    assert_eq!(op.poll_next(&second, &mut deferred), Poll::Pending);
+    assert!(
+        !deferred.is_empty(),
+        "the replaced waker was dropped in the table"
+    );
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| deferred.run()));
+    assert!(ran.is_err());
+
+    let mut op = Lifecycle::Submitted;
+    let waker = Waker::from(Arc::new(DropPanics));
+    assert_eq!(op.poll_next(&waker, &mut deferred), Poll::Pending);
+    drop(waker);
+    let kept = Rc::new(Cell::new(false));
+    struct Kept(Rc<Cell<bool>>);
+    impl Orphan for Kept {
+        fn reap(&mut self, _cqe: &Cqe, _deferred: &mut Deferred) {}
+    }
+    impl Drop for Kept {
+        fn drop(&mut self) {
+            self.0.set(true);
+        }
+    }
+    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        op.on_drop(Box::new(Kept(kept.clone())), &mut deferred)
+    }));
+    // `deferred` holds the panicking waker now.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(deferred)));
+    std::panic::set_hook(previous);
+    assert_eq!(dropped.ok(), Some(OnDrop::NeedsCancel));
+    assert!(
+        !kept.get(),
+        "the op's memory was freed with the op in the kernel"
+    );
+    assert!(matches!(op, Lifecycle::Orphaned(_)));
+}
+
 fn drop_future(op: &mut Lifecycle, orphan: Box<dyn Orphan>) -> OnDrop {
     let mut deferred = Deferred::default();
     let out = op.on_drop(orphan, &mut deferred);
@@ -55,10 +125,10 @@ fn drop_future(op: &mut Lifecycle, orphan: Box<dyn Orphan>) -> OnDrop {
 fn single_shot_wakes_once_and_delivers() {
     let (count, waker) = counting_waker();
     let mut op = Lifecycle::Submitted;
-    assert_eq!(op.poll_next(&waker), Poll::Pending);
+    assert_eq!(poll(&mut op, &waker), Poll::Pending);
     assert_eq!(apply(&mut op, cqe(5, 0)), OnCqe::Queued);
     assert_eq!(count.0.load(Ordering::SeqCst), 1);
-    assert_eq!(op.poll_next(&waker), Poll::Ready(cqe(5, 0)));
+    assert_eq!(poll(&mut op, &waker), Poll::Ready(cqe(5, 0)));
 }
 
 #[test]
@@ -66,7 +136,7 @@ fn completion_before_first_poll_is_kept() {
     let (_, waker) = counting_waker();
     let mut op = Lifecycle::Submitted;
     apply(&mut op, cqe(3, 0));
-    assert_eq!(op.poll_next(&waker), Poll::Ready(cqe(3, 0)));
+    assert_eq!(poll(&mut op, &waker), Poll::Ready(cqe(3, 0)));
 }
 
 #[test]
@@ -87,9 +157,9 @@ fn multishot_queues_until_final() {
     apply(&mut op, cqe(2, F_MORE));
     apply(&mut op, cqe(3, 0));
     assert!(matches!(op, Lifecycle::Multishot(_)));
-    assert_eq!(op.poll_next(&waker), Poll::Ready(cqe(1, F_MORE)));
-    assert_eq!(op.poll_next(&waker), Poll::Ready(cqe(2, F_MORE)));
-    assert_eq!(op.poll_next(&waker), Poll::Ready(cqe(3, 0)));
+    assert_eq!(poll(&mut op, &waker), Poll::Ready(cqe(1, F_MORE)));
+    assert_eq!(poll(&mut op, &waker), Poll::Ready(cqe(2, F_MORE)));
+    assert_eq!(poll(&mut op, &waker), Poll::Ready(cqe(3, 0)));
     assert_eq!(count.0.load(Ordering::SeqCst), 0);
 }
 
@@ -98,8 +168,8 @@ fn multishot_consumer_is_woken_per_cqe() {
     let (count, waker) = counting_waker();
     let mut op = Lifecycle::Submitted;
     apply(&mut op, cqe(1, F_MORE));
-    assert_eq!(op.poll_next(&waker), Poll::Ready(cqe(1, F_MORE)));
-    assert_eq!(op.poll_next(&waker), Poll::Pending);
+    assert_eq!(poll(&mut op, &waker), Poll::Ready(cqe(1, F_MORE)));
+    assert_eq!(poll(&mut op, &waker), Poll::Pending);
     apply(&mut op, cqe(2, F_MORE));
     assert_eq!(count.0.load(Ordering::SeqCst), 1);
 }
@@ -148,8 +218,8 @@ fn drop_with_queued_multishot_cqes_reaps_them_and_waits_for_final() {
 fn same_waker_is_not_cloned_again() {
     let (_, waker) = counting_waker();
     let mut op = Lifecycle::Submitted;
-    assert_eq!(op.poll_next(&waker), Poll::Pending);
-    assert_eq!(op.poll_next(&waker), Poll::Pending);
+    assert_eq!(poll(&mut op, &waker), Poll::Pending);
+    assert_eq!(poll(&mut op, &waker), Poll::Pending);
     assert!(matches!(op, Lifecycle::Waiting(_)));
 }
 
@@ -157,7 +227,7 @@ fn same_waker_is_not_cloned_again() {
 fn wakes_and_finished_orphans_are_deferred_to_the_owner() {
     let (count, waker) = counting_waker();
     let mut op = Lifecycle::Submitted;
-    assert_eq!(op.poll_next(&waker), Poll::Pending);
+    assert_eq!(poll(&mut op, &waker), Poll::Pending);
     let mut deferred = Deferred::default();
     // SAFETY: no orphan is attached; nothing acts on the CQE.
     let out = unsafe { op.on_cqe(cqe(5, 0), &mut deferred) };
@@ -254,6 +324,6 @@ fn queued_counts_unpolled_cqes() {
     apply(&mut op, cqe(1, F_MORE));
     apply(&mut op, cqe(2, F_MORE));
     assert_eq!(op.queued(), 2);
-    assert!(op.poll_next(&waker).is_ready());
+    assert!(poll(&mut op, &waker).is_ready());
     assert_eq!(op.queued(), 1);
 }

@@ -215,10 +215,14 @@ impl OpTable {
     /// is no longer in the table, or whose future was already dropped (orphaned), is an
     /// error.
     pub fn poll(&mut self, id: OpId, waker: &Waker) -> Poll<io::Result<Cqe>> {
-        let Some(slot) = self.slot_mut(id).filter(|slot| !slot.state.is_orphaned()) else {
+        let Some(slot) = self
+            .slots
+            .get_mut(id.index as usize)
+            .filter(|slot| slot.generation == id.generation && !slot.state.is_orphaned())
+        else {
             return Poll::Ready(Err(stale_error(id)));
         };
-        let cqe = match slot.state.poll_next(waker) {
+        let cqe = match slot.state.poll_next(waker, &mut self.deferred) {
             Poll::Pending => return Poll::Pending,
             Poll::Ready(cqe) => cqe,
         };

@@ -266,7 +266,10 @@ impl Runtime {
     /// the ops it cancels (dropping the runtime waits up to 5 s). Every task is dropped,
     /// every op cancelled; memory of an op the kernel has not finished with by then is
     /// leaked rather than freed, and a blocking thread stuck in a syscall is left to end on
-    /// its own. I/O objects that outlive the runtime fail with `NotConnected` afterwards.
+    /// its own. I/O objects that outlive the runtime fail with `NotConnected` afterwards,
+    /// except a future whose op was abandoned that way: it never completes (completing
+    /// would hand back a buffer the kernel may still write), and dropping it leaks the
+    /// buffer.
     ///
     /// # Examples
     ///

@@ -93,11 +93,51 @@ impl Step {
             Ok(child) => wait(child, self.timeout),
             Err(err) => format!("notrun={}", err.to_string().replace(' ', "_")),
         };
+        if end != "exit=0" {
+            say_network_counters();
+        }
         say(&format!(
             "@@matrix end {} {end} secs={:.1}",
             self.name,
             start.elapsed().as_secs_f64()
         ));
+    }
+}
+
+/// After a failed step: the kernel's non-zero TCP counters and socket memory, which tell
+/// a connection the kernel dropped or reset (listen overflows, memory pressure, aborts)
+/// from one the runtime lost. The VM boots `quiet`, so its kernel log shows none of it.
+fn say_network_counters() {
+    for (file, prefixes) in [
+        ("/proc/net/netstat", &["TcpExt:"][..]),
+        ("/proc/net/snmp", &["Tcp:"][..]),
+    ] {
+        let Ok(text) = std::fs::read_to_string(file) else {
+            continue;
+        };
+        let lines: Vec<&str> = text.lines().collect();
+        for pair in lines.chunks(2) {
+            let [names, values] = pair else { continue };
+            let Some(prefix) = prefixes.iter().find(|p| names.starts_with(**p)) else {
+                continue;
+            };
+            let nonzero: Vec<String> = names
+                .split_whitespace()
+                .zip(values.split_whitespace())
+                .skip(1)
+                .filter(|(_, v)| *v != "0")
+                .map(|(n, v)| format!("{n}={v}"))
+                .collect();
+            say(&format!("counters {prefix} {}", nonzero.join(" ")));
+        }
+    }
+    for file in ["/proc/net/sockstat", "/proc/sys/net/ipv4/tcp_mem"] {
+        if let Ok(text) = std::fs::read_to_string(file) {
+            say(&format!(
+                "counters {file}: {}",
+                text.trim().replace('\n', "; ")
+            ));
+        }
     }
 }
 

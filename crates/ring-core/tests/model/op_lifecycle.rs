@@ -208,6 +208,8 @@ impl Checker {
             return;
         }
         let polled = self.table.poll(op.id, &self.wakers[w].1);
+        // A waker the poll replaced is dropped by the owner, as the runtime does.
+        run_deferred(&mut self.table);
         if !op.live {
             match polled {
                 Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::InvalidInput => return,

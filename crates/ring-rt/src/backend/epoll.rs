@@ -69,6 +69,8 @@ pub(crate) struct EpollBackend {
     woken: Deferred,
     /// The worker's shared receive group (see `Backend::recv_group`).
     pub(crate) recv_pool: RecvPool,
+    /// Set once a drain gave up on jobs still running (see [`drain`](Self::drain)).
+    abandoned: bool,
 }
 
 impl EpollBackend {
@@ -97,6 +99,7 @@ impl EpollBackend {
             timeouts,
             woken: Deferred::default(),
             recv_pool: RecvPool::new(recv_buffers),
+            abandoned: false,
         };
         backend.ctl(
             libc::EPOLL_CTL_ADD,
@@ -442,9 +445,10 @@ impl EpollBackend {
     }
 
     /// Shutdown: cancels every op (queued jobs never run), waits until `deadline` for
-    /// running jobs, then stops the pool. Jobs still running then write into memory their
-    /// orphans keep, so that memory is leaked instead of freed (their threads are left to
-    /// finish on their own).
+    /// running jobs, then stops the pool. A job still running then is abandoned: its
+    /// thread may still write into the op's memory, so the op stays in the table (polling
+    /// it stays pending, its future never gets its buffer back) and the backend's drop
+    /// leaks that memory instead of freeing it (the thread is left to finish on its own).
     pub(crate) fn drain(&mut self, deadline: Instant) {
         for id in self.ops.ids() {
             if self.pool.cancel(id) {
@@ -459,9 +463,7 @@ impl EpollBackend {
             true
         });
         self.pool.close(deadline);
-        if self.ops.awaiting_kernel() > 0 {
-            std::mem::forget(std::mem::take(&mut self.ops));
-        }
+        self.abandoned |= self.ops.awaiting_kernel() > 0;
     }
 
     /// Whether reads of `fd` should first try the page cache on the loop thread
@@ -480,7 +482,12 @@ impl Drop for EpollBackend {
     /// Waits (bounded) for running blocking jobs: they write into memory their orphans keep.
     /// After the runtime's own drain this finds nothing left and returns at once.
     fn drop(&mut self) {
-        self.drain(Instant::now() + super::SHUTDOWN_WAIT);
+        if !self.abandoned {
+            self.drain(Instant::now() + super::SHUTDOWN_WAIT);
+        }
+        if self.ops.awaiting_kernel() > 0 {
+            std::mem::forget(std::mem::take(&mut self.ops));
+        }
     }
 }
 

@@ -109,9 +109,26 @@ impl<T: OpDef> Op<T> {
     }
 }
 
-/// A CQE standing for an error that happened before the kernel saw the op.
+/// A CQE standing for an error that happened before the kernel saw the op. An error
+/// without an errno (the runtime's own, such as "the runtime was dropped") keeps its kind
+/// through the errno of that kind, not a blanket `EIO`.
 pub(crate) fn error_cqe(err: &io::Error) -> Cqe {
-    Cqe::new(0, -err.raw_os_error().unwrap_or(libc::EIO), 0)
+    Cqe::new(0, -errno_of(err), 0)
+}
+
+fn errno_of(err: &io::Error) -> i32 {
+    use io::ErrorKind as K;
+    err.raw_os_error().unwrap_or(match err.kind() {
+        K::NotConnected => libc::ENOTCONN,
+        K::WouldBlock => libc::EAGAIN,
+        K::OutOfMemory => libc::ENOMEM,
+        K::Unsupported => libc::EOPNOTSUPP,
+        K::InvalidInput => libc::EINVAL,
+        K::TimedOut => libc::ETIMEDOUT,
+        K::PermissionDenied => libc::EPERM,
+        K::NotFound => libc::ENOENT,
+        _ => libc::EIO,
+    })
 }
 
 impl<T: OpDef> Future for Op<T> {

@@ -55,22 +55,16 @@ impl<T: MultishotDef> Multishot<T> {
         let id = match self.armed {
             Some(id) => id,
             None => {
-                if self.core.is_shut_down() {
-                    return Poll::Ready(Err(io::Error::new(
-                        io::ErrorKind::NotConnected,
-                        "the ring-rt runtime this object belongs to was dropped",
-                    )));
-                }
                 let max = self.def.queue_max();
-                let def = &mut self.def;
-                match self.core.with_backend(|b| b.start_multishot(def, max)) {
+                match self.core.start_multishot(&mut self.def, max) {
                     Ok(Ok(id)) => *self.armed.insert(id),
                     Ok(Err(err)) => return Poll::Ready(Err(err)),
-                    Err(_) => {
+                    Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
                         // Polled from inside a loop turn: try again from the task.
                         cx.waker().wake_by_ref();
                         return Poll::Pending;
                     }
+                    Err(err) => return Poll::Ready(Err(err)),
                 }
             }
         };

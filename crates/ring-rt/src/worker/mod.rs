@@ -139,12 +139,37 @@ impl Core {
         self.is_shut_down.get()
     }
 
-    /// Starts `op` on this worker's backend. Refused once the runtime was dropped.
+    /// Starts `op` on this worker's backend. Refused once the runtime was dropped, and
+    /// outside this runtime's `block_on` (from another runtime's, or none): nobody would
+    /// drive the op there, so it would wait for ever.
     pub(crate) fn start(&self, op: &mut dyn Operation) -> io::Result<Start> {
+        self.check_startable()?;
+        self.with_backend(|b| b.start(op))?
+    }
+
+    /// Arms multishot `op` (see [`start`](Self::start)); its CQEs are bounded to `max`
+    /// unpolled (0: unbounded).
+    pub(crate) fn start_multishot(
+        &self,
+        op: &mut dyn Operation,
+        max: u16,
+    ) -> io::Result<io::Result<OpId>> {
+        self.check_startable()?;
+        self.with_backend(|b| b.start_multishot(op, max))
+    }
+
+    fn check_startable(&self) -> io::Result<()> {
         if self.is_shut_down.get() {
             return Err(shut_down());
         }
-        self.with_backend(|b| b.start(op))?
+        let here = CURRENT
+            .try_with(|c| c.borrow().as_ref().map(Rc::as_ptr))
+            .ok()
+            .flatten();
+        if here != Some(self as *const Core) {
+            return Err(elsewhere());
+        }
+        Ok(())
     }
 
     /// Polls an op this core started. After shutdown an op with nothing in flight (one
@@ -159,6 +184,12 @@ impl Core {
             return Poll::Ready(Err(shut_down()));
         }
         match self.with_backend(|b| b.poll(token, op, waker)) {
+            // Cancelled by the shutdown's drain: say so, as every later op does.
+            Ok(Poll::Ready(Ok(cqe)))
+                if self.is_shut_down.get() && cqe.res == -libc::ECANCELED && !cqe.is_more() =>
+            {
+                Poll::Ready(Err(shut_down()))
+            }
             Ok(polled) => polled,
             Err(err) => Poll::Ready(Err(err)),
         }
@@ -439,6 +470,14 @@ fn busy() -> io::Error {
         io::ErrorKind::WouldBlock,
         "the ring-rt worker is in the middle of a loop turn (called from a waker or a \
          destructor it runs): retry from a task",
+    )
+}
+
+fn elsewhere() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        "this ring-rt object belongs to a runtime that is not running here: use it inside \
+         the block_on (or a task) of the runtime it was made in",
     )
 }
 
