@@ -265,7 +265,7 @@ fn kernel_selects_buffers(rt: &Runtime) -> bool {
 }
 
 /// A 2-entry SQ and 1,000 reads in flight, all aborted in one executor pass: every cancel
-/// gets through (queued, not dropped), every orphan is reaped, and the socket still works.
+/// gets through (queued, not dropped), every orphan is reaped, and the sockets still work.
 fn sq_full_cancels_are_not_lost(kind: BackendKind) -> Outcome {
     const READS: usize = 1000;
     let rt = runtime!(kind, Runtime::builder().entries(2));
@@ -273,10 +273,15 @@ fn sq_full_cancels_are_not_lost(kind: BackendKind) -> Outcome {
     rt.block_on(bounded(LIMIT, async {
         ring_rt::yield_now().await;
         let steady = rt.metrics().io.ops_in_flight;
-        let (a, b) = UnixStream::pair()?;
-        let b = Rc::new(b);
-        let tasks: Vec<_> = (0..READS)
-            .map(|_| {
+        // One socket each: a socket's receives take turns, one in the kernel at a time.
+        let pairs = (0..READS)
+            .map(|_| UnixStream::pair())
+            .collect::<Result<Vec<_>, _>>()?;
+        let (writers, readers): (Vec<_>, Vec<_>) = pairs.into_iter().unzip();
+        let readers: Vec<_> = readers.into_iter().map(Rc::new).collect();
+        let tasks: Vec<_> = readers
+            .iter()
+            .map(|b| {
                 let b = b.clone();
                 ring_rt::spawn(async move { b.read(Vec::with_capacity(64)).await.0.map(|_| ()) })
             })
@@ -318,13 +323,15 @@ fn sq_full_cancels_are_not_lost(kind: BackendKind) -> Outcome {
                 "the SQ never filled: the test tested nothing"
             );
         }
-        let (res, _) = a.write_all(b"after".to_vec()).await;
-        res?;
-        let (res, buf) = b.read(Vec::with_capacity(16)).await;
-        check!(
-            res? == 5 && buf == b"after",
-            "the socket lost data after the cancels"
-        );
+        for (a, b) in writers.iter().zip(&readers).step_by(97) {
+            let (res, _) = a.write_all(b"after".to_vec()).await;
+            res?;
+            let (res, buf) = b.read(Vec::with_capacity(16)).await;
+            check!(
+                res? == 5 && buf == b"after",
+                "a socket lost data after the cancels"
+            );
+        }
         Ok(Completion::Completed)
     }))?
 }

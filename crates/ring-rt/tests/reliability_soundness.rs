@@ -104,6 +104,30 @@ fn main() {
                 "a_panicking_waker_of_a_waiting_read_leaves_the_table_whole",
                 a_panicking_waker_of_a_waiting_read_leaves_the_table_whole,
             ),
+            (
+                "a_waker_whose_destructor_panics_frees_nothing_in_flight",
+                a_waker_whose_destructor_panics_frees_nothing_in_flight,
+            ),
+            (
+                "a_datagram_a_dropped_recv_got_keeps_its_sender",
+                a_datagram_a_dropped_recv_got_keeps_its_sender,
+            ),
+            (
+                "an_empty_datagram_a_dropped_receive_got_is_kept",
+                an_empty_datagram_a_dropped_receive_got_is_kept,
+            ),
+            (
+                "an_idle_recv_stream_lets_a_read_have_the_data",
+                an_idle_recv_stream_lets_a_read_have_the_data,
+            ),
+            (
+                "reads_of_one_socket_take_turns",
+                reads_of_one_socket_take_turns,
+            ),
+            (
+                "an_object_of_another_runtime_fails_instead_of_waiting",
+                an_object_of_another_runtime_fails_instead_of_waiting,
+            ),
         ],
         &[
             (CHILD_THREAD_LOCAL, child_thread_local_runtime),
@@ -1228,4 +1252,202 @@ impl Drop for AddressSpaceLimit {
         // SAFETY: restores the limits read in `set`.
         unsafe { libc::setrlimit(libc::RLIMIT_AS, &self.0) };
     }
+}
+
+/// Positions where `canaries` no longer hold 0x5a, as text (what overwrote them).
+fn overwritten(canaries: &[Vec<u8>]) -> Vec<String> {
+    canaries
+        .iter()
+        .filter_map(|c| {
+            let at = c.iter().position(|&b| b != 0x5a)?;
+            Some(String::from_utf8_lossy(&c[at..(at + 40).min(c.len())]).into_owned())
+        })
+        .collect()
+}
+
+/// A waker whose destructor panics.
+struct DropPanics;
+
+impl std::task::Wake for DropPanics {
+    fn wake(self: std::sync::Arc<Self>) {}
+}
+
+impl Drop for DropPanics {
+    fn drop(&mut self) {
+        panic!("a waker's destructor");
+    }
+}
+
+/// A read in flight whose waker's destructor panics, dropped with the op table holding
+/// the last clone of that waker: the op's buffer is kept until the kernel is done. (The
+/// destructor ran inside the op table, unwound out of it before the cancel was pushed,
+/// and dropped the orphan with the buffer: the kernel then wrote the peer's bytes into
+/// memory since handed to a new `Vec`.)
+fn a_waker_whose_destructor_panics_frees_nothing_in_flight(kind: BackendKind) -> Outcome {
+    support::expecting_panics(|| -> Outcome {
+        let rt = runtime!(kind);
+        let (a, b) = rt.block_on(async { UnixStream::pair() })?;
+        let steady = rt.block_on(async {
+            ring_rt::yield_now().await;
+            rt.metrics().io.ops_in_flight
+        });
+        let mut read = Box::pin(b.read(Vec::with_capacity(4096)).into_future());
+        let first = rt.block_on(async {
+            let waker = std::task::Waker::from(std::sync::Arc::new(DropPanics));
+            let first = read
+                .as_mut()
+                .poll(&mut std::task::Context::from_waker(&waker));
+            drop(waker); // the op table holds the last clone now
+            first.is_pending()
+        });
+        check!(first, "a read with nothing to read completed");
+        let mut canaries = Vec::with_capacity(64);
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(read)));
+        canaries.extend((0..64).map(|_| vec![0x5au8; 4096]));
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            rt.block_on(async {
+                let _ = a.write_all(&b"written by the kernel after free"[..]).await;
+                sleep(Duration::from_millis(20)).await;
+            })
+        }));
+        check!(
+            overwritten(&canaries).is_empty(),
+            "the kernel wrote into freed memory: {:?}",
+            overwritten(&canaries)
+        );
+        rt.block_on(bounded(LIMIT, async {
+            wait_for(Duration::from_secs(5), || {
+                rt.metrics().io.ops_in_flight == steady
+            })
+            .await
+            .map_err(|_| "the dropped read never settled")?;
+            Outcome::Ok(Completion::Completed)
+        }))?
+    })
+}
+
+/// UDP: a datagram a dropped `recv` (connected socket) got comes to the next `recv_from`
+/// with its sender, the peer. (It came with no sender: "not an inet sender".)
+fn a_datagram_a_dropped_recv_got_keeps_its_sender(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(bounded(LIMIT, async {
+        let a = UdpSocket::bind("127.0.0.1:0")?;
+        let b = UdpSocket::bind("127.0.0.1:0")?;
+        b.connect(a.local_addr()?)?;
+        let mut recv = Box::pin(b.recv(Vec::with_capacity(64)));
+        let first = poll_fn(|cx| Poll::Ready(recv.as_mut().poll(cx))).await;
+        check!(first.is_pending(), "a receive with nothing sent completed");
+        a.send_to(&b"hello"[..], b.local_addr()?).await.0?;
+        sleep(Duration::from_millis(5)).await;
+        drop(recv);
+        let (res, buf) = b.recv_from(Vec::with_capacity(64)).await;
+        let (n, from) = res?;
+        check!(
+            (&buf[..n], from) == (&b"hello"[..], a.local_addr()?),
+            "got {:?} from {from}",
+            &buf[..n]
+        );
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// UDP: an empty datagram is a datagram: one a dropped `recv_from` got comes first to the
+/// next one. (It was dropped: only positive results were kept.)
+fn an_empty_datagram_a_dropped_receive_got_is_kept(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(bounded(LIMIT, async {
+        let a = UdpSocket::bind("127.0.0.1:0")?;
+        let b = UdpSocket::bind("127.0.0.1:0")?;
+        let to = b.local_addr()?;
+        let mut recv = Box::pin(b.recv_from(Vec::with_capacity(64)));
+        let first = poll_fn(|cx| Poll::Ready(recv.as_mut().poll(cx))).await;
+        check!(first.is_pending(), "a receive with nothing sent completed");
+        a.send_to(&b""[..], to).await.0?;
+        sleep(Duration::from_millis(5)).await;
+        drop(recv);
+        a.send_to(&b"second"[..], to).await.0?;
+        let (res, _) = b.recv_from(Vec::with_capacity(64)).await;
+        check!(res?.0 == 0, "the empty datagram did not come first");
+        let (res, buf) = b.recv_from(Vec::with_capacity(64)).await;
+        check!(&buf[..res?.0] == b"second", "the second datagram was lost");
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// A receive stream nobody awaits (its `next` lost a timeout) holds its socket's receive
+/// turn, but a read takes it: the read gets the data that arrived since, in order. (On
+/// io_uring the stream's multishot receive kept taking the data: the read got nothing.)
+fn an_idle_recv_stream_lets_a_read_have_the_data(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(bounded(LIMIT, async {
+        let (a, b) = UnixStream::pair()?;
+        let mut rx = b.recv_stream();
+        let early = timeout(Duration::from_millis(5), rx.next()).await;
+        check!(early.is_err(), "a chunk with nothing sent");
+        a.write_all(&b"first"[..]).await.0?;
+        let read = timeout(Duration::from_secs(2), b.read(Vec::with_capacity(64))).await;
+        let Ok((n, buf)) = read else {
+            return Err("the read got nothing: the data sits in the idle stream".into());
+        };
+        check!(&buf[..n?] == b"first", "the read got other bytes");
+        a.write_all(&b"second"[..]).await.0?;
+        let chunk = rx.next().await.ok_or("the stream ended")??;
+        check!(&chunk[..] == b"second", "the stream got {:?}", &chunk[..]);
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// Two reads of one socket: the second waits for the first, so when the one that would
+/// have got the data is dropped, the waiting one gets it, in order. (On io_uring both were
+/// in the kernel; the dropped one's bytes waited in the socket's queue while the other
+/// waited in the kernel for more, then came after them: "second" before "first".)
+fn reads_of_one_socket_take_turns(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(bounded(LIMIT, async {
+        let (a, b) = UnixStream::pair()?;
+        let b = Rc::new(b);
+        let mut dropped = Box::pin(b.read(Vec::with_capacity(64)).into_future());
+        let first = poll_fn(|cx| Poll::Ready(dropped.as_mut().poll(cx))).await;
+        check!(first.is_pending(), "a read with nothing written completed");
+        let b2 = b.clone();
+        let waiter = ring_rt::spawn(async move {
+            let (n, buf) = b2.read(Vec::with_capacity(64)).await;
+            n.map(|n| buf[..n].to_vec())
+        });
+        ring_rt::yield_now().await;
+        a.write_all(&b"first"[..]).await.0?;
+        sleep(Duration::from_millis(10)).await;
+        drop(dropped);
+        let got = timeout(Duration::from_secs(2), waiter).await;
+        let Ok(got) = got else {
+            return Err("the waiting read got nothing while the bytes sat queued".into());
+        };
+        check!(
+            got.map_err(|e| e.to_string())?? == b"first",
+            "the waiting read got other bytes"
+        );
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// A socket of runtime A used inside runtime B's `block_on` (both alive) fails at once on
+/// both backends. (io_uring: the op went to A's ring, which nobody turned: it waited for
+/// ever; epoll: it worked by accident.)
+fn an_object_of_another_runtime_fails_instead_of_waiting(kind: BackendKind) -> Outcome {
+    let rt_a = runtime!(kind);
+    let rt_b = runtime!(kind);
+    let (a, b) = rt_a.block_on(async { UnixStream::pair() })?;
+    rt_b.block_on(bounded(LIMIT, async {
+        let (w, _) = a.write_all(&b"x"[..]).await;
+        check!(
+            matches!(&w, Err(e) if e.kind() == ErrorKind::InvalidInput),
+            "a write from another runtime: {w:?}"
+        );
+        let (r, _) = b.read(Vec::with_capacity(8)).await;
+        check!(
+            matches!(&r, Err(e) if e.kind() == ErrorKind::InvalidInput),
+            "a read from another runtime: {r:?}"
+        );
+        Ok(Completion::Completed)
+    }))?
 }

@@ -22,8 +22,10 @@
 //! bulk data. Code that can hand ring-rt its buffers should do so.
 //!
 //! **Dropping** the adapter with an op in flight is safe: the op is orphaned and the
-//! runtime keeps its buffer until the kernel is done. Bytes accepted by `poll_write` but not
-//! yet written are then lost, as with a `BufWriter`: flush (or shut down) first.
+//! runtime keeps its buffer until the kernel is done. Bytes a stream's adapter read ahead
+//! but never handed out go back to the stream (its next receive returns them first, and
+//! so do the bytes of a read still in flight). Bytes accepted by `poll_write` but not yet
+//! written are lost, as with a `BufWriter`: flush (or shut down) first.
 //!
 //! Files: the adapter keeps a cursor ([`Compat::position`]), reads and writes at it, and
 //! orders a read after the write before it. Under `O_APPEND` the kernel writes at the end
@@ -125,6 +127,16 @@ pub struct Compat<S: CompatIo> {
     write_cap: usize,
     /// The write direction was shut down; later writes fail with `BrokenPipe`.
     is_shut: bool,
+}
+
+impl<S: CompatIo> Drop for Compat<S> {
+    fn drop(&mut self) {
+        if let ReadState::Idle { buf, at } = &mut self.read {
+            if *at < buf.len() {
+                self.io.unread(buf.split_off(*at));
+            }
+        }
+    }
 }
 
 impl<S: CompatIo> Compat<S> {

@@ -58,6 +58,11 @@ pub trait CompatIo: sealed::Sealed + 'static {
     /// Ends the write direction (a socket's `shutdown(SHUT_WR)`; nothing for a file).
     #[doc(hidden)]
     fn shutdown_write(&self) -> io::Result<()>;
+
+    /// Takes back bytes the adapter read ahead and is dropped with: a stream's next
+    /// receive returns them first; a file keeps them where they are anyway.
+    #[doc(hidden)]
+    fn unread(&self, bytes: Vec<u8>);
 }
 
 /// A stream socket: reads and writes at its current position, shutdown ends its writes.
@@ -78,6 +83,10 @@ macro_rules! stream_compat_io {
 
             fn shutdown_write(&self) -> io::Result<()> {
                 self.shutdown(Shutdown::Write)
+            }
+
+            fn unread(&self, bytes: Vec<u8>) {
+                <$stream>::unread(self, bytes);
             }
         }
     )+};
@@ -102,4 +111,6 @@ impl CompatIo for File {
     fn shutdown_write(&self) -> io::Result<()> {
         Ok(())
     }
+
+    fn unread(&self, _bytes: Vec<u8>) {}
 }

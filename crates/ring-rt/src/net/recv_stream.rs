@@ -12,11 +12,12 @@ use std::task::{ready, Context, Poll};
 use ring_core::buf_pool::{BufGroup, ReturnWait};
 use ring_core::cqe::Cqe;
 use ring_core::probe::Feature;
+use ring_core::user_data::OpId;
 
 use super::socket::Socket;
 use crate::op::multishot::Multishot;
-use crate::op::net::{RecvMulti, RecvSelect};
-use crate::op::unclaimed::Unclaimed;
+use crate::op::net::{keep_chunks, RecvMulti, RecvSelect};
+use crate::op::unclaimed::{TurnTicket, Unclaimed};
 use crate::op::Op;
 use crate::pool::{self, PooledBuf};
 
@@ -68,6 +69,11 @@ pub struct RecvStream<'a> {
     epoch: u64,
     /// Waiting for a buffer to come back after ENOBUFS.
     starved: Option<ReturnWait>,
+    /// The socket's receive turn, held from arming until the receive ends (between `next`
+    /// calls too), by this number; another receive of the socket may take it.
+    hold: Option<u64>,
+    /// Its place in line for the turn while it waits.
+    ticket: Option<TurnTicket>,
     done: bool,
 }
 
@@ -82,6 +88,8 @@ impl<'a> RecvStream<'a> {
             single: None,
             epoch: 0,
             starved: None,
+            hold: None,
+            ticket: None,
             done: false,
         }
     }
@@ -158,20 +166,54 @@ impl<'a> RecvStream<'a> {
     ) -> Poll<io::Result<Option<PooledBuf>>> {
         let (group, unclaimed) = self.group()?;
         loop {
-            ready!(unclaimed.poll_settled(cx));
-            if let Some(chunk) = unclaimed.take_chunk(group.buf_len()) {
-                return Poll::Ready(Ok(Some(chunk)));
+            if self
+                .hold
+                .is_some_and(|number| !unclaimed.stream_holds(number))
+            {
+                // Another receive took the turn: it orphaned our receive, whose data is
+                // queued with the socket now.
+                self.disown();
             }
-            if let Some(wait) = &mut self.starved {
-                ready!(wait.poll(cx));
-                self.starved = None;
+            if self.hold.is_none() {
+                if let Some(wait) = &mut self.starved {
+                    ready!(wait.poll(cx));
+                    self.starved = None;
+                }
+                let Some(turn) = ready!(unclaimed.poll_turn(&mut self.ticket, cx)) else {
+                    // Queued data comes first (a stream socket queues only bytes).
+                    return Poll::Ready(match unclaimed.take_chunk(group.buf_len()) {
+                        Some(chunk) => Ok(Some(chunk)),
+                        None => Err(io::Error::other("a stream socket queued a non-byte item")),
+                    });
+                };
+                let core = self.socket.core.clone();
+                self.hold = Some(unclaimed.hold_for_stream(turn, core, group.clone()));
             }
-            let cqe = if self.multishot_ok {
-                ready!(self.poll_multishot(&group, &unclaimed, cx))?
+            let polled = if self.multishot_ok {
+                self.poll_multishot(&group, &unclaimed, cx)
             } else {
-                ready!(self.poll_single(&group, &unclaimed, cx))
+                self.poll_single(&group, &unclaimed, cx).map(Ok)
             };
-            match pool::from_cqe(&group, cqe) {
+            let number = self.hold.expect("held above");
+            unclaimed.stream_op(number, self.in_flight());
+            let cqe = match polled {
+                Poll::Pending => {
+                    // Awaited: the turn stays. Woken as well if another receive takes it
+                    // once nobody awaits this stream.
+                    unclaimed.stream_awaited(number, true);
+                    unclaimed.wait_on_hold(cx);
+                    return Poll::Pending;
+                }
+                Poll::Ready(cqe) => cqe,
+            };
+            unclaimed.stream_awaited(number, false);
+            if cqe.as_ref().map_or(true, |cqe| !cqe.is_more()) {
+                // The receive is over: the turn passes on (this stream takes it again
+                // next time, after anything queued).
+                self.hold = None;
+                unclaimed.end_stream(number);
+            }
+            match pool::from_cqe(&group, cqe?) {
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
                     pool::record_enobufs(&self.socket.core, &group);
                     self.starved = Some(group.wait_return(self.epoch));
@@ -179,6 +221,26 @@ impl<'a> RecvStream<'a> {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 other => return Poll::Ready(other),
             }
+        }
+    }
+
+    /// The receive this stream has in the kernel (or waiting for readiness).
+    fn in_flight(&self) -> Option<OpId> {
+        match (&self.multishot, &self.single) {
+            (Some(m), _) if m.is_armed() => m.armed_id(),
+            (_, Some(op)) => op.in_flight_id(),
+            _ => None,
+        }
+    }
+
+    /// Forgets the receive in flight without orphaning it: someone else did.
+    fn disown(&mut self) {
+        self.hold = None;
+        if let Some(m) = &mut self.multishot {
+            m.disown();
+        }
+        if let Some(op) = self.single.take() {
+            op.disown();
         }
     }
 
@@ -246,6 +308,28 @@ impl<'a> RecvStream<'a> {
     }
 }
 
+impl Drop for RecvStream<'_> {
+    /// The one orphan path, with the turn: a receive in flight is orphaned with the
+    /// socket's receive turn, which passes on at its final completion, after what it still
+    /// got is queued for the socket's next receive.
+    fn drop(&mut self) {
+        let (Some(number), Some((group, unclaimed))) = (self.hold, &self.group) else {
+            return;
+        };
+        let in_flight = self.in_flight();
+        if let Some(turn) = unclaimed.take_stream(number) {
+            match in_flight {
+                Some(id) => self
+                    .socket
+                    .core
+                    .orphan(id, keep_chunks(group, unclaimed, Some(turn))),
+                None => drop(turn),
+            }
+        }
+        self.disown();
+    }
+}
+
 /// The future [`RecvStream::next`] returns. It holds only a borrow of the stream, where
 /// the receive in flight lives: dropping it cancels nothing and loses no data.
 #[must_use = "futures do nothing unless awaited"]
@@ -258,5 +342,15 @@ impl Future for RecvNext<'_, '_> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         self.stream.poll_next(cx)
+    }
+}
+
+impl Drop for RecvNext<'_, '_> {
+    /// Nobody awaits the stream any more: another receive of the socket may take the turn
+    /// (its data then comes back through the socket's queue).
+    fn drop(&mut self) {
+        if let (Some(number), Some((_, unclaimed))) = (self.stream.hold, &self.stream.group) {
+            unclaimed.stream_awaited(number, false);
+        }
     }
 }

@@ -92,6 +92,8 @@ impl Socket {
                 flags: 0,
                 is_stream,
                 unclaimed: self.unclaimed(),
+                turn: None,
+                ticket: None,
             },
         )
     }
@@ -186,6 +188,13 @@ impl Drop for Socket {
 /// The I/O methods every stream type shares, forwarding to its `socket` field.
 macro_rules! stream_methods {
     () => {
+        /// Gives bytes read ahead but never handed out (by an adapter being dropped) back
+        /// to the stream: its next receive returns them first.
+        #[cfg(any(feature = "tokio-io", feature = "futures-io"))]
+        pub(crate) fn unread(&self, bytes: Vec<u8>) {
+            self.socket.unclaimed().unread(bytes);
+        }
+
         /// Reads into `buf` (from its start, up to its capacity); returns the count and the
         /// buffer. The op can be bounded first: `stream.read(buf).timeout(d).await`. `Ok(0)`
         /// is end of stream (or a buffer with no capacity).

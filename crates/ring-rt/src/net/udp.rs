@@ -123,6 +123,8 @@ impl UdpSocket {
                 buf,
                 hdr,
                 unclaimed: self.socket.unclaimed(),
+                turn: None,
+                ticket: None,
             },
         )
         .await;

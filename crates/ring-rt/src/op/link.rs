@@ -63,6 +63,8 @@ pub trait Chain: Unpin + 'static {
     #[doc(hidden)]
     fn needs_prepare(&self) -> bool;
     #[doc(hidden)]
+    fn claim(&mut self);
+    #[doc(hidden)]
     fn finish(self, cqes: &mut std::vec::IntoIter<Vec<Cqe>>) -> Self::Output;
     #[doc(hidden)]
     fn orphans(self, out: &mut Vec<Box<dyn Orphan>>);
@@ -142,6 +144,9 @@ impl<T: OpDef> OpDef for Raw<T> {
     fn needs_prepare(&self) -> bool {
         self.0.needs_prepare()
     }
+    fn claim(&mut self) {
+        self.0.claim();
+    }
 }
 
 fn cancelled() -> Cqe {
@@ -161,6 +166,10 @@ impl<T: OpDef> Chain for Single<T> {
 
     fn needs_prepare(&self) -> bool {
         self.0.needs_prepare()
+    }
+
+    fn claim(&mut self) {
+        self.0.claim();
     }
 
     fn finish(mut self, cqes: &mut std::vec::IntoIter<Vec<Cqe>>) -> T::Output {
@@ -204,6 +213,11 @@ impl<A: Chain, B: Chain> Chain for (A, B) {
         self.0.needs_prepare() || self.1.needs_prepare()
     }
 
+    fn claim(&mut self) {
+        self.0.claim();
+        self.1.claim();
+    }
+
     fn finish(self, cqes: &mut std::vec::IntoIter<Vec<Cqe>>) -> Self::Output {
         let a = self.0.finish(cqes);
         (a, self.1.finish(cqes))
@@ -240,6 +254,7 @@ fn push_chain<C: Chain>(core: &Rc<Core>, mut chain: C) -> Pushed<C> {
     if chain.needs_prepare() || core.is_shut_down() {
         return Pushed::NotLinkable(chain);
     }
+    chain.claim();
     let n = chain.count();
     let pushed = {
         let mut ops = Vec::with_capacity(n);

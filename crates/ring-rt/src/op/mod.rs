@@ -19,6 +19,7 @@ use std::task::{Context, Poll};
 use ring_core::cqe::Cqe;
 use ring_core::lifecycle::Orphan;
 use ring_core::release::Keep;
+use ring_core::user_data::OpId;
 
 pub use crate::backend::{BlockingJob, Emulation, Operation};
 use crate::backend::{Start, Token};
@@ -58,6 +59,11 @@ pub trait OpDef: Operation + Unpin + 'static {
     fn needs_prepare(&self) -> bool {
         false
     }
+
+    /// Does at once what `poll_prepare` would before the op starts, for an op going into a
+    /// kernel-linked chain (where `needs_prepare` said nothing has to wait): a receive
+    /// takes its socket's receive turn.
+    fn claim(&mut self) {}
 }
 
 enum State<T> {
@@ -139,6 +145,11 @@ impl<T: OpDef> Future for Op<T> {
         loop {
             match &mut this.state {
                 State::Unstarted(op) => {
+                    // Before waiting for anything (a socket's receive turn): an op that
+                    // cannot start here fails now.
+                    if let Err(err) = this.core.check_startable() {
+                        return Poll::Ready(this.finish(error_cqe(&err)));
+                    }
                     if let Some(cqe) = std::task::ready!(op.poll_prepare(cx)) {
                         return Poll::Ready(this.finish(cqe));
                     }
@@ -184,12 +195,29 @@ impl<T: OpDef> Future for Op<T> {
 }
 
 impl<T: OpDef> Op<T> {
+    /// The id of the op in flight (in the kernel, on the pool, or waiting for readiness).
+    pub(crate) fn in_flight_id(&self) -> Option<OpId> {
+        match &self.state {
+            State::Running(_, token) => token.in_flight().map(|(id, _)| id),
+            _ => None,
+        }
+    }
+
     /// Completes the op with its final CQE.
     fn finish(&mut self, cqe: Cqe) -> T::Output {
         match std::mem::replace(&mut self.state, State::Done) {
             State::Unstarted(op) | State::Running(op, _) => op.complete(cqe),
             State::Done => unreachable!("an op finishes once"),
         }
+    }
+}
+
+impl Op<net::RecvSelect> {
+    /// Drops the op without orphaning what is in flight: the caller orphaned it already,
+    /// with an orphan of its own. Only for this op, which has no memory of its own (the
+    /// kernel picks a pool buffer): nothing is freed under the kernel.
+    pub(crate) fn disown(mut self) {
+        self.state = State::Done;
     }
 }
 

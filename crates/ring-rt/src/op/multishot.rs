@@ -49,6 +49,16 @@ impl<T: MultishotDef> Multishot<T> {
         self.armed.is_some()
     }
 
+    /// The armed op's id.
+    pub(crate) fn armed_id(&self) -> Option<OpId> {
+        self.armed
+    }
+
+    /// Forgets the armed op without orphaning it: its owner's owner orphaned it already.
+    pub(crate) fn disown(&mut self) {
+        self.armed = None;
+    }
+
     /// The next CQE, arming the op first if it is not armed. A CQE without `F_MORE` is the
     /// last of this arming; the poll after it arms again.
     pub(crate) fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Cqe>> {

@@ -12,7 +12,7 @@ use ring_core::lifecycle::{Deferred, Orphan};
 use socket2::{SockAddr, SockAddrStorage};
 
 use super::multishot::MultishotDef;
-use super::unclaimed::{Item, Unclaimed};
+use super::unclaimed::{Item, RecvTurn, TurnTicket, Unclaimed};
 use super::{Emulation, OpDef, Operation};
 use crate::buf::{read_output, IoBuf, IoBufMut};
 use crate::pool::PooledBuf;
@@ -258,6 +258,10 @@ pub(crate) struct Recv<B> {
     pub(crate) is_stream: bool,
     /// The socket's unclaimed receives: taken first, and where a dropped read's bytes go.
     pub(crate) unclaimed: Rc<Unclaimed>,
+    /// The socket's receive turn, taken before the op starts (see `Unclaimed`), and the
+    /// op's place in line for it.
+    pub(crate) turn: Option<RecvTurn>,
+    pub(crate) ticket: Option<TurnTicket>,
 }
 
 // SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
@@ -304,7 +308,13 @@ impl<B: IoBufMut> OpDef for Recv<B> {
     }
 
     fn poll_prepare(&mut self, cx: &mut Context<'_>) -> Poll<Option<Cqe>> {
-        std::task::ready!(self.unclaimed.poll_settled(cx));
+        if self.turn.is_some() {
+            return Poll::Ready(None);
+        }
+        if let Some(turn) = std::task::ready!(self.unclaimed.poll_turn(&mut self.ticket, cx)) {
+            self.turn = Some(turn);
+            return Poll::Ready(None);
+        }
         let (dst, len) = (self.buf.stable_mut_ptr(), self.buf.bytes_total());
         let n = if self.is_stream {
             // SAFETY: the buffer is writable for bytes_total bytes and owned by the op.
@@ -316,20 +326,25 @@ impl<B: IoBufMut> OpDef for Recv<B> {
                     let n = data.len().min(len);
                     // SAFETY: as above; `data` is ours, `n` fits both.
                     unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, n) };
-                    return Poll::Ready(Some(Cqe::new(0, n as i32, 0)));
+                    n
                 }
                 None => 0,
             }
         };
-        Poll::Ready((n > 0).then(|| Cqe::new(0, n.min(i32::MAX as usize) as i32, 0)))
+        Poll::Ready(Some(Cqe::new(0, n.min(i32::MAX as usize) as i32, 0)))
     }
 
     fn needs_prepare(&self) -> bool {
-        self.unclaimed.is_busy()
+        self.turn.is_none() && !self.unclaimed.turn_is_free()
+    }
+
+    fn claim(&mut self) {
+        if self.turn.is_none() {
+            self.turn = self.unclaimed.try_turn();
+        }
     }
 
     fn into_orphan(self) -> Box<dyn Orphan> {
-        self.unclaimed.orphan_started();
         Box::new(KeepReceived {
             unclaimed: self.unclaimed.clone(),
             op: self,
@@ -338,7 +353,8 @@ impl<B: IoBufMut> OpDef for Recv<B> {
 }
 
 /// The orphan of a dropped read: bytes it still receives go to the socket's unclaimed
-/// queue for the next read; its buffer is kept until its final CQE.
+/// queue for the next read; its buffer (and the socket's receive turn, in the op) is kept
+/// until its final CQE.
 struct KeepReceived<T> {
     unclaimed: Rc<Unclaimed>,
     op: T,
@@ -346,18 +362,36 @@ struct KeepReceived<T> {
 
 /// An op that received into its own buffer: what its orphan keeps of a CQE.
 trait Received {
-    /// The first `n` bytes of the buffer, which the kernel wrote, as an unclaimed item.
-    fn item(&self, n: usize) -> Item;
+    /// What a completion of `res` brought, as an unclaimed item (`None`: nothing, or an
+    /// error).
+    fn item(&self, res: i32) -> Option<Item>;
 }
 
 impl<B: IoBufMut> Received for Recv<B> {
-    fn item(&self, n: usize) -> Item {
+    fn item(&self, res: i32) -> Option<Item> {
+        let n = usize::try_from(res).ok()?;
         let bytes = received_bytes(&self.buf, n);
         if self.is_stream {
-            Item::Bytes(PooledBuf::owned(bytes))
+            // 0 is end of stream, which the next read finds by itself.
+            (n > 0).then(|| Item::Bytes(PooledBuf::owned(bytes)))
         } else {
-            Item::Datagram(bytes, None)
+            // An empty datagram is one too. `recv` is for a connected socket: the sender
+            // is its peer.
+            let peer = socket2::SockRef::from(&BorrowedFd(self.fd))
+                .peer_addr()
+                .ok();
+            Some(Item::Datagram(bytes, peer))
         }
+    }
+}
+
+/// An fd this op does not own, for socket2's `SockRef`.
+struct BorrowedFd(RawFd);
+
+impl std::os::fd::AsFd for BorrowedFd {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        // SAFETY: the op's socket is open for as long as the op (its owner borrows it).
+        unsafe { std::os::fd::BorrowedFd::borrow_raw(self.0) }
     }
 }
 
@@ -370,12 +404,9 @@ fn received_bytes<B: IoBuf>(buf: &B, n: usize) -> Vec<u8> {
 }
 
 impl<T: Received> Orphan for KeepReceived<T> {
-    fn reap(&mut self, cqe: &Cqe, deferred: &mut Deferred) {
-        if cqe.res > 0 {
-            self.unclaimed.push(self.op.item(cqe.res as usize));
-        }
-        if !cqe.is_more() {
-            self.unclaimed.orphan_done(deferred);
+    fn reap(&mut self, cqe: &Cqe, _deferred: &mut Deferred) {
+        if let Some(item) = self.op.item(cqe.res) {
+            self.unclaimed.push(item);
         }
     }
 }
@@ -537,7 +568,7 @@ impl OpDef for RecvSelect {
     }
 
     fn into_orphan(self) -> Box<dyn Orphan> {
-        keep_chunks(&self.group, &self.unclaimed)
+        keep_chunks(&self.group, &self.unclaimed, None)
     }
 }
 
@@ -561,24 +592,30 @@ unsafe impl Operation for RecvMulti {
 
 impl MultishotDef for RecvMulti {
     fn orphan(&self) -> Box<dyn Orphan> {
-        keep_chunks(&self.group, &self.unclaimed)
+        keep_chunks(&self.group, &self.unclaimed, None)
     }
 }
 
 /// The orphan of a dropped pooled receive: chunks it still receives go to the socket's
 /// unclaimed queue for the next receive, copied out so the pool buffer goes back at once
-/// (unclaimed data must not starve the other receives of a worker's shared pool).
-fn keep_chunks(group: &BufGroup, unclaimed: &Rc<Unclaimed>) -> Box<dyn Orphan> {
-    unclaimed.orphan_started();
+/// (unclaimed data must not starve the other receives of a worker's shared pool). It keeps
+/// the socket's receive `turn` (if it had it) until its final CQE.
+pub(crate) fn keep_chunks(
+    group: &BufGroup,
+    unclaimed: &Rc<Unclaimed>,
+    turn: Option<RecvTurn>,
+) -> Box<dyn Orphan> {
     Box::new(KeepChunks {
         group: group.clone(),
         unclaimed: unclaimed.clone(),
+        _turn: turn,
     })
 }
 
 struct KeepChunks {
     group: BufGroup,
     unclaimed: Rc<Unclaimed>,
+    _turn: Option<RecvTurn>,
 }
 
 impl Orphan for KeepChunks {
@@ -595,9 +632,6 @@ impl Orphan for KeepChunks {
                 }
                 lease.release_into(deferred);
             }
-        }
-        if !cqe.is_more() {
-            self.unclaimed.orphan_done(deferred);
         }
     }
 }
@@ -728,6 +762,10 @@ pub(crate) struct RecvMsg<B> {
     pub(crate) hdr: Box<MsgHdr>,
     /// The socket's unclaimed datagrams: taken first, and where a dropped receive's go.
     pub(crate) unclaimed: Rc<Unclaimed>,
+    /// The socket's receive turn, taken before the op starts (see `Unclaimed`), and the
+    /// op's place in line for it.
+    pub(crate) turn: Option<RecvTurn>,
+    pub(crate) ticket: Option<TurnTicket>,
 }
 
 // SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
@@ -764,26 +802,40 @@ impl<B: IoBufMut> OpDef for RecvMsg<B> {
     }
 
     fn poll_prepare(&mut self, cx: &mut Context<'_>) -> Poll<Option<Cqe>> {
-        std::task::ready!(self.unclaimed.poll_settled(cx));
+        if self.turn.is_some() {
+            return Poll::Ready(None);
+        }
+        if let Some(turn) = std::task::ready!(self.unclaimed.poll_turn(&mut self.ticket, cx)) {
+            self.turn = Some(turn);
+            return Poll::Ready(None);
+        }
         let Some((data, from)) = self.unclaimed.take_datagram() else {
+            // Something else is queued (never on a datagram socket): receive anew.
             return Poll::Ready(None);
         };
         let n = data.len().min(self.buf.bytes_total());
         // SAFETY: the buffer is writable for bytes_total >= n bytes and owned by the op;
         // `data` is ours. A longer datagram is truncated, as the kernel does.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.buf.stable_mut_ptr(), n) };
-        if let Some(from) = from {
-            self.hdr.set_name(&from);
+        match from {
+            Some(from) => self.hdr.set_name(&from),
+            // A sender nobody recorded: `recv` on a socket that is not connected.
+            None => self.hdr.msg.msg_namelen = 0,
         }
         Poll::Ready(Some(Cqe::new(0, n as i32, 0)))
     }
 
     fn needs_prepare(&self) -> bool {
-        self.unclaimed.is_busy()
+        self.turn.is_none() && !self.unclaimed.turn_is_free()
+    }
+
+    fn claim(&mut self) {
+        if self.turn.is_none() {
+            self.turn = self.unclaimed.try_turn();
+        }
     }
 
     fn into_orphan(self) -> Box<dyn Orphan> {
-        self.unclaimed.orphan_started();
         Box::new(KeepReceived {
             unclaimed: self.unclaimed.clone(),
             op: self,
@@ -792,9 +844,10 @@ impl<B: IoBufMut> OpDef for RecvMsg<B> {
 }
 
 impl<B: IoBufMut> Received for RecvMsg<B> {
-    fn item(&self, n: usize) -> Item {
+    fn item(&self, res: i32) -> Option<Item> {
+        let n = usize::try_from(res).ok()?;
         let from = self.hdr.addr.clone_filled(self.hdr.msg.msg_namelen);
-        Item::Datagram(received_bytes(&self.buf, n), from)
+        Some(Item::Datagram(received_bytes(&self.buf, n), from))
     }
 }
 

@@ -4,9 +4,17 @@
 //! With completion I/O a receive can finish in the kernel after its future was dropped (a
 //! `timeout` or a `select` lost the race): the data is then in the op's buffer, and without
 //! this it would go with the buffer. Instead the op's orphan moves what it got here, and
-//! the socket's next receive takes it first. While a dropped receive has not yet finished
-//! (its cancel is in flight), a new receive waits for it, so what the dropped one brings
-//! still comes first: nothing is lost, and nothing is reordered.
+//! the socket's next receive takes it first.
+//!
+//! Receives of one socket take turns: one at a time is in the kernel (its [`RecvTurn`]),
+//! the others wait here, and a dropped one keeps the turn until its final completion. So
+//! what a dropped receive brings is queued before any later receive starts: nothing is
+//! lost, nothing is reordered, and no receive waits in the kernel for data that already
+//! sits here. Receives get the turn in the order they asked for it. A
+//! [`RecvStream`](crate::net::RecvStream) holds the turn between its `next` calls (its
+//! multishot receive stays armed); once nobody awaits it, another receive takes the turn
+//! from it, its receive then being orphaned so that what it had goes here. Accepts only
+//! use the queue and wait for dropped accepts to finish.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -14,30 +22,82 @@ use std::os::fd::OwnedFd;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 
+use ring_core::buf_pool::BufGroup;
 use ring_core::lifecycle::Deferred;
+use ring_core::user_data::OpId;
 
 use socket2::SockAddr;
 
 use crate::pool::PooledBuf;
+use crate::worker::Core;
 
 /// One thing a dropped receive got.
 pub(crate) enum Item {
     /// Stream bytes, in a pooled buffer or a copy; read out from the front.
     Bytes(PooledBuf),
-    /// A datagram, with its sender where the receive asked for one.
+    /// A datagram, with its sender where it is known.
     Datagram(Vec<u8>, Option<SockAddr>),
     /// An accepted connection.
     Conn(OwnedFd),
 }
 
-/// A socket's unclaimed receives, shared by the socket and the orphans of its receives.
+/// A socket's unclaimed receives and its receive turn, shared by the socket, its receives
+/// and their orphans.
 #[derive(Default)]
 pub(crate) struct Unclaimed {
     items: RefCell<VecDeque<Item>>,
-    /// Dropped receives whose final completion has not arrived.
+    /// Dropped accepts whose final completion has not arrived.
     pending: Cell<u32>,
-    /// Receives waiting for those to finish.
+    /// Receives waiting for the turn, or accepts waiting for dropped accepts.
     waiters: RefCell<Vec<Waker>>,
+    /// A receive of this socket holds the turn (a live one, a dropped one finishing, or a
+    /// receive stream between two `next` calls).
+    turn_held: Cell<bool>,
+    /// The receive stream holding the turn, which another receive takes it from.
+    stream: RefCell<Option<StreamHold>>,
+    /// Numbers the stream holds, so a stream can tell its hold was taken.
+    holds: Cell<u64>,
+    /// Receives waiting for the turn (or for queued data), first come first served: a
+    /// receive stream that keeps re-arming cannot starve a receive that asked before.
+    queue: RefCell<VecDeque<u64>>,
+    tickets: Cell<u64>,
+}
+
+/// A receive's place in its socket's queue; dropping it (the receive got its turn or data,
+/// or was dropped while waiting) leaves the queue.
+pub(crate) struct TurnTicket {
+    unclaimed: Rc<Unclaimed>,
+    number: u64,
+}
+
+impl Drop for TurnTicket {
+    fn drop(&mut self) {
+        self.unclaimed.leave_queue(self.number);
+    }
+}
+
+/// A receive stream's hold on the turn: what to orphan when another receive takes it.
+struct StreamHold {
+    number: u64,
+    core: Rc<Core>,
+    group: BufGroup,
+    /// The stream's receive in the kernel, once armed (`None`: nothing in flight).
+    op: Option<OpId>,
+    /// Someone awaits the stream's next chunk: the turn stays with it (taking it would only
+    /// bounce the turn between two receivers that both wait). An idle stream gives it up.
+    awaited: bool,
+}
+
+/// The socket's receive turn: one receive in the kernel at a time. Dropping it (the op
+/// completed, or its orphan was dropped after the final completion) hands the turn on.
+pub(crate) struct RecvTurn(Option<Rc<Unclaimed>>);
+
+impl Drop for RecvTurn {
+    fn drop(&mut self) {
+        if let Some(unclaimed) = self.0.take() {
+            unclaimed.release_turn();
+        }
+    }
 }
 
 impl Unclaimed {
@@ -45,13 +105,13 @@ impl Unclaimed {
         Rc::new(Unclaimed::default())
     }
 
-    /// A receive was dropped in flight: what it still gets comes here, and new receives
+    /// An accept was dropped in flight: what it still gets comes here, and new accepts
     /// wait for its final completion ([`orphan_done`](Self::orphan_done)).
     pub(crate) fn orphan_started(&self) {
         self.pending.set(self.pending.get() + 1);
     }
 
-    /// A dropped receive's final completion arrived. The receives that waited for it are
+    /// A dropped accept's final completion arrived. The accepts that waited for it are
     /// woken through `deferred`: this runs inside the op table (an orphan's release step).
     pub(crate) fn orphan_done(&self, deferred: &mut Deferred) {
         self.pending.set(self.pending.get().saturating_sub(1));
@@ -67,23 +127,237 @@ impl Unclaimed {
         self.items.borrow_mut().push_back(item);
     }
 
-    /// Ready once no dropped receive is still finishing; then the next receive may start
+    /// Ready once no dropped accept is still finishing; then the next accept may start
     /// (after taking what is here).
     pub(crate) fn poll_settled(&self, cx: &mut Context<'_>) -> Poll<()> {
         if self.pending.get() == 0 {
             return Poll::Ready(());
         }
+        self.wait(cx);
+        Poll::Pending
+    }
+
+    /// True when an accept has something to do before it starts (take what is here, or
+    /// wait for a dropped one to finish).
+    pub(crate) fn is_busy(&self) -> bool {
+        self.pending.get() > 0 || !self.items.borrow().is_empty()
+    }
+
+    /// True when a receive could go to the kernel now: nothing is queued here, no
+    /// receive holds the turn, none waits for it.
+    pub(crate) fn turn_is_free(&self) -> bool {
+        !self.turn_held.get() && self.items.borrow().is_empty() && self.queue.borrow().is_empty()
+    }
+
+    /// The turn, if [`turn_is_free`](Self::turn_is_free).
+    pub(crate) fn try_turn(self: &Rc<Self>) -> Option<RecvTurn> {
+        if !self.turn_is_free() {
+            return None;
+        }
+        self.turn_held.set(true);
+        Some(RecvTurn(Some(self.clone())))
+    }
+
+    /// A receive's way in, in the order receives asked (its place kept in `ticket`):
+    /// `Ready(None)` when data is queued here (take it: it comes first), `Ready(Some(turn))`
+    /// to go to the kernel, `Pending` while it is not this receive's turn (a receive
+    /// stream holding the turn is made to give it up).
+    pub(crate) fn poll_turn(
+        self: &Rc<Self>,
+        ticket: &mut Option<TurnTicket>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<RecvTurn>> {
+        let number = ticket.get_or_insert_with(|| self.join_queue()).number;
+        if self.queue.borrow().front() == Some(&number) {
+            if !self.items.borrow().is_empty() {
+                *ticket = None;
+                return Poll::Ready(None);
+            }
+            if !self.turn_held.get() {
+                *ticket = None;
+                self.turn_held.set(true);
+                return Poll::Ready(Some(RecvTurn(Some(self.clone()))));
+            }
+        }
+        self.wait(cx);
+        self.take_from_stream();
+        Poll::Pending
+    }
+
+    fn join_queue(self: &Rc<Self>) -> TurnTicket {
+        let number = self.tickets.get() + 1;
+        self.tickets.set(number);
+        self.queue.borrow_mut().push_back(number);
+        TurnTicket {
+            unclaimed: self.clone(),
+            number,
+        }
+    }
+
+    fn leave_queue(&self, number: u64) {
+        let was_first = {
+            let mut queue = self.queue.borrow_mut();
+            let first = queue.front() == Some(&number);
+            queue.retain(|&n| n != number);
+            first
+        };
+        if was_first {
+            // The next in line may go now.
+            self.wake_all();
+        }
+    }
+
+    /// Makes the stream holding the turn give it up: its receive in the kernel is
+    /// orphaned, what it got (queued or late) comes here, and the turn passes on at its
+    /// final completion.
+    fn take_from_stream(self: &Rc<Self>) {
+        let hold = {
+            let mut stream = self.stream.borrow_mut();
+            match stream.as_ref() {
+                Some(hold) if !hold.awaited => stream.take(),
+                _ => None,
+            }
+        };
+        let Some(hold) = hold else {
+            return;
+        };
+        let turn = RecvTurn(Some(self.clone()));
+        match hold.op {
+            Some(id) => hold.core.orphan(
+                id,
+                crate::op::net::keep_chunks(&hold.group, self, Some(turn)),
+            ),
+            None => drop(turn),
+        }
+    }
+
+    /// A receive stream keeps `turn` between its `next` calls, until
+    /// [`end_stream`](Self::end_stream) or another receive takes it. Returns the number
+    /// the stream checks its hold by.
+    pub(crate) fn hold_for_stream(
+        &self,
+        mut turn: RecvTurn,
+        core: Rc<Core>,
+        group: BufGroup,
+    ) -> u64 {
+        // The flag stays set: the hold now stands for the turn.
+        turn.0 = None;
+        let number = self.holds.get() + 1;
+        self.holds.set(number);
+        *self.stream.borrow_mut() = Some(StreamHold {
+            number,
+            core,
+            group,
+            op: None,
+            awaited: true,
+        });
+        number
+    }
+
+    /// Records whether someone awaits the stream's next chunk (see `StreamHold`). A stream
+    /// that stops being awaited while another receive waits gives the turn up now.
+    pub(crate) fn stream_awaited(self: &Rc<Self>, number: u64, awaited: bool) {
+        if let Some(hold) = self.stream.borrow_mut().as_mut() {
+            if hold.number == number {
+                hold.awaited = awaited;
+            }
+        }
+        if !awaited && !self.queue.borrow().is_empty() {
+            self.take_from_stream();
+        }
+    }
+
+    /// Whether the stream's hold `number` still has the turn.
+    pub(crate) fn stream_holds(&self, number: u64) -> bool {
+        self.stream
+            .borrow()
+            .as_ref()
+            .is_some_and(|hold| hold.number == number)
+    }
+
+    /// Records the receive the stream's hold `number` has in the kernel.
+    pub(crate) fn stream_op(&self, number: u64, op: Option<OpId>) {
+        if let Some(hold) = self.stream.borrow_mut().as_mut() {
+            if hold.number == number {
+                hold.op = op;
+            }
+        }
+    }
+
+    /// The stream's hold `number` ends: its receive is over (or never started). The turn
+    /// passes on.
+    pub(crate) fn end_stream(&self, number: u64) {
+        let ended = {
+            let mut stream = self.stream.borrow_mut();
+            match stream.as_ref() {
+                Some(hold) if hold.number == number => stream.take(),
+                _ => None,
+            }
+        };
+        if ended.is_some() {
+            self.release_turn();
+        }
+    }
+
+    /// The stream's hold `number` as a turn of its own (the stream is dropped with its
+    /// receive in the kernel: the turn goes with that receive's orphan).
+    pub(crate) fn take_stream(self: &Rc<Self>, number: u64) -> Option<RecvTurn> {
+        let mut stream = self.stream.borrow_mut();
+        match stream.as_ref() {
+            Some(hold) if hold.number == number => {
+                stream.take();
+                Some(RecvTurn(Some(self.clone())))
+            }
+            _ => None,
+        }
+    }
+
+    /// Puts bytes read ahead but never handed out back in front of the queue (an
+    /// adapter dropped with data in its buffer): they are older than anything here.
+    #[cfg(any(feature = "tokio-io", feature = "futures-io"))]
+    pub(crate) fn unread(&self, bytes: Vec<u8>) {
+        if !bytes.is_empty() {
+            self.items
+                .borrow_mut()
+                .push_front(Item::Bytes(PooledBuf::owned(bytes)));
+            self.wake_all();
+        }
+    }
+
+    fn release_turn(&self) {
+        self.turn_held.set(false);
+        self.wake_all();
+    }
+
+    /// A receive stream holding the turn waits on its receive, and here too: it is woken
+    /// if another receive takes the turn from it.
+    pub(crate) fn wait_on_hold(&self, cx: &mut Context<'_>) {
+        self.wait(cx);
+    }
+
+    fn wait(&self, cx: &mut Context<'_>) {
         let mut waiters = self.waiters.borrow_mut();
         if !waiters.iter().any(|w| w.will_wake(cx.waker())) {
             waiters.push(cx.waker().clone());
         }
-        Poll::Pending
     }
 
-    /// True when a receive has something to do before it starts (take what is here, or
-    /// wait for a dropped one to finish).
-    pub(crate) fn is_busy(&self) -> bool {
-        self.pending.get() > 0 || !self.items.borrow().is_empty()
+    /// Wakes every waiter: the first to run takes the turn (or the data), the others wait
+    /// again. A socket rarely has more than one. The wakes wait for the worker's next safe
+    /// point (a waker is code that is not ours, and this may run inside an op's poll).
+    fn wake_all(&self) {
+        let waiters = std::mem::take(&mut *self.waiters.borrow_mut());
+        if waiters.is_empty() {
+            return;
+        }
+        match Core::current() {
+            Some(core) => {
+                let mut deferred = Deferred::default();
+                waiters.into_iter().for_each(|w| deferred.wake(w));
+                core.defer(deferred);
+            }
+            None => waiters.into_iter().for_each(Waker::wake),
+        }
     }
 
     /// Copies up to `len` stream bytes to `dst`; how many (0: none here).

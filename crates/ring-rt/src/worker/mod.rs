@@ -158,7 +158,8 @@ impl Core {
         self.with_backend(|b| b.start_multishot(op, max))
     }
 
-    fn check_startable(&self) -> io::Result<()> {
+    /// Whether an op may start here now: not after shutdown, not outside this runtime.
+    pub(crate) fn check_startable(&self) -> io::Result<()> {
         if self.is_shut_down.get() {
             return Err(shut_down());
         }

@@ -18,8 +18,7 @@
 //! - every op hands its buffer back, the same allocation, on success and on error; errors
 //!   are OS errors (never "bid handed out twice" or another bookkeeping error);
 //! - afterwards the fd count is back to where it was, `ops_in_flight` is back to its steady
-//!   value (every orphan reaped), no pooled receive buffer is out, no stale or lost CQE,
-//!   and every cancelled orphan was reaped (`orphans_reaped >= cancels_sent`);
+//!   value (every orphan reaped), no pooled receive buffer is out, no stale or lost CQE;
 //! - after the runtime is dropped the process's fd count is back to its baseline;
 //! - after a panicking waker unwound `block_on`, the same holds once the world is shut
 //!   down, and the runtime still serves a round trip.
@@ -360,14 +359,12 @@ async fn program(
     let aborted = finish(&mut spawned).await?;
     drop(spawned);
     drop(world);
+    // Every orphan reaped: `settle` waits for `ops_in_flight` to come back to its steady
+    // value (an orphan keeps its slot until its final CQE). Cancels and orphans are not
+    // one to one: timers and the accept bound cancel live ops, and a dropped op whose CQE
+    // had arrived needs no cancel.
     settle(rt, fds, steady_ops).await?;
     let delta = rt.metrics().io.since(&before);
-    if delta.orphans_reaped < delta.cancels_sent {
-        return Err(format!(
-            "{} cancels sent but only {} orphans reaped",
-            delta.cancels_sent, delta.orphans_reaped
-        ));
-    }
     if delta.stale_cqes != 0 || delta.cqes_lost != 0 {
         return Err(format!("stale or lost CQEs: {delta}"));
     }

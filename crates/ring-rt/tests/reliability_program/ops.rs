@@ -132,7 +132,7 @@ pub enum Op {
 }
 
 /// The timeouts `Op::ReadTimed` tries.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Timeout {
     Zero,
     Micros(u64),
