@@ -413,7 +413,10 @@ impl BufGroup {
     }
 
     /// Legacy mode: the runs of bids returned since the last call (at first, all of them),
-    /// now counted as provided. Empty in other modes.
+    /// now counted as provided. Empty in other modes. Each run must be provided to the
+    /// kernel, or reported with [`provide_failed`](Self::provide_failed): a run dropped
+    /// instead is never handed out again (a leak of those buffers, nothing worse).
+    #[must_use = "runs not provided to the kernel are lost to the group"]
     pub fn take_provide_runs(&self) -> Vec<ProvideRun> {
         let mut books = self.0.books.borrow_mut();
         if self.0.mode != BufMode::Legacy || books.tally[BidState::Queued as usize] == 0 {
@@ -438,6 +441,8 @@ impl BufGroup {
     /// Legacy mode: one `PROVIDE_BUFFERS` SQE per run from
     /// [`take_provide_runs`](Self::take_provide_runs), each tagged with `user_data`. Pushing
     /// them is unsafe: the group must outlive the ring, as for [`new_ring`](Self::new_ring).
+    /// As for `take_provide_runs`, every run must be pushed or reported failed.
+    #[must_use = "runs not provided to the kernel are lost to the group"]
     pub fn take_provide_sqes(&self) -> Vec<(squeue::Entry, ProvideRun)> {
         // new_legacy checked that buf_len fits an i32.
         let len = self.0.buf_len as i32;
@@ -457,7 +462,19 @@ impl BufGroup {
 
     /// Legacy mode: a `PROVIDE_BUFFERS` CQE for `nbufs` bids from `bid` failed; queue them to
     /// be provided again. Bids that were not provided are counted in `bad_returns`.
-    pub fn provide_failed(&self, bid: u16, nbufs: u16) {
+    ///
+    /// # Safety
+    /// The run must be one the kernel reported as not provided (a failed `PROVIDE_BUFFERS`
+    /// CQE for exactly those bids). The books cannot tell a provided bid from a failed one:
+    /// a bid the kernel holds, reported here, would be provided twice, and two receives
+    /// would get the same buffer (the kernel writing into one a lease still reads).
+    ///
+    /// ```compile_fail,E0133
+    /// # fn f(group: &ring_core::buf_pool::BufGroup) {
+    /// group.provide_failed(0, 1); // needs `unsafe`
+    /// # }
+    /// ```
+    pub unsafe fn provide_failed(&self, bid: u16, nbufs: u16) {
         let mut books = self.0.books.borrow_mut();
         for b in u32::from(bid)..u32::from(bid) + u32::from(nbufs) {
             let ok = self.0.mode == BufMode::Legacy

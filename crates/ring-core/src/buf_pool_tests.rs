@@ -259,10 +259,12 @@ fn legacy_sqes_one_per_run() {
 #[test]
 fn legacy_provide_failed_requeues() {
     let group = BufGroup::new_legacy(5, 4, 32).unwrap();
-    group.take_provide_runs();
-    group.provide_failed(2, 2);
+    let _ = group.take_provide_runs();
+    // SAFETY: no ring: the kernel holds no bid of this group.
+    unsafe { group.provide_failed(2, 2) };
     assert_eq!(group.take_provide_runs(), [ProvideRun { bid: 2, nbufs: 2 }]);
-    group.provide_failed(3, 3); // 3 was provided; 4 and 5 do not exist
+    // SAFETY: as above.
+    unsafe { group.provide_failed(3, 3) }; // 3 was provided; 4 and 5 do not exist
     assert_eq!(group.bad_returns(), 2);
     assert_eq!(group.queued(), 1);
 }

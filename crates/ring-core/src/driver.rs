@@ -276,8 +276,21 @@ impl Driver {
     /// The future of op `id` was dropped: `orphan` keeps its memory until the final CQE,
     /// and a cancel is pushed if the op is still in the kernel. An orphan that is already
     /// done is deferred (see [`take_deferred`](Self::take_deferred)), not dropped here.
-    pub fn orphan(&mut self, id: OpId, orphan: Box<dyn Orphan>) {
-        match self.ops.orphan(id, orphan) {
+    ///
+    /// # Safety
+    /// `id` must be an op the caller submitted and whose future it is dropping: nobody
+    /// polls `id` afterwards, and `orphan` owns (or keeps alive) everything the op's SQE
+    /// points at. Orphaning someone else's op (ids are plain numbers) would tell its owner
+    /// the op is gone while the kernel still writes into the owner's memory.
+    ///
+    /// ```compile_fail,E0133
+    /// # fn f(driver: &mut ring_core::driver::Driver, id: ring_core::user_data::OpId) {
+    /// driver.orphan(id, Box::new(ring_core::release::Keep(()))); // needs `unsafe`
+    /// # }
+    /// ```
+    pub unsafe fn orphan(&mut self, id: OpId, orphan: Box<dyn Orphan>) {
+        // SAFETY: the caller's contract.
+        match unsafe { self.ops.orphan(id, orphan) } {
             Ok(Orphaned::NeedsCancel) => self.cancel(id),
             Ok(Orphaned::Freed) => Metrics::bump(&self.metrics.orphans_reaped),
             Ok(Orphaned::AlreadyOrphaned) => {}
@@ -289,7 +302,9 @@ impl Driver {
     /// Orphans an op that never had a future (fire-and-forget): no cancel, and its reap is
     /// not counted as a dropped future's.
     fn ops_orphan_silently(&mut self, id: OpId, orphan: Box<dyn Orphan>) {
-        let _ = self.ops.orphan(id, orphan);
+        // SAFETY: callers pass the id `submit_op` just returned for an op that has no
+        // future, with an orphan owning what its SQE points at.
+        let _ = unsafe { self.ops.orphan(id, orphan) };
     }
 
     /// Pushes `ASYNC_CANCEL` for op `id`. Its own CQE is ignored; the op's CQE (usually

@@ -41,7 +41,9 @@ struct ProvideOrphan {
 impl Orphan for ProvideOrphan {
     fn reap(&mut self, cqe: &Cqe, _deferred: &mut Deferred) {
         if cqe.res < 0 {
-            self.group.provide_failed(self.run.bid, self.run.nbufs);
+            // SAFETY: this is the run's own PROVIDE_BUFFERS CQE, and it failed: the kernel
+            // holds none of these bids.
+            unsafe { self.group.provide_failed(self.run.bid, self.run.nbufs) };
         }
     }
 }
@@ -105,7 +107,8 @@ impl Driver {
             // the driver is dropped, after its ring and after shutdown reaped every op.
             let Ok(id) = (unsafe { self.submit_op(sqe) }) else {
                 // Only an op table with 2^32 entries refuses: put the run back for later.
-                group.provide_failed(run.bid, run.nbufs);
+                // SAFETY: the SQE never reached the ring, so the kernel holds none of its bids.
+                unsafe { group.provide_failed(run.bid, run.nbufs) };
                 continue;
             };
             let orphan = ProvideOrphan {

@@ -234,7 +234,11 @@ impl OpTable {
 
     /// The future for `id` was dropped: `orphan` takes over the op's memory. An op that
     /// already finished has its orphan deferred, to be dropped by the owner.
-    pub fn orphan(&mut self, id: OpId, orphan: Box<dyn Orphan>) -> io::Result<Orphaned> {
+    ///
+    /// # Safety
+    /// As for [`Driver::orphan`](crate::driver::Driver::orphan): `id` is the caller's own
+    /// op, whose future it is dropping, and `orphan` keeps everything the op points at.
+    pub unsafe fn orphan(&mut self, id: OpId, orphan: Box<dyn Orphan>) -> io::Result<Orphaned> {
         // A stale id's op already had its final CQE, so its memory is free: it goes with
         // the deferred work (its destructor must not run inside the table either).
         let Some(slot) = self.slots.get_mut(id.index as usize) else {

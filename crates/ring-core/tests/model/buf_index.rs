@@ -365,7 +365,9 @@ impl GroupModel {
         if self.legacy && range.clone().any(picked) {
             return; // a picked bid was provided; its PROVIDE cannot have failed
         }
-        self.group.provide_failed(bid, u16::from(nbufs % 8));
+        // SAFETY: the model has no ring (and skipped runs holding a picked bid): the kernel
+        // holds no bid of this group.
+        unsafe { self.group.provide_failed(bid, u16::from(nbufs % 8)) };
         for b in range {
             match self.bids.get(b as usize) {
                 Some(Bid::Free) if self.legacy => self.bids[b as usize] = Bid::Queued,

@@ -301,7 +301,8 @@ impl EpollBackend {
     /// A dropped blocking op: a job still queued is removed (completing as cancelled); one
     /// already running keeps its memory in the orphan until the thread finishes.
     pub(crate) fn orphan(&mut self, id: OpId, orphan: Box<dyn Orphan>) {
-        match self.ops.orphan(id, orphan) {
+        // SAFETY: as in `Backend::orphan`, the caller owns `id` and hands over its memory.
+        match unsafe { self.ops.orphan(id, orphan) } {
             Ok(Orphaned::NeedsCancel) => self.cancel(id),
             Ok(Orphaned::Freed) => Metrics::bump(&self.metrics.orphans_reaped),
             Ok(Orphaned::AlreadyOrphaned) => {}

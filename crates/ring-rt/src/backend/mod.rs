@@ -341,7 +341,10 @@ impl Backend {
     /// and the op is cancelled if it is still running.
     pub(crate) fn orphan(&mut self, id: OpId, orphan: Box<dyn Orphan>) {
         match self {
-            Backend::Uring(b) => b.driver.orphan(id, orphan),
+            // SAFETY: crate-private; every caller is the owner of `id` (an op future, a
+            // stream, a chain or the worker's parked drops) giving up the op with the orphan
+            // that owns its memory.
+            Backend::Uring(b) => unsafe { b.driver.orphan(id, orphan) },
             Backend::Epoll(b) => b.orphan(id, orphan),
         }
     }

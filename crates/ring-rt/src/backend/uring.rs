@@ -240,7 +240,8 @@ impl UringBackend {
     /// Shutdown: cancels every op and waits until `deadline` for their final CQEs.
     pub(crate) fn drain(&mut self, deadline: Instant) {
         if let Some(id) = self.wake_op.take() {
-            self.driver.orphan(id, Box::new(Keep(())));
+            // SAFETY: the wake poll is this backend's own op; it points at no memory.
+            unsafe { self.driver.orphan(id, Box::new(Keep(()))) };
         }
         self.driver.drain(deadline);
     }
@@ -269,7 +270,8 @@ impl Drop for UringBackend {
     fn drop(&mut self) {
         // The wake poll has no future: orphan it so the driver's shutdown can reap it.
         if let Some(id) = self.wake_op.take() {
-            self.driver.orphan(id, Box::new(Keep(())));
+            // SAFETY: the wake poll is this backend's own op; it points at no memory.
+            unsafe { self.driver.orphan(id, Box::new(Keep(()))) };
         }
     }
 }
