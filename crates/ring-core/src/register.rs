@@ -16,7 +16,7 @@
 
 use std::fmt;
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 
 use io_uring::types::Fixed;
 use io_uring::Submitter;
@@ -74,11 +74,12 @@ impl FixedFiles {
 
     /// Installs `fd` into a free slot and returns it for use as an op's target.
     ///
-    /// The kernel holds its own reference to the file, so the caller may close `fd`. A closed
-    /// or invalid fd gives the kernel's EBADF and leaves the table unchanged.
-    pub fn insert(&mut self, submitter: &Submitter<'_>, fd: RawFd) -> io::Result<Fixed> {
+    /// The kernel holds its own reference to the file, so the caller may close `fd`. An fd
+    /// the kernel refuses (an `O_PATH` one) gives its EBADF and leaves the table unchanged.
+    pub fn insert(&mut self, submitter: &Submitter<'_>, fd: BorrowedFd<'_>) -> io::Result<Fixed> {
+        let fd = fd.as_raw_fd();
         // -1 would clear the slot and -2 (IORING_REGISTER_FILES_SKIP) skip it, both
-        // reported by the kernel as success: reject them as the bad fds they are here.
+        // reported by the kernel as success: a BorrowedFd made unsafely from one is refused.
         if fd < 0 {
             return Err(io::Error::from_raw_os_error(libc::EBADF));
         }
@@ -109,7 +110,19 @@ impl FixedFiles {
     ///
     /// A slot that is not in use is `InvalidInput`. If the kernel refuses the update, the
     /// slot stays in use so it is never handed out while the kernel may still hold a file.
-    pub fn remove(&mut self, submitter: &Submitter<'_>, slot: Fixed) -> io::Result<()> {
+    ///
+    /// # Safety
+    /// The file in `slot` is the caller's to close: it came from the caller's own `insert`
+    /// or direct-descriptor op, and no other owner (a socket or file object built on the
+    /// slot) uses it afterwards. A slot number is plain data; removing another owner's
+    /// slot closes its file under it, as closing a raw fd would (I/O safety).
+    ///
+    /// ```compile_fail,E0133
+    /// # fn f(files: &mut ring_core::register::FixedFiles, s: &io_uring::Submitter<'_>) {
+    /// files.remove(s, io_uring::types::Fixed(0)); // needs `unsafe`
+    /// # }
+    /// ```
+    pub unsafe fn remove(&mut self, submitter: &Submitter<'_>, slot: Fixed) -> io::Result<()> {
         if !self.slots.is_in_use(slot.0) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -129,7 +142,12 @@ impl FixedFiles {
     /// before installing a file, or one already emptied by a fixed-file CLOSE.
     ///
     /// Returns whether the slot was in use; a free or out-of-range slot is left alone.
-    pub fn release_slot(&mut self, slot: u32) -> bool {
+    ///
+    /// # Safety
+    /// The kernel's slot must be empty (its op failed, or a CLOSE emptied it): the next
+    /// `insert` or direct descriptor overwrites a slot handed out again, and the kernel
+    /// then drops whatever file was still there, under its owner.
+    pub unsafe fn release_slot(&mut self, slot: u32) -> bool {
         self.slots.release(slot)
     }
 }
@@ -298,8 +316,10 @@ mod tests {
         assert_eq!(files.alloc_slot().unwrap(), 1);
         let err = files.alloc_slot().unwrap_err();
         assert!(err.to_string().contains("table full"), "{err}");
-        assert!(files.release_slot(0));
-        assert!(!files.release_slot(0));
+        // SAFETY: an unregistered table: no kernel slot holds a file.
+        assert!(unsafe { files.release_slot(0) });
+        // SAFETY: as above.
+        assert!(!unsafe { files.release_slot(0) });
         assert_eq!(files.alloc_slot().unwrap(), 0);
         assert_eq!(files.in_use(), 2);
     }

@@ -8,7 +8,7 @@ mod support;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read as _, Write as _};
 use std::net::{TcpListener, TcpStream};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::FileExt as _;
 use std::ptr;
 use std::time::Duration;
@@ -27,8 +27,8 @@ fn main() {
             fixed_file_reads_after_original_fd_is_closed,
         ),
         trial(
-            "insert_of_closed_or_negative_fd_is_ebadf",
-            insert_of_closed_or_negative_fd_is_ebadf,
+            "insert_of_a_path_only_fd_is_ebadf",
+            insert_of_a_path_only_fd_is_ebadf,
         ),
         trial(
             "remove_of_slot_not_in_use_is_invalid_input",
@@ -106,23 +106,13 @@ fn pipe() -> (OwnedFd, OwnedFd) {
     unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
 }
 
-/// An fd number that is surely closed: a dup placed high (away from the low numbers other
-/// tests running in parallel get), then closed.
-fn closed_fd() -> RawFd {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes one rlimit into `lim`.
-    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
-    let high = lim.rlim_cur.min(4096) as RawFd - 8;
-    let (rd, _wr) = pipe();
-    // SAFETY: F_DUPFD_CLOEXEC duplicates a valid fd; the result is closed right below.
-    let fd = unsafe { libc::fcntl(rd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, high) };
-    assert!(fd >= high, "F_DUPFD: {}", io::Error::last_os_error());
-    // SAFETY: `fd` is our own dup, closed once.
-    unsafe { libc::close(fd) };
-    fd
+/// An `O_PATH` fd: open, but no file the kernel will register (its fget refuses it).
+fn path_only_fd() -> OwnedFd {
+    // SAFETY: a NUL-terminated path; the result is checked and owned below.
+    let fd = unsafe { libc::open(c"/".as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+    assert!(fd >= 0, "open O_PATH: {}", io::Error::last_os_error());
+    // SAFETY: `fd` was just opened and is owned by nobody else.
+    unsafe { OwnedFd::from_raw_fd(fd) }
 }
 
 fn fixed_file_reads_after_original_fd_is_closed() -> Outcome {
@@ -133,7 +123,7 @@ fn fixed_file_reads_after_original_fd_is_closed() -> Outcome {
     assert_eq!((files.capacity(), files.in_use()), (64, 0));
     let (rd, wr) = pipe();
     File::from(wr).write_all(b"hello fixed").unwrap();
-    let slot = files.insert(&ring.submitter(), rd.as_raw_fd()).unwrap();
+    let slot = files.insert(&ring.submitter(), rd.as_fd()).unwrap();
     drop(rd);
 
     let mut buf = [0u8; 32];
@@ -142,7 +132,8 @@ fn fixed_file_reads_after_original_fd_is_closed() -> Outcome {
     assert_eq!(unsafe { run(&mut ring, read) }, 11);
     assert_eq!(&buf[..11], b"hello fixed");
 
-    files.remove(&ring.submitter(), slot).unwrap();
+    // SAFETY: the slot holds this test's own pipe end, used by nobody else.
+    unsafe { files.remove(&ring.submitter(), slot) }.unwrap();
     assert_eq!(files.in_use(), 0);
     let read = opcode::Read::new(slot, buf.as_mut_ptr(), buf.len() as u32).build();
     // SAFETY: as above.
@@ -151,13 +142,12 @@ fn fixed_file_reads_after_original_fd_is_closed() -> Outcome {
     Ok(Completion::Completed)
 }
 
-fn insert_of_closed_or_negative_fd_is_ebadf() -> Outcome {
+fn insert_of_a_path_only_fd_is_ebadf() -> Outcome {
     let ring = or_skip!(ring_for_files());
     let mut files = FixedFiles::register(&ring.submitter(), 4).unwrap();
-    for fd in [closed_fd(), -1, -2] {
-        let err = files.insert(&ring.submitter(), fd).unwrap_err();
-        assert_eq!(err.raw_os_error(), Some(libc::EBADF), "fd {fd}: {err}");
-    }
+    let fd = path_only_fd();
+    let err = files.insert(&ring.submitter(), fd.as_fd()).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EBADF), "{err}");
     assert_eq!(files.in_use(), 0, "a failed insert gives its slot back");
     Ok(Completion::Completed)
 }
@@ -166,9 +156,8 @@ fn remove_of_slot_not_in_use_is_invalid_input() -> Outcome {
     let ring = or_skip!(ring_for_files());
     let mut files = FixedFiles::register(&ring.submitter(), 4).unwrap();
     for slot in [0, 3, 4, u32::MAX] {
-        let err = files
-            .remove(&ring.submitter(), types::Fixed(slot))
-            .unwrap_err();
+        // SAFETY: no slot is in use: nothing can be closed.
+        let err = unsafe { files.remove(&ring.submitter(), types::Fixed(slot)) }.unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "slot {slot}");
     }
     Ok(Completion::Completed)
@@ -178,16 +167,14 @@ fn full_table_insert_errors_until_a_slot_is_removed() -> Outcome {
     let ring = or_skip!(ring_for_files());
     let mut files = FixedFiles::register(&ring.submitter(), 2).unwrap();
     let (rd, _wr) = pipe();
-    let a = files.insert(&ring.submitter(), rd.as_raw_fd()).unwrap();
-    let b = files.insert(&ring.submitter(), rd.as_raw_fd()).unwrap();
+    let a = files.insert(&ring.submitter(), rd.as_fd()).unwrap();
+    let b = files.insert(&ring.submitter(), rd.as_fd()).unwrap();
     assert_ne!(a.0, b.0);
-    let err = files.insert(&ring.submitter(), rd.as_raw_fd()).unwrap_err();
+    let err = files.insert(&ring.submitter(), rd.as_fd()).unwrap_err();
     assert!(err.to_string().contains("table full"), "{err}");
-    files.remove(&ring.submitter(), a).unwrap();
-    assert_eq!(
-        files.insert(&ring.submitter(), rd.as_raw_fd()).unwrap().0,
-        a.0
-    );
+    // SAFETY: the slot holds this test's own pipe end.
+    unsafe { files.remove(&ring.submitter(), a) }.unwrap();
+    assert_eq!(files.insert(&ring.submitter(), rd.as_fd()).unwrap().0, a.0);
     Ok(Completion::Completed)
 }
 
@@ -225,7 +212,8 @@ fn accept_direct_into_alloced_slot_then_send_and_recv() -> Outcome {
     // SAFETY: no buffers; the listener outlives the call.
     let res = unsafe { run(&mut ring, accept) };
     if res == -libc::EINVAL {
-        assert!(files.release_slot(slot));
+        // SAFETY: the direct accept failed: the kernel's slot stayed empty.
+        assert!(unsafe { files.release_slot(slot) });
         return Ok(Completion::ignored_with(
             "needs direct accept (Linux 5.15+): ACCEPT with file_index gave EINVAL",
         ));
@@ -247,7 +235,8 @@ fn accept_direct_into_alloced_slot_then_send_and_recv() -> Outcome {
     assert_eq!(unsafe { run(&mut ring, recv) }, 4);
     assert_eq!(&buf[..4], b"pong");
 
-    files.remove(&ring.submitter(), conn).unwrap();
+    // SAFETY: the slot holds the connection this test accepted, used by nobody else.
+    unsafe { files.remove(&ring.submitter(), conn) }.unwrap();
     // A slow (emulated) machine can interrupt the blocking read: retry on EINTR.
     let n = loop {
         match client.read(&mut got) {

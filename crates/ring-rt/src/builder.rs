@@ -9,10 +9,11 @@ use ring_core::setup::RingConfig;
 
 use crate::backend::{select, BackendKind, RecvBuffers};
 
-/// The default for [`Builder::batch_wait`].
-const DEFAULT_BATCH_WAIT: Duration = Duration::ZERO;
 use crate::runtime::Runtime;
 use crate::worker::{WorkerConfig, Workers};
+
+/// The default for [`Builder::batch_wait`].
+const DEFAULT_BATCH_WAIT: Duration = Duration::ZERO;
 
 /// Configures and builds a [`Runtime`].
 ///
@@ -107,7 +108,9 @@ impl Builder {
     }
 
     /// Number of workers, each with its own ring; the calling thread is worker 0 (0 counts
-    /// as 1). Put work on the other workers with [`Runtime::spawn_on_all`].
+    /// as 1). Put work on the other workers with [`Runtime::spawn_on_all`]. More than
+    /// [`MAX_THREADS`](Self::MAX_THREADS) makes `build` fail with `InvalidInput`; a thread the system cannot
+    /// start makes it fail with that error, after stopping the workers already started.
     ///
     /// # Examples
     ///
@@ -193,7 +196,10 @@ impl Builder {
         self
     }
 
-    /// Size of each worker's shared pool for pooled receives (`count` a power of two):
+    /// Size of each worker's shared pool for pooled receives: `count` buffers (1 to
+    /// [`MAX_RECV_BUFFERS`](Self::MAX_RECV_BUFFERS); a power of two fills a buffer ring exactly) of `len` bytes (1 to
+    /// `i32::MAX`); `build` fails with `InvalidInput` outside those ranges, on both backends.
+    /// The pool is allocated at the first pooled receive (`OutOfMemory` there if it cannot be):
     /// [`recv_pooled`](crate::net::TcpStream::recv_pooled) and
     /// [`recv_stream`](crate::net::TcpStream::recv_stream) return chunks of at most `len`
     /// bytes. When every buffer is out, receivers wait for one to come back.
@@ -221,7 +227,9 @@ impl Builder {
     /// is ready. Fewer enters per request under load, at the cost of up to this much extra
     /// latency when load suddenly drops. `Duration::ZERO` turns it off; an idle or lightly
     /// loaded worker (one completion per turn) never waits. Needs 6.12+
-    /// (`IORING_FEAT_MIN_TIMEOUT`); ignored on older kernels and on epoll.
+    /// (`IORING_FEAT_MIN_TIMEOUT`); ignored on older kernels and on epoll. Longer than
+    /// [`MAX_BATCH_WAIT`](Self::MAX_BATCH_WAIT) makes `build` fail with `InvalidInput`: this is a latency budget
+    /// per turn, and a `Duration::MAX` here would park a busy worker for an hour.
     ///
     /// # Examples
     ///
@@ -329,6 +337,7 @@ impl Builder {
     }
 
     fn resolved(&self) -> io::Result<WorkerConfig> {
+        self.check_limits()?;
         let requested = match self.backend {
             Some(kind) => Some(kind),
             None => select::backend_from_env()?,
@@ -353,5 +362,38 @@ impl Builder {
             blocking_threads: self.blocking_threads,
             spin_before_park: self.spin_before_park,
         })
+    }
+
+    /// The longest [`batch_wait`](Self::batch_wait): a latency budget per turn, not a timeout
+    /// (a busy worker whose batch never fills would sit this long with a completion ready).
+    pub const MAX_BATCH_WAIT: Duration = Duration::from_millis(100);
+    /// The most workers [`threads`](Self::threads) starts: each has its own thread and ring.
+    pub const MAX_THREADS: usize = 4096;
+    /// The most buffers in [`recv_buffers`](Self::recv_buffers)' pool: a buffer ring's limit.
+    pub const MAX_RECV_BUFFERS: u16 = 32768;
+
+    /// The knobs whose bad values would otherwise surface late, or differently per backend.
+    fn check_limits(&self) -> io::Result<()> {
+        let invalid = |msg: String| Err(io::Error::new(io::ErrorKind::InvalidInput, msg));
+        if self.threads > Self::MAX_THREADS {
+            let max = Self::MAX_THREADS;
+            return invalid(format!("threads({}): at most {max} workers", self.threads));
+        }
+        let RecvBuffers { count, len } = self.recv_buffers;
+        let max = Self::MAX_RECV_BUFFERS;
+        if count == 0 || count > max || len == 0 || i32::try_from(len).is_err() {
+            return invalid(format!(
+                "recv_buffers({count}, {len}): count must be 1..={max} and len 1..={}",
+                i32::MAX
+            ));
+        }
+        if self.batch_wait > Self::MAX_BATCH_WAIT {
+            return invalid(format!(
+                "batch_wait({:?}): at most {:?}, a latency budget per turn",
+                self.batch_wait,
+                Self::MAX_BATCH_WAIT
+            ));
+        }
+        Ok(())
     }
 }

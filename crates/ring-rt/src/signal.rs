@@ -12,6 +12,21 @@ use crate::op::Op;
 use crate::worker::Core;
 
 fn sigset(signals: &[i32]) -> io::Result<libc::sigset_t> {
+    if signals.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "no signal given: waiting for none would never end",
+        ));
+    }
+    if let Some(sig) = signals
+        .iter()
+        .find(|&&s| s == libc::SIGKILL || s == libc::SIGSTOP)
+    {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("signal {sig} (SIGKILL or SIGSTOP) cannot be blocked or waited for"),
+        ));
+    }
     // SAFETY: sigset_t is plain data; sigemptyset initialises it.
     let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
     // SAFETY: `set` is a valid sigset_t.
@@ -29,7 +44,7 @@ fn sigset(signals: &[i32]) -> io::Result<libc::sigset_t> {
 }
 
 /// Blocks `signals` in the calling thread (and threads it starts later), so they are only
-/// delivered through [`wait`].
+/// delivered through [`wait`]. The same inputs as `wait` are `InvalidInput`.
 ///
 /// # Examples
 ///
@@ -51,6 +66,12 @@ pub fn block(signals: &[i32]) -> io::Result<()> {
 }
 
 /// Waits for one of `signals` (blocked first, see [`block`]); returns its number.
+///
+/// Each signal delivered is returned by one wait only: when several tasks wait for the
+/// same signal, one of them gets it. Cancel-safe: a wait dropped before it returned took
+/// no signal (readiness first, then the read in the poll that returns it), so the next
+/// wait gets it. An empty list, SIGKILL or SIGSTOP (which nobody can block) and numbers
+/// that are not signals are `InvalidInput`.
 ///
 /// # Examples
 ///

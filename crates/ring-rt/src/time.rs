@@ -42,7 +42,11 @@ pub struct Sleep {
 }
 
 /// Waits for `duration`. The deadline is fixed when `sleep` is called, not when the
-/// future is first polled.
+/// future is first polled. Huge durations (`Duration::MAX`) mean "never".
+///
+/// # Panics
+/// Polling it outside a ring-rt runtime panics (there is no loop to drive the timer). A
+/// sleep first polled in one runtime and then in another moves to the one polling it.
 ///
 /// # Examples
 ///
@@ -61,6 +65,7 @@ pub fn sleep(duration: Duration) -> Sleep {
 
 /// Waits until `deadline`.
 ///
+/// # Panics
 /// Polling it outside a ring-rt runtime panics (there is no loop to drive the timer).
 ///
 /// # Examples

@@ -15,6 +15,10 @@ fn main() {
     support::run(&[
         ("write_fsync_read_chain", write_fsync_read_chain),
         ("failed_op_cancels_the_rest", failed_op_cancels_the_rest),
+        (
+            "a_short_read_cancels_the_rest",
+            a_short_read_cancels_the_rest,
+        ),
         ("many_chains_in_flight", many_chains_in_flight),
         (
             "timeout_fires_and_returns_buffer",
@@ -92,6 +96,42 @@ fn failed_op_cancels_the_rest(kind: BackendKind) -> Outcome {
         check!(write.1 == b"never", "buffer not handed back");
         check!(
             std::fs::metadata(&path)?.len() == 0,
+            "the cancelled write ran"
+        );
+        Ok(Completion::Completed)
+    });
+    let _ = std::fs::remove_file(&path);
+    res
+}
+
+/// The kernel fails a link on a short file read or write, not only on an error: a chain
+/// run one op after another (epoll) must cancel the same rest, or the two backends differ.
+fn a_short_read_cancels_the_rest(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let path = temp_file("short", kind);
+    std::fs::write(&path, b"ten bytes!")?;
+    let res = rt.block_on(async {
+        let file = ring_rt::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .await?;
+        let (read, write) = file
+            .read_at(Vec::with_capacity(64), 0)
+            .link(file.write_at(b"never".to_vec(), 100))
+            .await;
+        check!(
+            read.0.as_ref().ok() == Some(&10) && read.1 == b"ten bytes!",
+            "read: {:?}",
+            read.0
+        );
+        check!(
+            write.0.as_ref().err().and_then(|e| e.raw_os_error()) == Some(libc::ECANCELED),
+            "the write after a short read: {:?}",
+            write.0
+        );
+        check!(
+            std::fs::metadata(&path)?.len() == 10,
             "the cancelled write ran"
         );
         Ok(Completion::Completed)

@@ -372,13 +372,33 @@ fn child_drop_with_stuck_blocking_op(kind: BackendKind) -> Outcome {
     let start = Instant::now();
     drop(rt);
     let took = start.elapsed();
-    // Release the stuck open (if it still waits) so nothing outlives the test.
-    drop(fifo);
     check!(
         took < Duration::from_secs(7),
         "dropping the runtime took {took:?}"
     );
     eprintln!("{kind}: runtime dropped in {took:?} with a stuck open");
+    // The open the runtime gave up on now succeeds: its fd reaches no op, and must be
+    // closed rather than leaked (by the pool thread on epoll). io_uring cancelled it at
+    // drop: no reader is left, and the write end does not open (ENXIO).
+    let Some(writer) = fifo.release() else {
+        return Ok(Completion::Completed);
+    };
+    let writer_fd = writer.as_raw_fd();
+    let readers = || {
+        fds_open_on(&fifo.0)
+            .into_iter()
+            .filter(|&fd| fd != writer_fd)
+            .count()
+    };
+    // The thread's open returns once the writer exists; give it time to close what it got.
+    std::thread::sleep(Duration::from_millis(200));
+    let left = readers();
+    drop(writer);
+    drop(fifo);
+    check!(
+        left == 0,
+        "{left} fd(s) of the FIFO stayed open after the given-up open completed"
+    );
     Ok(Completion::Completed)
 }
 
@@ -902,6 +922,17 @@ fn sub_millisecond_sleeps_are_not_rounded_up(kind: BackendKind) -> Outcome {
 
 /// A FIFO whose reader (an `open` parked in the kernel until a writer comes) is released
 /// when this is dropped, whatever the test did; then the FIFO is removed.
+/// This process's fds open on `path`.
+fn fds_open_on(path: &std::path::Path) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter(|e| std::fs::read_link(e.path()).is_ok_and(|target| target == path))
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
 struct Fifo(std::path::PathBuf);
 
 impl Fifo {

@@ -40,15 +40,25 @@ pub(crate) fn default_threads() -> usize {
     (4 * cpus).max(16)
 }
 
+/// A queued job: its op, the syscall, and whether a successful result is a new fd.
+struct Job {
+    id: OpId,
+    run: BlockingJob,
+    returns_fd: bool,
+}
+
 /// What the threads and the loop share, under one lock.
 struct Queue {
-    jobs: VecDeque<(OpId, BlockingJob)>,
+    jobs: VecDeque<Job>,
     /// Threads waiting for a job.
     idle: usize,
     /// Threads alive (running a job or idle).
     threads: usize,
     /// The pool is being dropped: idle threads exit.
     closed: bool,
+    /// The pool stopped waiting for busy threads: a result they report now reaches
+    /// nobody, so a thread releases it itself (closes a new fd) instead of reporting it.
+    given_up: bool,
 }
 
 struct Inner {
@@ -82,6 +92,7 @@ impl BlockingPool {
                 idle: 0,
                 threads: 0,
                 closed: false,
+                given_up: false,
             }),
             available: Condvar::new(),
             done: Mutex::new(Vec::new()),
@@ -104,9 +115,20 @@ impl BlockingPool {
     /// Queues `job` for op `id`, starting a thread if none is idle and the cap allows. If
     /// no thread can start (a pids limit, memory) and none is alive to run the job later,
     /// the job is taken back out and the error returned: it never runs.
-    pub(crate) fn submit(&mut self, id: OpId, job: BlockingJob) -> io::Result<()> {
+    /// `returns_fd`: a successful result is a new fd (an open), closed by the thread if
+    /// nobody can take it any more.
+    pub(crate) fn submit(
+        &mut self,
+        id: OpId,
+        job: BlockingJob,
+        returns_fd: bool,
+    ) -> io::Result<()> {
         let mut q = lock(&self.inner.queue);
-        q.jobs.push_back((id, job));
+        q.jobs.push_back(Job {
+            id,
+            run: job,
+            returns_fd,
+        });
         let spawn = q.idle == 0 && q.threads < self.threads_max;
         if spawn {
             q.threads += 1;
@@ -138,7 +160,7 @@ impl BlockingPool {
             return Ok(());
         }
         let before = q.jobs.len();
-        q.jobs.retain(|(queued, _)| *queued != id);
+        q.jobs.retain(|job| job.id != id);
         if q.jobs.len() == before {
             // A thread took it in the meantime (and has since exited): it ran, and its
             // completion is on its way.
@@ -151,7 +173,7 @@ impl BlockingPool {
     pub(crate) fn cancel(&self, id: OpId) -> bool {
         let mut q = lock(&self.inner.queue);
         let before = q.jobs.len();
-        q.jobs.retain(|(queued, _)| *queued != id);
+        q.jobs.retain(|job| job.id != id);
         q.jobs.len() != before
     }
 
@@ -198,6 +220,7 @@ impl BlockingPool {
                 .0;
         }
         let all_exited = q.threads == 0;
+        q.given_up = !all_exited;
         drop(q);
         drop(unrun);
         if all_exited {
@@ -224,19 +247,35 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 fn worker(inner: &Inner) {
-    while let Some((id, job)) = next_job(inner) {
-        let res = job();
-        lock(&inner.done).push((id, res));
-        if !inner.has_done.swap(true, Ordering::AcqRel) {
-            let one = 1u64;
-            // SAFETY: writes 8 bytes from a live u64 to our eventfd.
-            unsafe { libc::write(inner.notify.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    while let Some(job) = next_job(inner) {
+        let res = (job.run)();
+        if !report(inner, job.id, res) && job.returns_fd && res >= 0 {
+            // SAFETY: the job's result is a new fd nobody else owns, and nobody ever will:
+            // the pool gave up on this thread, so the result reaches no op.
+            unsafe { ring_core::release::close_quietly(res) };
         }
     }
 }
 
+/// Queues `id`'s result for the loop; false if the pool gave up on this thread (checked
+/// and queued under the queue lock, so `close` cannot give up in between).
+fn report(inner: &Inner, id: OpId, res: i32) -> bool {
+    let q = lock(&inner.queue);
+    if q.given_up {
+        return false;
+    }
+    lock(&inner.done).push((id, res));
+    drop(q);
+    if !inner.has_done.swap(true, Ordering::AcqRel) {
+        let one = 1u64;
+        // SAFETY: writes 8 bytes from a live u64 to our eventfd.
+        unsafe { libc::write(inner.notify.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+    true
+}
+
 /// The next job, or `None` once the pool is closed (the thread then exits, counted out).
-fn next_job(inner: &Inner) -> Option<(OpId, BlockingJob)> {
+fn next_job(inner: &Inner) -> Option<Job> {
     let mut q = lock(&inner.queue);
     loop {
         if q.closed {

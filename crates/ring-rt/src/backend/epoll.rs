@@ -147,7 +147,10 @@ impl EpollBackend {
                 poll: None,
             })),
             Emulation::Blocking(job) => {
-                Ok(Start::Token(Token::InFlight(self.submit_blocking(job)?)))
+                let returns_fd = op.returns_fd();
+                Ok(Start::Token(Token::InFlight(
+                    self.submit_blocking(job, returns_fd)?,
+                )))
             }
         }
     }
@@ -287,9 +290,9 @@ impl EpollBackend {
     }
 
     /// Runs `job` on the blocking pool as op `id` of the op table.
-    fn submit_blocking(&mut self, job: BlockingJob) -> io::Result<OpId> {
+    fn submit_blocking(&mut self, job: BlockingJob, returns_fd: bool) -> io::Result<OpId> {
         let id = self.ops.insert()?;
-        if let Err(err) = self.pool.submit(id, job) {
+        if let Err(err) = self.pool.submit(id, job, returns_fd) {
             // No thread could start and none is alive: the job was taken back, unrun.
             let res = -err.raw_os_error().unwrap_or(libc::EAGAIN);
             self.dispatch(Cqe::new(id.to_user_data(), res, 0));
@@ -464,6 +467,10 @@ impl EpollBackend {
             true
         });
         self.pool.close(deadline);
+        // Jobs that finished while the pool closed: their results are in, not abandoned.
+        for (id, res) in self.pool.take_done() {
+            self.dispatch(Cqe::new(id.to_user_data(), res, 0));
+        }
         self.abandoned |= self.ops.awaiting_kernel() > 0;
     }
 

@@ -83,6 +83,20 @@ pub unsafe trait Operation {
         None
     }
 
+    /// For [`Emulation::Blocking`] ops: whether a successful result is a new fd (an open),
+    /// which the blocking pool closes itself if the runtime stopped waiting for the job.
+    fn returns_fd(&self) -> bool {
+        false
+    }
+
+    /// Whether this final result breaks a linked chain, as the kernel decides: an error,
+    /// and for a file read or write (plain or vectored) a transfer shorter than asked.
+    /// Chains run one op after another (epoll, or an op io_uring runs another way) follow
+    /// it so both ways cancel the same rest of the chain.
+    fn breaks_link(&self, cqe: &Cqe) -> bool {
+        cqe.res < 0
+    }
+
     /// An op with no SQE of its own, run by readiness on io_uring too (`POLL_ADD`, then
     /// the syscall): a receive into a buffer group selected in user space (before 5.7).
     fn is_readiness_only(&self) -> bool {

@@ -88,6 +88,9 @@ pub enum JoinError {
     Panic(Box<dyn Any + Send + 'static>),
     /// The task was aborted (or its runtime shut down) before it finished.
     Cancelled,
+    /// The handle was polled again after it had returned the task's output (a misuse:
+    /// the output went to the first poll that was ready).
+    AlreadyTaken,
 }
 
 impl JoinError {
@@ -107,13 +110,16 @@ impl JoinError {
     pub fn into_panic(self) -> Option<Box<dyn Any + Send + 'static>> {
         match self {
             JoinError::Panic(p) => Some(p),
-            JoinError::Cancelled => None,
+            JoinError::Cancelled | JoinError::AlreadyTaken => None,
         }
     }
 
     fn message(&self) -> String {
         match self {
             JoinError::Cancelled => "task was cancelled".into(),
+            JoinError::AlreadyTaken => {
+                "JoinHandle polled after it returned the task's output".into()
+            }
             JoinError::Panic(p) => self.message_of(p),
         }
     }
@@ -154,6 +160,8 @@ impl From<JoinError> for std::io::Error {
 struct JoinState<T> {
     result: Option<Result<T, JoinError>>,
     finished: bool,
+    /// The output went to a poll of the handle already.
+    taken: bool,
     waker: Option<Waker>,
 }
 
@@ -225,7 +233,11 @@ impl<T> Future for JoinHandle<T> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut state = self.state.borrow_mut();
         if let Some(result) = state.result.take() {
+            state.taken = true;
             return Poll::Ready(result);
+        }
+        if state.taken {
+            return Poll::Ready(Err(JoinError::AlreadyTaken));
         }
         if state.finished {
             return Poll::Ready(Err(JoinError::Cancelled));
@@ -330,6 +342,7 @@ pub(crate) fn new_task<F: Future + 'static>(
     let state = Rc::new(RefCell::new(JoinState {
         result: None,
         finished: false,
+        taken: false,
         waker: None,
     }));
     let task = Task {

@@ -52,6 +52,9 @@ pub struct File {
     /// Reads first try the page cache on the loop thread (`RWF_NOWAIT`) and go to the
     /// blocking pool only when that would block (epoll, file not `O_DIRECT`).
     is_nowait_read: bool,
+    /// The file has no position (a FIFO, a pipe, a terminal): positional I/O is `ESPIPE`
+    /// on both backends (see `op::fs::no_position`).
+    unpositioned: bool,
 }
 
 /// The largest offset the kernel accepts: `loff_t` is signed, and io_uring reads
@@ -69,6 +72,14 @@ fn kernel_pos(pos: u64) -> u64 {
     }
 }
 
+/// Whether `fd` has no file position (`lseek` says `ESPIPE`): one syscall when a `File` is
+/// made, so positional I/O on a FIFO fails the same way on both backends.
+fn has_no_position(fd: &OwnedFd) -> bool {
+    // SAFETY: lseek on an fd this caller owns; SEEK_CUR with 0 moves nothing.
+    let at = unsafe { libc::lseek(fd.as_raw_fd(), 0, libc::SEEK_CUR) };
+    at < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESPIPE)
+}
+
 fn check_pos(pos: u64) -> io::Result<()> {
     if pos > POS_MAX {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
@@ -81,10 +92,20 @@ impl File {
         let raw = fd.as_raw_fd();
         let is_nowait_read = core.backend_ref(|b| b.reads_inline(raw)).unwrap_or(false);
         File {
+            unpositioned: has_no_position(&fd),
             fd: fd.into_raw_fd(),
             core,
             is_nowait_read,
         }
+    }
+
+    /// A position this file can take: `EINVAL` past `i64::MAX`, `ESPIPE` on a file that
+    /// has no position.
+    fn check_pos(&self, pos: u64) -> io::Result<()> {
+        if self.unpositioned {
+            return Err(io::Error::from_raw_os_error(libc::ESPIPE));
+        }
+        check_pos(pos)
     }
 
     /// Opens `path` read-only (`NotFound` if it does not exist).
@@ -197,7 +218,9 @@ impl File {
 
     /// Reads into `buf`'s capacity at `pos`; `Ok(0)` at end of file. The buffer comes back
     /// with the bytes read marked initialised, on success and on error. Lengths above
-    /// `u32::MAX` give a short read; a `pos` above `i64::MAX` is `EINVAL`. The op can be
+    /// `u32::MAX` give a short read; a `pos` above `i64::MAX` is `EINVAL`, and on a file
+    /// without a position (a FIFO, a pipe) every positional call is `ESPIPE`, on both
+    /// backends, as `pread(2)` says. The op can be
     /// linked or bounded before it is awaited (see [`Pending`]).
     ///
     /// # Examples
@@ -226,6 +249,7 @@ impl File {
             buf,
             pos: kernel_pos(pos),
             nowait: self.is_nowait_read,
+            unpositioned: self.unpositioned,
         };
         Pending::new(self.core.clone(), op)
     }
@@ -256,6 +280,7 @@ impl File {
             fd: self.fd,
             buf,
             pos: kernel_pos(pos),
+            unpositioned: self.unpositioned,
         };
         Pending::new(self.core.clone(), op)
     }
@@ -283,7 +308,7 @@ impl File {
         bufs: Vec<B>,
         pos: u64,
     ) -> (io::Result<usize>, Vec<B>) {
-        if let Err(err) = check_pos(pos) {
+        if let Err(err) = self.check_pos(pos) {
             return (Err(err), bufs);
         }
         let op = ReadvAt::new(self.fd, bufs, pos, self.is_nowait_read);
@@ -308,7 +333,7 @@ impl File {
     /// # std::io::Result::Ok(())
     /// ```
     pub async fn writev_at<B: IoBuf>(&self, bufs: Vec<B>, pos: u64) -> (io::Result<usize>, Vec<B>) {
-        if let Err(err) = check_pos(pos) {
+        if let Err(err) = self.check_pos(pos) {
             return (Err(err), bufs);
         }
         let op = WritevAt::new(self.fd, bufs, pos);

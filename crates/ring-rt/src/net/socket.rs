@@ -157,7 +157,16 @@ impl Socket {
         self.with_socket2(|s| s.peer_addr())
     }
 
-    pub(crate) fn into_owned(mut self) -> OwnedFd {
+    /// Gives up the fd, or gives the socket back when that would lose received data (see
+    /// [`Unclaimed::busy_reason`]).
+    pub(crate) fn into_owned(self) -> Result<OwnedFd, (Socket, io::Error)> {
+        match self.unclaimed.get().and_then(|u| u.busy_reason()) {
+            Some(why) => Err((self, io::Error::new(io::ErrorKind::ResourceBusy, why))),
+            None => Ok(self.into_owned_now()),
+        }
+    }
+
+    fn into_owned_now(mut self) -> OwnedFd {
         // -1 tells Drop there is nothing left to close; the core handle drops normally.
         let fd = std::mem::replace(&mut self.fd, -1);
         // The backend must forget the fd (epoll's registration): its new owner will close

@@ -12,6 +12,7 @@ use std::time::Duration;
 use ring_core::probe::Feature;
 use socket2::{Domain, SockAddr, Type};
 
+use super::into_fd::IntoFdError;
 use super::recv_stream::RecvStream;
 use super::socket::{socket_traits, stream_methods, Socket};
 use crate::buf::{IoBuf, IoBufMut};
@@ -634,7 +635,10 @@ impl TcpStream {
         })
     }
 
-    /// Gives up the fd (left in the current blocking mode).
+    /// Gives up the fd (left in the current blocking mode). Fails, handing the stream back,
+    /// while that would lose received data: bytes a dropped read got are queued on the
+    /// stream (the next `read` returns them), or a dropped read is still finishing in the
+    /// kernel (its cancel completes within a turn or two of the runtime).
     ///
     /// # Examples
     ///
@@ -646,15 +650,17 @@ impl TcpStream {
     /// let listener = TcpListener::bind("127.0.0.1:0")?;
     /// let stream = TcpStream::connect(listener.local_addr()?).await?;
     /// let raw = stream.as_raw_fd();
-    /// let fd: OwnedFd = stream.into_owned_fd();
+    /// let fd: OwnedFd = stream.into_owned_fd()?;
     /// assert_eq!(fd.as_raw_fd(), raw);
     /// let std_stream = std::net::TcpStream::from(fd);
     /// assert_eq!(std_stream.peer_addr()?, listener.local_addr()?);
     /// # std::io::Result::Ok(()) })?;
     /// # std::io::Result::Ok(())
     /// ```
-    pub fn into_owned_fd(self) -> OwnedFd {
-        self.socket.into_owned()
+    pub fn into_owned_fd(self) -> Result<OwnedFd, IntoFdError<TcpStream>> {
+        self.socket
+            .into_owned()
+            .map_err(|(socket, error)| IntoFdError::new(TcpStream { socket }, error))
     }
 }
 

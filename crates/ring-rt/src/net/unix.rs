@@ -47,7 +47,7 @@ impl UnixListener {
     /// [type's example](UnixListener).
     pub fn bind(path: impl AsRef<Path>) -> io::Result<UnixListener> {
         let socket = Socket::new(Domain::UNIX, Type::STREAM)?;
-        let addr = SockAddr::unix(path)?;
+        let addr = unix_addr(path.as_ref())?;
         socket.with_socket2(|s| {
             s.bind(&addr)?;
             s.listen(1024)
@@ -91,7 +91,7 @@ impl UnixStream {
     /// Connects to the socket at `path` (see [`UnixListener`] for an example).
     pub async fn connect(path: impl AsRef<Path>) -> io::Result<UnixStream> {
         let socket = Socket::new(Domain::UNIX, Type::STREAM)?;
-        socket.connect(SockAddr::unix(path)?).await?;
+        socket.connect(unix_addr(path.as_ref())?).await?;
         Ok(UnixStream { socket })
     }
 
@@ -118,3 +118,17 @@ impl UnixStream {
 }
 
 socket_traits!(UnixStream, UnixListener);
+
+/// The address of the filesystem path `path`. A NUL byte is `InvalidInput`, as in std:
+/// the kernel would stop the name at it (binding `"a\0b"` binds `"a"`), and a leading one
+/// would name an abstract socket instead of a file.
+fn unix_addr(path: &Path) -> io::Result<SockAddr> {
+    use std::os::unix::ffi::OsStrExt;
+    if path.as_os_str().as_bytes().contains(&0) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a Unix socket path must not contain a NUL byte",
+        ));
+    }
+    SockAddr::unix(path)
+}

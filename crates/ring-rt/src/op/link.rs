@@ -125,6 +125,12 @@ unsafe impl<T: OpDef> Operation for Raw<T> {
     fn is_readiness_only(&self) -> bool {
         self.0.is_readiness_only()
     }
+    fn breaks_link(&self, cqe: &Cqe) -> bool {
+        self.0.breaks_link(cqe)
+    }
+    fn returns_fd(&self) -> bool {
+        self.0.returns_fd()
+    }
 }
 
 impl<T: OpDef> OpDef for Raw<T> {
@@ -191,7 +197,7 @@ impl<T: OpDef> Chain for Single<T> {
                 return (self.0.complete(cancelled()), true);
             }
             let (op, cqe) = Op::new(core, Raw(self.0)).await;
-            let failed = cqe.res < 0;
+            let failed = op.breaks_link(&cqe);
             (op.complete(cqe), failed)
         })
     }

@@ -915,7 +915,9 @@ pub(crate) fn recv_into_group(fd: RawFd, group: &BufGroup) -> Cqe {
     Cqe::new(0, res, Cqe::buffer_flags(bid))
 }
 
-/// `read(2)` on a pollable non-socket fd (pipe, eventfd, signalfd): readiness on epoll.
+/// `read(2)` on a pollable non-socket fd (a signalfd): readiness, then the read inside the
+/// poll that returns it, on both backends. Never a kernel `READ`: a dropped future whose
+/// read the kernel had completed would take what it read (a signal) with it.
 pub(crate) struct ReadPollable<B> {
     pub(crate) fd: RawFd,
     pub(crate) buf: B,
@@ -937,10 +939,14 @@ unsafe impl<B: IoBufMut> Operation for ReadPollable<B> {
 
     fn sqe(&mut self) -> squeue::Entry {
         let len = len_u32(self.buf.bytes_total());
-        // Offset -1: the fd's current position, as read(2) uses (pipes have none).
+        // Unused (readiness only); offset -1 is the fd's current position, as read(2) uses.
         opcode::Read::new(types::Fd(self.fd), self.buf.stable_mut_ptr(), len)
             .offset(u64::MAX)
             .build()
+    }
+
+    fn is_readiness_only(&self) -> bool {
+        true
     }
 }
 

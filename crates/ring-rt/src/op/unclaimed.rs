@@ -143,6 +143,19 @@ impl Unclaimed {
         self.pending.get() > 0 || !self.items.borrow().is_empty()
     }
 
+    /// Why the socket cannot be given up as a plain fd now: bytes, datagrams or connections
+    /// a dropped receive got are queued here, or a dropped receive is still in the kernel
+    /// (what it gets would come here, after the fd had a new owner).
+    pub(crate) fn busy_reason(&self) -> Option<&'static str> {
+        if !self.items.borrow().is_empty() {
+            Some("a dropped receive's data is queued on the socket: read it first")
+        } else if self.turn_held.get() || self.pending.get() > 0 {
+            Some("a dropped receive is still finishing: try again after the runtime runs a turn (yield_now)")
+        } else {
+            None
+        }
+    }
+
     /// True when a receive could go to the kernel now: nothing is queued here, no
     /// receive holds the turn, none waits for it.
     pub(crate) fn turn_is_free(&self) -> bool {

@@ -34,7 +34,7 @@ pub(crate) struct Workers {
 impl Workers {
     /// Starts `n` workers (indices 1..=n); fails if any cannot build its core.
     pub(crate) fn start(n: usize, config: Arc<WorkerConfig>) -> io::Result<Arc<Workers>> {
-        let mut workers = Vec::with_capacity(n);
+        let mut workers = Vec::new(); // not with_capacity(n): n comes from the user
         let mut failure = None;
         for index in 1..=n {
             match start_one(index, config.clone()) {

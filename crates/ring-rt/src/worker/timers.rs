@@ -77,6 +77,9 @@ pub(crate) struct TimerEntry {
     /// The worker whose map holds the timer (the current one at first poll, unless set).
     core: Option<Rc<Core>>,
     key: Option<TimerKey>,
+    /// Tied to `core` for good (an op's timeout fires on the op's worker); a free timer
+    /// moves to whichever worker polls it.
+    pinned: bool,
 }
 
 impl TimerEntry {
@@ -85,11 +88,14 @@ impl TimerEntry {
         TimerEntry {
             core: Some(core),
             key: None,
+            pinned: true,
         }
     }
 
     /// Ready once `deadline` has passed; else registers (or updates) the timer so `cx` is
-    /// woken then. A timer whose worker was shut down moves to the current one.
+    /// woken then. A timer whose worker was shut down moves to the current one, and so
+    /// does a free timer polled on another runtime's thread (its first runtime, not running
+    /// while this one is, would never fire it).
     ///
     /// # Panics
     /// Outside a ring-rt runtime, for a timer not tied to a worker (nothing would wake it).
@@ -98,7 +104,7 @@ impl TimerEntry {
             self.cancel();
             return Poll::Ready(());
         }
-        if self.core.as_ref().is_some_and(|core| core.is_shut_down()) {
+        if self.core.as_ref().is_some_and(|core| self.must_move(core)) {
             self.cancel();
             self.core = None;
         }
@@ -111,6 +117,13 @@ impl TimerEntry {
             None => self.key = Some(timers.insert(deadline, cx.waker().clone())),
         }
         Poll::Pending
+    }
+
+    /// Whether the timer must leave `core`: shut down, or (free timers) not the worker
+    /// running now.
+    fn must_move(&self, core: &Rc<Core>) -> bool {
+        core.is_shut_down()
+            || (!self.pinned && Core::current().is_some_and(|now| !Rc::ptr_eq(&now, core)))
     }
 
     /// Removes the timer (a later poll registers it again).

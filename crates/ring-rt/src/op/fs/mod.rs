@@ -10,6 +10,7 @@ pub(crate) use path::{MkDirAt, RenameAt, Statx, UnlinkAt};
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::task::{Context, Poll};
 
 use io_uring::{opcode, squeue, types};
 use ring_core::cqe::Cqe;
@@ -84,6 +85,10 @@ unsafe impl Operation for OpenAt {
             .build()
     }
 
+    fn returns_fd(&self) -> bool {
+        true
+    }
+
     fn emulate(&mut self) -> Emulation {
         let (path, flags, mode) = (self.path.as_ptr() as usize, self.flags, self.mode);
         Emulation::Blocking(Box::new(move || {
@@ -116,11 +121,17 @@ pub(crate) struct ReadAt<B> {
     pub(crate) pos: u64,
     /// epoll: try `RWF_NOWAIT` on the loop thread first (the file is not `O_DIRECT`).
     pub(crate) nowait: bool,
+    /// The file has no position (see [`no_position`]).
+    pub(crate) unpositioned: bool,
 }
 
 // SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
 // (its buffer, boxed addresses and headers, a CString) and at its own fd.
 unsafe impl<B: IoBufMut> Operation for ReadAt<B> {
+    fn breaks_link(&self, cqe: &Cqe) -> bool {
+        short_or_failed(cqe, len_u32(self.buf.bytes_total()) as usize)
+    }
+
     fn sqe(&mut self) -> squeue::Entry {
         let len = len_u32(self.buf.bytes_total());
         opcode::Read::new(types::Fd(self.fd), self.buf.stable_mut_ptr(), len)
@@ -152,6 +163,14 @@ unsafe impl<B: IoBufMut> Operation for ReadAt<B> {
 
 impl<B: IoBufMut> OpDef for ReadAt<B> {
     type Output = (io::Result<usize>, B);
+
+    fn poll_prepare(&mut self, _cx: &mut Context<'_>) -> Poll<Option<Cqe>> {
+        Poll::Ready(self.unpositioned.then(no_position))
+    }
+
+    fn needs_prepare(&self) -> bool {
+        self.unpositioned
+    }
 
     fn complete(self, cqe: Cqe) -> Self::Output {
         // SAFETY: `cqe` is this op's final completion, a read into the start of `buf`.
@@ -229,11 +248,17 @@ pub(crate) struct WriteAt<B> {
     pub(crate) fd: RawFd,
     pub(crate) buf: B,
     pub(crate) pos: u64,
+    /// The file has no position (see [`no_position`]).
+    pub(crate) unpositioned: bool,
 }
 
 // SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
 // (its buffer, boxed addresses and headers, a CString) and at its own fd.
 unsafe impl<B: IoBuf> Operation for WriteAt<B> {
+    fn breaks_link(&self, cqe: &Cqe) -> bool {
+        short_or_failed(cqe, len_u32(self.buf.bytes_init()) as usize)
+    }
+
     fn sqe(&mut self) -> squeue::Entry {
         let len = len_u32(self.buf.bytes_init());
         opcode::Write::new(types::Fd(self.fd), self.buf.stable_ptr(), len)
@@ -254,6 +279,14 @@ unsafe impl<B: IoBuf> Operation for WriteAt<B> {
 
 impl<B: IoBuf> OpDef for WriteAt<B> {
     type Output = (io::Result<usize>, B);
+
+    fn poll_prepare(&mut self, _cx: &mut Context<'_>) -> Poll<Option<Cqe>> {
+        Poll::Ready(self.unpositioned.then(no_position))
+    }
+
+    fn needs_prepare(&self) -> bool {
+        self.unpositioned
+    }
 
     fn complete(self, cqe: Cqe) -> Self::Output {
         (count(&cqe), self.buf)
@@ -292,6 +325,10 @@ impl<B: IoBufMut> ReadvAt<B> {
 unsafe impl<B: IoBufMut> Operation for ReadvAt<B> {
     fn opcode(&self) -> Option<u8> {
         Some(opcode::Readv::CODE)
+    }
+
+    fn breaks_link(&self, cqe: &Cqe) -> bool {
+        short_or_failed(cqe, self.iovecs.iter().map(|v| v.iov_len).sum())
     }
 
     fn sqe(&mut self) -> squeue::Entry {
@@ -366,6 +403,10 @@ impl<B: IoBuf> WritevAt<B> {
 unsafe impl<B: IoBuf> Operation for WritevAt<B> {
     fn opcode(&self) -> Option<u8> {
         Some(opcode::Writev::CODE)
+    }
+
+    fn breaks_link(&self, cqe: &Cqe) -> bool {
+        short_or_failed(cqe, self.iovecs.iter().map(|v| v.iov_len).sum())
     }
 
     fn sqe(&mut self) -> squeue::Entry {
@@ -582,6 +623,20 @@ impl Orphan for CloseOrphan {
     }
 }
 
+/// The kernel's rule for a linked file read or write: an error or a short transfer fails
+/// the link (the rest of the chain is cancelled).
+fn short_or_failed(cqe: &Cqe, asked: usize) -> bool {
+    cqe.res < 0 || cqe.res as usize != asked
+}
+
+/// The result of positional I/O on a file without a position (a FIFO, a pipe, a terminal):
+/// `ESPIPE`, as `pread(2)` and std's `FileExt::read_at` give. io_uring's READ and WRITE
+/// would ignore the offset there and run as plain reads and writes, so the op fails before
+/// reaching either backend: both give the same answer.
+pub(crate) fn no_position() -> Cqe {
+    Cqe::new(0, -libc::ESPIPE, 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -620,6 +675,7 @@ mod tests {
             buf: Vec::<u8>::with_capacity(8),
             pos: 0,
             nowait: false,
+            unpositioned: false,
         };
         let (res, buf) = op.complete(Cqe::new(0, -libc::EBADF, 0));
         assert_eq!(res.unwrap_err().raw_os_error(), Some(libc::EBADF));
