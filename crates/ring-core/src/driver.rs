@@ -153,8 +153,28 @@ impl Driver {
         &self.ops
     }
 
+    /// Caps io_uring's io-wq workers (`IORING_REGISTER_IOWQ_MAX_WORKERS`, 5.15+):
+    /// `counts` is [bounded, unbounded], 0 leaving one as it is; the old values come back
+    /// in it.
+    pub fn register_iowq_max_workers(&self, counts: &mut [u32; 2]) -> io::Result<()> {
+        self.ring.submitter().register_iowq_max_workers(counts)
+    }
+
     /// The ring's registration interface (files, buffers, buffer rings).
-    pub fn submitter(&self) -> io_uring::Submitter<'_> {
+    ///
+    /// # Safety
+    /// The io-uring crate's `Submitter` has safe methods that undo what the driver's owners
+    /// rely on: `register_files_update` with -1 and `unregister_files` close direct
+    /// descriptors that other owners hold (as closing their raw fds would), and
+    /// `unregister_buf_ring` takes a buffer group from ops that select from it. The caller
+    /// changes only registrations it made itself and that nobody else uses.
+    ///
+    /// ```compile_fail,E0133
+    /// # fn f(driver: &ring_core::driver::Driver) {
+    /// let _ = driver.submitter(); // needs `unsafe`
+    /// # }
+    /// ```
+    pub unsafe fn submitter(&self) -> io_uring::Submitter<'_> {
         self.ring.submitter()
     }
 

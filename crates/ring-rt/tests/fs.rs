@@ -64,6 +64,10 @@ fn main() {
             positional_io_on_a_fifo_is_espipe_on_both_backends,
         ),
         (
+            "positional_io_on_an_eventfd_is_espipe_on_both_backends",
+            positional_io_on_an_eventfd_is_espipe_on_both_backends,
+        ),
+        (
             "orphaned_writes_never_reach_a_reused_fd",
             orphaned_writes_never_reach_a_reused_fd,
         ),
@@ -730,6 +734,30 @@ fn positional_io_on_a_fifo_is_espipe_on_both_backends(kind: BackendKind) -> Outc
     }
     check!(open_fds() == baseline, "fds {baseline} -> {}", open_fds());
     Ok(Completion::Completed)
+}
+
+/// An eventfd seeks (a no-op) but has no pread: positional I/O is `ESPIPE` on both
+/// backends. (io_uring's READ and WRITE read and added to the counter, found by the second
+/// attacker review: `lseek` alone does not tell.)
+fn positional_io_on_an_eventfd_is_espipe_on_both_backends(kind: BackendKind) -> Outcome {
+    use std::os::fd::FromRawFd;
+    let rt = runtime!(kind);
+    // SAFETY: eventfd returns a new fd (checked) that the File below owns.
+    let fd = unsafe { libc::eventfd(1, libc::EFD_CLOEXEC) };
+    check!(fd >= 0, "eventfd: {}", io::Error::last_os_error());
+    // SAFETY: `fd` is new and owned by nobody else.
+    let efd = unsafe { std::fs::File::from_raw_fd(fd) };
+    rt.block_on(async {
+        let file = File::from_std(efd)?;
+        let espipe = |r: &io::Result<usize>| {
+            r.as_ref().err().and_then(|e| e.raw_os_error()) == Some(libc::ESPIPE)
+        };
+        let (r, _) = file.read_at(vec![0u8; 8], 0).await;
+        check!(espipe(&r), "read_at: {r:?}");
+        let (w, _) = file.write_at(2u64.to_ne_bytes().to_vec(), 0).await;
+        check!(espipe(&w), "write_at: {w:?}");
+        Ok(Completion::Completed)
+    })
 }
 
 /// Writes orphaned in flight, then the file dropped (its fd closed without waiting for

@@ -51,6 +51,10 @@ fn main() {
             "a_dropped_signal_wait_takes_no_signal",
             a_dropped_signal_wait_takes_no_signal,
         ),
+        (
+            "a_write_to_a_dropped_peer_fails_on_both_backends",
+            a_write_to_a_dropped_peer_fails_on_both_backends,
+        ),
     ])
 }
 
@@ -264,6 +268,23 @@ fn a_dropped_signal_wait_takes_no_signal(kind: BackendKind) -> Outcome {
         .await
         .map_err(|_| "the signal was lost with the dropped wait")??;
         check!(next == libc::SIGUSR2, "got signal {next}");
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// Dropping a socket closes it at once on both backends: on io_uring a `CLOSE` SQE ran
+/// whenever the kernel got to it, so a write to the just-dropped peer still succeeded there
+/// (EPIPE on epoll; found by the second attacker review).
+fn a_write_to_a_dropped_peer_fails_on_both_backends(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(bounded(LIMIT, async {
+        let (c, d) = UnixStream::pair()?;
+        drop(d);
+        let (w, _) = c.write(b"x".to_vec()).await;
+        check!(
+            w.as_ref().err().and_then(|e| e.raw_os_error()) == Some(libc::EPIPE),
+            "a write to a peer dropped before it: {w:?}"
+        );
         Ok(Completion::Completed)
     }))?
 }

@@ -78,11 +78,7 @@ impl UringBackend {
         let bounded = u32::try_from(threads.max(1)).unwrap_or(u32::MAX);
         // [bounded, unbounded]; 0 leaves the unbounded (socket, pipe) count as it is.
         let mut counts = [bounded, 0];
-        match self
-            .driver
-            .submitter()
-            .register_iowq_max_workers(&mut counts)
-        {
+        match self.driver.register_iowq_max_workers(&mut counts) {
             Ok(()) => {}
             Err(err) if is_explicit => {
                 tracing::warn!(target: "ring_rt", threads, error = %err, "io-wq worker cap not set (needs Linux 5.15+); the kernel's default applies")
@@ -222,14 +218,30 @@ impl UringBackend {
         self.driver.set_batch(batch);
     }
 
-    /// Closes `fd` with a `CLOSE` SQE queued behind every op already pushed for it, so no
-    /// queued op can find the number reused.
+    /// Closes `fd` now, as epoll's backend does: a `CLOSE` SQE ran whenever the kernel got
+    /// to it, unordered against other ops, so a write to a socket's just-dropped peer still
+    /// succeeded on io_uring (EPIPE on epoll). Only once no pushed SQE waits to be
+    /// submitted (one may name `fd`, and the kernel looks the number up at submission):
+    /// otherwise, and with SQPOLL (whose thread takes SQEs when it likes), a `CLOSE` SQE
+    /// queued behind them, so no queued op can find the number reused.
     pub(crate) fn close(&mut self, fd: RawFd) {
+        let sqpoll = self.driver.setup_flags().sqpoll;
+        if !sqpoll && (self.driver.pending_sqes() == 0 || self.submitted_all()) {
+            // SAFETY: the caller hands its fd over to be closed; no unsubmitted SQE names
+            // it, and submitted ops hold their own reference to the file.
+            unsafe { ring_core::release::close_quietly(fd) };
+            return;
+        }
         let sqe = opcode::Close::new(types::Fd(fd))
             .build()
             .user_data(Reserved::Ignore.to_user_data());
         // SAFETY: a CLOSE points at no memory; the fd is the caller's to close.
         unsafe { self.driver.push(sqe) };
+    }
+
+    /// Submits what was pushed; whether nothing is left waiting.
+    fn submitted_all(&mut self) -> bool {
+        self.driver.submit().is_ok() && self.driver.pending_sqes() == 0
     }
 
     /// Moves the wakers and finished orphans the driver deferred into `out`.

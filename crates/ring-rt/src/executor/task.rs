@@ -188,7 +188,9 @@ pub struct JoinHandle<T> {
 impl<T> JoinHandle<T> {
     /// Cancels the task: its future is dropped at the executor's next chance (which drops
     /// and cancels any I/O it had in flight). Awaiting the handle then gives `Cancelled`,
-    /// unless the task had already finished.
+    /// unless the task had already finished. Called outside `block_on`, the drop (and the
+    /// closing of the task's sockets) waits until the runtime next runs or is dropped, as
+    /// on tokio's current-thread runtime.
     ///
     /// # Examples
     ///

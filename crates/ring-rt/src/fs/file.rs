@@ -72,12 +72,27 @@ fn kernel_pos(pos: u64) -> u64 {
     }
 }
 
-/// Whether `fd` has no file position (`lseek` says `ESPIPE`): one syscall when a `File` is
-/// made, so positional I/O on a FIFO fails the same way on both backends.
+/// Whether `fd` has no file position: positional I/O on it is `ESPIPE` for `pread(2)`.
+/// Two syscalls when a `File` is made, so such I/O fails the same way on both backends.
 fn has_no_position(fd: &OwnedFd) -> bool {
+    let raw = fd.as_raw_fd();
+    let espipe = || io::Error::last_os_error().raw_os_error() == Some(libc::ESPIPE);
     // SAFETY: lseek on an fd this caller owns; SEEK_CUR with 0 moves nothing.
-    let at = unsafe { libc::lseek(fd.as_raw_fd(), 0, libc::SEEK_CUR) };
-    at < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESPIPE)
+    if unsafe { libc::lseek(raw, 0, libc::SEEK_CUR) } < 0 {
+        return espipe(); // FIFOs, pipes, sockets, terminals
+    }
+    // Some files seek but refuse pread (an eventfd, timerfd or signalfd); a zero-length
+    // pread asks. Not on character devices, whose read may wait even for 0 bytes
+    // (/dev/kmsg at its end); those without pread refuse lseek above.
+    // SAFETY: fstat writes one stat into `st`.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; `raw` is open.
+    if unsafe { libc::fstat(raw, &mut st) } == 0 && st.st_mode & libc::S_IFMT == libc::S_IFCHR {
+        return false;
+    }
+    // SAFETY: a zero-length read writes nothing; the kernel checks the fd's pread first.
+    let n = unsafe { libc::pread(raw, std::ptr::null_mut(), 0, 0) };
+    n < 0 && espipe()
 }
 
 fn check_pos(pos: u64) -> io::Result<()> {
