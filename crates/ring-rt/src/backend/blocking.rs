@@ -56,6 +56,12 @@ struct Queue {
     threads: usize,
     /// The pool is being dropped: idle threads exit.
     closed: bool,
+}
+
+/// Results for the loop, under their own lock (a job's completion takes only this one).
+#[derive(Default)]
+struct Done {
+    results: Vec<(OpId, i32)>,
     /// The pool stopped waiting for busy threads: a result they report now reaches
     /// nobody, so a thread releases it itself (closes a new fd) instead of reporting it.
     given_up: bool,
@@ -66,7 +72,7 @@ struct Inner {
     /// Signals idle threads that a job (or the close) arrived, and the dropping pool that a
     /// thread exited.
     available: Condvar,
-    done: Mutex<Vec<(OpId, i32)>>,
+    done: Mutex<Done>,
     has_done: AtomicBool,
     /// Written when a completion is queued; the epoll loop watches it.
     notify: OwnedFd,
@@ -92,10 +98,9 @@ impl BlockingPool {
                 idle: 0,
                 threads: 0,
                 closed: false,
-                given_up: false,
             }),
             available: Condvar::new(),
-            done: Mutex::new(Vec::new()),
+            done: Mutex::new(Done::default()),
             has_done: AtomicBool::new(false),
             // SAFETY: a fresh eventfd owned by nobody else.
             notify: unsafe { OwnedFd::from_raw_fd(fd) },
@@ -185,7 +190,7 @@ impl BlockingPool {
         let mut value = 0u64;
         // SAFETY: reads 8 bytes into a live u64 from our non-blocking eventfd.
         unsafe { libc::read(self.notify_fd(), (&mut value as *mut u64).cast(), 8) };
-        std::mem::take(&mut *lock(&self.inner.done))
+        std::mem::take(&mut lock(&self.inner.done).results)
     }
 
     /// True when completions are waiting to be taken.
@@ -220,7 +225,9 @@ impl BlockingPool {
                 .0;
         }
         let all_exited = q.threads == 0;
-        q.given_up = !all_exited;
+        // Decided under the results' lock: a thread reports either before this (its
+        // result is taken by the drain) or after (it releases the result itself).
+        lock(&self.inner.done).given_up = !all_exited;
         drop(q);
         drop(unrun);
         if all_exited {
@@ -258,14 +265,14 @@ fn worker(inner: &Inner) {
 }
 
 /// Queues `id`'s result for the loop; false if the pool gave up on this thread (checked
-/// and queued under the queue lock, so `close` cannot give up in between).
+/// and queued under one lock, so `close` cannot give up in between).
 fn report(inner: &Inner, id: OpId, res: i32) -> bool {
-    let q = lock(&inner.queue);
-    if q.given_up {
+    let mut done = lock(&inner.done);
+    if done.given_up {
         return false;
     }
-    lock(&inner.done).push((id, res));
-    drop(q);
+    done.results.push((id, res));
+    drop(done);
     if !inner.has_done.swap(true, Ordering::AcqRel) {
         let one = 1u64;
         // SAFETY: writes 8 bytes from a live u64 to our eventfd.

@@ -73,7 +73,8 @@ fn kernel_pos(pos: u64) -> u64 {
 }
 
 /// Whether `fd` has no file position: positional I/O on it is `ESPIPE` for `pread(2)`.
-/// Two syscalls when a `File` is made, so such I/O fails the same way on both backends.
+/// Two syscalls when a `File` is made (three for an anonymous inode), so such I/O fails
+/// the same way on both backends.
 fn has_no_position(fd: &OwnedFd) -> bool {
     let raw = fd.as_raw_fd();
     let espipe = || io::Error::last_os_error().raw_os_error() == Some(libc::ESPIPE);
@@ -81,13 +82,14 @@ fn has_no_position(fd: &OwnedFd) -> bool {
     if unsafe { libc::lseek(raw, 0, libc::SEEK_CUR) } < 0 {
         return espipe(); // FIFOs, pipes, sockets, terminals
     }
-    // Some files seek but refuse pread (an eventfd, timerfd or signalfd); a zero-length
-    // pread asks. Not on character devices, whose read may wait even for 0 bytes
-    // (/dev/kmsg at its end); those without pread refuse lseek above.
-    // SAFETY: fstat writes one stat into `st`.
+    // Some files seek but refuse pread: anonymous inodes (an eventfd, timerfd or
+    // signalfd), which have no file type. A zero-length pread asks them, and only them:
+    // a typed file whose pread is refused also refuses lseek (`nonseekable_open`,
+    // `stream_open`), and a character device's read may wait even for 0 bytes.
+    // SAFETY: `stat` is plain data, valid all zero.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: as above; `raw` is open.
-    if unsafe { libc::fstat(raw, &mut st) } == 0 && st.st_mode & libc::S_IFMT == libc::S_IFCHR {
+    // SAFETY: fstat writes one stat into `st`; `raw` is open.
+    if unsafe { libc::fstat(raw, &mut st) } != 0 || st.st_mode & libc::S_IFMT != 0 {
         return false;
     }
     // SAFETY: a zero-length read writes nothing; the kernel checks the fd's pread first.

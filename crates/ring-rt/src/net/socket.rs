@@ -16,7 +16,7 @@ use super::write_all::WriteAll;
 use crate::buf::{IoBuf, IoBufMut};
 use crate::op::link::Pending;
 use crate::op::net::{Connect, Recv, Send, SendZc};
-use crate::op::unclaimed::Unclaimed;
+use crate::op::unclaimed::{TurnSlot, Unclaimed};
 use crate::op::Op;
 use crate::pool::PooledBuf;
 use crate::worker::Core;
@@ -92,8 +92,7 @@ impl Socket {
                 flags: 0,
                 is_stream,
                 unclaimed: self.unclaimed(),
-                turn: None,
-                ticket: None,
+                turn: TurnSlot::default(),
             },
         )
     }

@@ -8,6 +8,7 @@ use socket2::{Domain, SockAddr, Type};
 use super::socket::Socket;
 use crate::buf::{IoBuf, IoBufMut};
 use crate::op::net::{MsgHdr, RecvMsg, SendMsg};
+use crate::op::unclaimed::TurnSlot;
 use crate::op::Op;
 
 fn resolve(addr: impl ToSocketAddrs) -> io::Result<SocketAddr> {
@@ -123,8 +124,7 @@ impl UdpSocket {
                 buf,
                 hdr,
                 unclaimed: self.socket.unclaimed(),
-                turn: None,
-                ticket: None,
+                turn: TurnSlot::default(),
             },
         )
         .await;

@@ -12,7 +12,7 @@ use ring_core::lifecycle::{Deferred, Orphan};
 use socket2::{SockAddr, SockAddrStorage};
 
 use super::multishot::MultishotDef;
-use super::unclaimed::{Item, RecvTurn, TurnTicket, Unclaimed};
+use super::unclaimed::{Item, RecvTurn, TurnSlot, Unclaimed};
 use super::{Emulation, OpDef, Operation};
 use crate::buf::{read_output, IoBuf, IoBufMut};
 use crate::pool::PooledBuf;
@@ -260,8 +260,7 @@ pub(crate) struct Recv<B> {
     pub(crate) unclaimed: Rc<Unclaimed>,
     /// The socket's receive turn, taken before the op starts (see `Unclaimed`), and the
     /// op's place in line for it.
-    pub(crate) turn: Option<RecvTurn>,
-    pub(crate) ticket: Option<TurnTicket>,
+    pub(crate) turn: TurnSlot,
 }
 
 // SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
@@ -308,11 +307,7 @@ impl<B: IoBufMut> OpDef for Recv<B> {
     }
 
     fn poll_prepare(&mut self, cx: &mut Context<'_>) -> Poll<Option<Cqe>> {
-        if self.turn.is_some() {
-            return Poll::Ready(None);
-        }
-        if let Some(turn) = std::task::ready!(self.unclaimed.poll_turn(&mut self.ticket, cx)) {
-            self.turn = Some(turn);
+        if std::task::ready!(self.turn.poll(&self.unclaimed, cx)) {
             return Poll::Ready(None);
         }
         let (dst, len) = (self.buf.stable_mut_ptr(), self.buf.bytes_total());
@@ -335,13 +330,11 @@ impl<B: IoBufMut> OpDef for Recv<B> {
     }
 
     fn needs_prepare(&self) -> bool {
-        self.turn.is_none() && !self.unclaimed.turn_is_free()
+        self.turn.must_wait(&self.unclaimed)
     }
 
     fn claim(&mut self) {
-        if self.turn.is_none() {
-            self.turn = self.unclaimed.try_turn();
-        }
+        self.turn.claim(&self.unclaimed);
     }
 
     fn into_orphan(self) -> Box<dyn Orphan> {
@@ -764,8 +757,7 @@ pub(crate) struct RecvMsg<B> {
     pub(crate) unclaimed: Rc<Unclaimed>,
     /// The socket's receive turn, taken before the op starts (see `Unclaimed`), and the
     /// op's place in line for it.
-    pub(crate) turn: Option<RecvTurn>,
-    pub(crate) ticket: Option<TurnTicket>,
+    pub(crate) turn: TurnSlot,
 }
 
 // SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
@@ -802,11 +794,7 @@ impl<B: IoBufMut> OpDef for RecvMsg<B> {
     }
 
     fn poll_prepare(&mut self, cx: &mut Context<'_>) -> Poll<Option<Cqe>> {
-        if self.turn.is_some() {
-            return Poll::Ready(None);
-        }
-        if let Some(turn) = std::task::ready!(self.unclaimed.poll_turn(&mut self.ticket, cx)) {
-            self.turn = Some(turn);
+        if std::task::ready!(self.turn.poll(&self.unclaimed, cx)) {
             return Poll::Ready(None);
         }
         let Some((data, from)) = self.unclaimed.take_datagram() else {
@@ -826,13 +814,11 @@ impl<B: IoBufMut> OpDef for RecvMsg<B> {
     }
 
     fn needs_prepare(&self) -> bool {
-        self.turn.is_none() && !self.unclaimed.turn_is_free()
+        self.turn.must_wait(&self.unclaimed)
     }
 
     fn claim(&mut self) {
-        if self.turn.is_none() {
-            self.turn = self.unclaimed.try_turn();
-        }
+        self.turn.claim(&self.unclaimed);
     }
 
     fn into_orphan(self) -> Box<dyn Orphan> {

@@ -100,6 +100,40 @@ impl Drop for RecvTurn {
     }
 }
 
+/// A receive op's place in its socket's turn order: the turn once it has it (kept by the
+/// op, and by its orphan, until the final completion), the ticket while it waits.
+#[derive(Default)]
+pub(crate) struct TurnSlot {
+    turn: Option<RecvTurn>,
+    ticket: Option<TurnTicket>,
+}
+
+impl TurnSlot {
+    /// `Ready(true)`: the receive holds the turn and goes to the kernel; `Ready(false)`: data
+    /// is queued on the socket, to be taken first (see [`Unclaimed::poll_turn`]).
+    pub(crate) fn poll(&mut self, unclaimed: &Rc<Unclaimed>, cx: &mut Context<'_>) -> Poll<bool> {
+        if self.turn.is_some() {
+            return Poll::Ready(true);
+        }
+        let turn = std::task::ready!(unclaimed.poll_turn(&mut self.ticket, cx));
+        let granted = turn.is_some();
+        self.turn = turn;
+        Poll::Ready(granted)
+    }
+
+    /// Whether the receive would have to wait before it could go into a kernel-linked chain.
+    pub(crate) fn must_wait(&self, unclaimed: &Unclaimed) -> bool {
+        self.turn.is_none() && !unclaimed.turn_is_free()
+    }
+
+    /// Takes the turn at once, for a receive going into a kernel-linked chain.
+    pub(crate) fn claim(&mut self, unclaimed: &Rc<Unclaimed>) {
+        if self.turn.is_none() {
+            self.turn = unclaimed.try_turn();
+        }
+    }
+}
+
 impl Unclaimed {
     pub(crate) fn new() -> Rc<Unclaimed> {
         Rc::new(Unclaimed::default())
