@@ -29,6 +29,10 @@ fn main() {
             timeout_not_reached_keeps_result,
         ),
         ("dropped_chain_is_safe", dropped_chain_is_safe),
+        (
+            "a_dropped_chain_gives_back_what_its_ended_read_got",
+            a_dropped_chain_gives_back_what_its_ended_read_got,
+        ),
     ])
 }
 
@@ -224,4 +228,49 @@ fn dropped_chain_is_safe(kind: BackendKind) -> Outcome {
         ring_rt::time::sleep(Duration::from_millis(20)).await;
         Ok(Completion::Completed)
     })
+}
+
+/// A chain run op by op (epoll; io_uring too while a socket has queued data) and dropped
+/// after its read ended but before the chain did: the read's bytes go back to the socket
+/// for the next read. They were dropped with the chain's future (found by the fourth
+/// attacker review; the kernel-linked path already reaped ended ops).
+fn a_dropped_chain_gives_back_what_its_ended_read_got(kind: BackendKind) -> Outcome {
+    use std::future::{poll_fn, Future, IntoFuture};
+    use std::pin::pin;
+    use std::task::Poll;
+    let rt = runtime!(kind);
+    rt.block_on(support::bounded(Duration::from_secs(20), async {
+        let (a, b) = UnixStream::pair()?;
+        let (c, _d) = UnixStream::pair()?;
+        {
+            // A read that received "first" and was dropped: "first" is queued on `b`.
+            let mut read = pin!(b.read(Vec::with_capacity(16)).into_future());
+            let pending = poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx).is_pending())).await;
+            check!(pending, "the read finished at once");
+            a.write_all(b"first".to_vec()).await.0?;
+            ring_rt::time::sleep(Duration::from_millis(20)).await;
+        }
+        {
+            // The chain's read takes "first"; its second op waits; then it is dropped.
+            let chain = b
+                .read(Vec::with_capacity(16))
+                .link(c.read(Vec::with_capacity(16)));
+            let mut chain = pin!(chain.into_future());
+            for _ in 0..3 {
+                let pending = poll_fn(|cx| Poll::Ready(chain.as_mut().poll(cx).is_pending())).await;
+                check!(pending, "the chain finished");
+                ring_rt::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        a.write_all(b"second".to_vec()).await.0?;
+        let mut got = Vec::new();
+        while got.len() < 11 {
+            let read =
+                ring_rt::time::timeout(Duration::from_secs(2), b.read(Vec::with_capacity(16)));
+            let (n, buf) = read.await.map_err(|_| format!("only {got:?} arrived"))?;
+            got.extend_from_slice(&buf[..n?]);
+        }
+        check!(got == b"firstsecond", "the reads got {got:?}");
+        Ok(Completion::Completed)
+    }))?
 }

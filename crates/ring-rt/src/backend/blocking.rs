@@ -272,8 +272,11 @@ fn report(inner: &Inner, id: OpId, res: i32) -> bool {
         return false;
     }
     done.results.push((id, res));
+    // Flagged before the lock goes: a `take_done` seeing no flag finds no result either
+    // (else the drain after `close` could miss one, and its op would be abandoned).
+    let first = !inner.has_done.swap(true, Ordering::AcqRel);
     drop(done);
-    if !inner.has_done.swap(true, Ordering::AcqRel) {
+    if first {
         let one = 1u64;
         // SAFETY: writes 8 bytes from a live u64 to our eventfd.
         unsafe { libc::write(inner.notify.as_raw_fd(), (&one as *const u64).cast(), 8) };

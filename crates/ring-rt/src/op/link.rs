@@ -68,8 +68,14 @@ pub trait Chain: Unpin + 'static {
     fn finish(self, cqes: &mut std::vec::IntoIter<Vec<Cqe>>) -> Self::Output;
     #[doc(hidden)]
     fn orphans(self, out: &mut Vec<Box<dyn Orphan>>);
+    /// What running the chain op by op gives before it is turned into the output: each
+    /// op with its final CQE, which a chain dropped before it ends reaps like an orphan.
     #[doc(hidden)]
-    fn run_in_order(self, core: Rc<Core>, failed: bool) -> Boxed<(Self::Output, bool)>;
+    type Ran;
+    #[doc(hidden)]
+    fn run_in_order(self, core: Rc<Core>, failed: bool) -> Boxed<(Self::Ran, bool)>;
+    #[doc(hidden)]
+    fn output(ran: Self::Ran) -> Self::Output;
 }
 
 /// One op of a chain (what [`Pending::link`] wraps). It only appears in the type of a
@@ -191,15 +197,57 @@ impl<T: OpDef> Chain for Single<T> {
         out.push(self.0.into_orphan());
     }
 
-    fn run_in_order(self, core: Rc<Core>, failed: bool) -> Boxed<(T::Output, bool)> {
+    type Ran = Ran<T>;
+
+    fn run_in_order(self, core: Rc<Core>, failed: bool) -> Boxed<(Ran<T>, bool)> {
         Box::pin(async move {
             if failed {
-                return (self.0.complete(cancelled()), true);
+                return (Ran::new(self.0, cancelled(), core), true);
             }
-            let (op, cqe) = Op::new(core, Raw(self.0)).await;
+            let (op, cqe) = Op::new(core.clone(), Raw(self.0)).await;
             let failed = op.breaks_link(&cqe);
-            (op.complete(cqe), failed)
+            (Ran::new(op, cqe, core), failed)
         })
+    }
+
+    fn output(mut ran: Ran<T>) -> T::Output {
+        let Some(op) = ran.op.take() else {
+            unreachable!("a Ran op is taken only here or by its drop")
+        };
+        op.complete(ran.cqe)
+    }
+}
+
+/// An op of a chain run op by op, ended, and its final CQE: kept so that a chain dropped
+/// while a later op runs reaps it like an orphan (a read's bytes go back to its socket,
+/// an opened fd is closed), as the kernel-linked path does for ops that already ended.
+#[doc(hidden)]
+pub struct Ran<T: OpDef> {
+    op: Option<T>,
+    cqe: Cqe,
+    core: Rc<Core>,
+}
+
+impl<T: OpDef> Ran<T> {
+    fn new(op: T, cqe: Cqe, core: Rc<Core>) -> Ran<T> {
+        Ran {
+            op: Some(op),
+            cqe,
+            core,
+        }
+    }
+}
+
+impl<T: OpDef> Drop for Ran<T> {
+    fn drop(&mut self) {
+        let Some(op) = self.op.take() else {
+            return;
+        };
+        let mut orphan = op.into_orphan();
+        let mut deferred = Deferred::default();
+        orphan.reap(&self.cqe, &mut deferred);
+        deferred.drop_later(orphan);
+        self.core.defer(deferred);
     }
 }
 
@@ -234,12 +282,18 @@ impl<A: Chain, B: Chain> Chain for (A, B) {
         self.1.orphans(out);
     }
 
-    fn run_in_order(self, core: Rc<Core>, failed: bool) -> Boxed<(Self::Output, bool)> {
+    type Ran = (A::Ran, B::Ran);
+
+    fn run_in_order(self, core: Rc<Core>, failed: bool) -> Boxed<(Self::Ran, bool)> {
         Box::pin(async move {
             let (a, failed) = self.0.run_in_order(core.clone(), failed).await;
             let (b, failed) = self.1.run_in_order(core, failed).await;
             ((a, b), failed)
         })
+    }
+
+    fn output((a, b): Self::Ran) -> Self::Output {
+        (A::output(a), B::output(b))
     }
 }
 
@@ -430,7 +484,7 @@ enum LinkState<C: Chain> {
     Unstarted(Rc<Core>, C),
     InKernel(InKernel<C>),
     /// The ops running one after another.
-    InOrder(Boxed<(C::Output, bool)>),
+    InOrder(Boxed<(C::Ran, bool)>),
     Done,
 }
 
@@ -465,7 +519,7 @@ impl<C: Chain> Future for LinkFuture<'_, C> {
         }
         let out = match &mut this.state {
             LinkState::InKernel(running) => std::task::ready!(running.poll(cx)),
-            LinkState::InOrder(fut) => std::task::ready!(fut.as_mut().poll(cx)).0,
+            LinkState::InOrder(fut) => C::output(std::task::ready!(fut.as_mut().poll(cx)).0),
             LinkState::Unstarted(..) | LinkState::Done => {
                 panic!("ring-rt link polled after it completed")
             }

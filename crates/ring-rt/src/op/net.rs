@@ -399,7 +399,7 @@ fn received_bytes<B: IoBuf>(buf: &B, n: usize) -> Vec<u8> {
 impl<T: Received> Orphan for KeepReceived<T> {
     fn reap(&mut self, cqe: &Cqe, _deferred: &mut Deferred) {
         if let Some(item) = self.op.item(cqe.res) {
-            self.unclaimed.push(item);
+            self.unclaimed.push_front(item);
         }
     }
 }

@@ -161,6 +161,13 @@ impl Unclaimed {
         self.items.borrow_mut().push_back(item);
     }
 
+    /// Keeps what a one-shot receive got ahead of everything queued: it came first (a
+    /// receive in the kernel holds the turn, so nothing was queued behind it; one served
+    /// from the front of this queue, in a chain dropped later, gives it back there).
+    pub(crate) fn push_front(&self, item: Item) {
+        self.items.borrow_mut().push_front(item);
+    }
+
     /// Ready once no dropped accept is still finishing; then the next accept may start
     /// (after taking what is here).
     pub(crate) fn poll_settled(&self, cx: &mut Context<'_>) -> Poll<()> {
