@@ -7,7 +7,8 @@ use std::time::Duration;
 use ring_core::probe::FeatureMask;
 use ring_core::setup::RingConfig;
 
-use crate::backend::{select, BackendKind, RecvBuffers};
+use crate::backend::select::{self, BackendConfig};
+use crate::backend::{BackendKind, RecvBuffers};
 
 use crate::runtime::Runtime;
 use crate::worker::{WorkerConfig, Workers};
@@ -349,17 +350,19 @@ impl Builder {
             })?,
         };
         Ok(WorkerConfig {
-            requested,
-            mask,
-            ring: RingConfig {
-                entries: self.entries,
-                sqpoll_idle_ms: self.sqpoll_idle_ms,
-                ..RingConfig::default()
+            backend: BackendConfig {
+                requested,
+                mask,
+                ring: RingConfig {
+                    entries: self.entries,
+                    sqpoll_idle_ms: self.sqpoll_idle_ms,
+                    ..RingConfig::default()
+                },
+                recv_buffers: self.recv_buffers,
+                batch_wait: self.batch_wait,
+                blocking_threads: self.blocking_threads,
             },
             pin_workers: self.pin_workers,
-            recv_buffers: self.recv_buffers,
-            batch_wait: self.batch_wait,
-            blocking_threads: self.blocking_threads,
             spin_before_park: self.spin_before_park,
         })
     }

@@ -10,7 +10,6 @@ use std::ops::Deref;
 
 use ring_core::buf_pool::{BufGroup, BufLease};
 use ring_core::cqe::Cqe;
-use ring_core::metrics::Metrics;
 
 use crate::buf::IoBuf;
 use crate::worker::Core;
@@ -150,6 +149,6 @@ pub(crate) fn from_cqe(group: &BufGroup, cqe: Cqe) -> io::Result<Option<PooledBu
 /// CQE's recycle, or an orphaned receive's late CQE.
 pub(crate) fn record_enobufs(core: &Core, group: &BufGroup) {
     group.record_enobufs();
-    let _ = core.backend_ref(|b| Metrics::bump(&b.metrics().enobufs));
+    core.count_enobufs();
     tracing::debug!(target: "ring_rt", bgid = group.bgid(), buffers = group.count(), "receive pool exhausted (ENOBUFS); waiting for a buffer");
 }

@@ -192,10 +192,7 @@ impl Runtime {
     /// # std::io::Result::Ok(())
     /// ```
     pub fn features(&self) -> Option<Features> {
-        self.core
-            .backend_ref(|b| b.features().cloned())
-            .ok()
-            .flatten()
+        self.core.features()
     }
 
     /// Counters of the calling-thread worker's backend (see [`RuntimeMetrics`]).
@@ -212,9 +209,8 @@ impl Runtime {
     /// ```
     pub fn metrics(&self) -> RuntimeMetrics {
         let core = &self.core;
-        let (io, recv_buffers_in_use) = core
-            .backend_ref(|b| (b.metrics().snapshot(), b.recv_buffers_in_use() as u64))
-            .unwrap_or_default();
+        let (io, recv_buffers_in_use) = core.metrics_snapshot();
+        let recv_buffers_in_use = recv_buffers_in_use as u64;
         RuntimeMetrics {
             backend: core.choice.kind,
             io,
@@ -257,9 +253,7 @@ impl Runtime {
     /// # std::io::Result::Ok(())
     /// ```
     pub fn metrics_handle(&self) -> Arc<Metrics> {
-        self.core
-            .backend_ref(|b| b.metrics().clone())
-            .unwrap_or_default()
+        self.core.metrics()
     }
 
     /// Shuts the runtime down, waiting at most `timeout` for the kernel to finish with

@@ -13,15 +13,19 @@ use std::sync::Arc;
 use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
+use ring_core::buf_pool::BufGroup;
 use ring_core::cqe::Cqe;
 use ring_core::driver::Wait;
 use ring_core::lifecycle::{Deferred, Orphan};
 use ring_core::metrics::Metrics;
 use ring_core::op_table::{Dispatch, OpTable, Orphaned};
+use ring_core::probe::Features;
 use ring_core::user_data::OpId;
 
 use super::blocking::{BlockingJob, BlockingPool};
-use super::{Emulation, Operation, RecvBuffers, RecvPool, Start, Token};
+use super::{
+    BackendKind, Capability, Emulation, Mechanism, Operation, RecvBuffers, RecvPool, Start, Token,
+};
 
 /// epoll `data` values that are not fds.
 const TOKEN_WAKE: u64 = u64::MAX;
@@ -60,7 +64,7 @@ pub(crate) struct EpollBackend {
     /// Indexed by fd: fds are small integers, so a Vec beats a map.
     regs: Vec<Registration>,
     ops: OpTable,
-    pub(crate) metrics: Arc<Metrics>,
+    metrics: Arc<Metrics>,
     pool: BlockingPool,
     events: Vec<libc::epoll_event>,
     on_wake: Box<dyn Fn()>,
@@ -68,7 +72,7 @@ pub(crate) struct EpollBackend {
     /// Wakers of ready fds, woken by the worker once it lets go of the backend.
     woken: Deferred,
     /// The worker's shared receive group (see `Backend::recv_group`).
-    pub(crate) recv_pool: RecvPool,
+    recv_pool: RecvPool,
     /// Set once a drain gave up on jobs still running (see [`drain`](Self::drain)).
     abandoned: bool,
 }
@@ -134,40 +138,6 @@ impl EpollBackend {
         Ok(())
     }
 
-    /// Starts `op`: a read the page cache serves is done at once; a socket op waits for
-    /// readiness (tried on its first poll); anything else goes to the blocking pool.
-    pub(crate) fn start(&mut self, op: &mut dyn Operation) -> io::Result<Start> {
-        if let Some(cqe) = op.try_inline() {
-            return Ok(Start::Done(cqe));
-        }
-        match op.emulate() {
-            Emulation::Readiness { fd, events } => Ok(Start::Token(Token::Ready {
-                fd,
-                events,
-                poll: None,
-            })),
-            Emulation::Blocking(job) => {
-                let returns_fd = op.returns_fd();
-                Ok(Start::Token(Token::InFlight(
-                    self.submit_blocking(job, returns_fd)?,
-                )))
-            }
-        }
-    }
-
-    /// Polls an op started by [`start`](Self::start).
-    pub(crate) fn poll(
-        &mut self,
-        token: &mut Token,
-        op: &mut dyn Operation,
-        waker: &Waker,
-    ) -> Poll<io::Result<Cqe>> {
-        match *token {
-            Token::InFlight(id) => self.poll_id(id, waker),
-            Token::Ready { fd, events, .. } => self.poll_readiness(op, fd, events, waker),
-        }
-    }
-
     /// Tries the op's syscall (unless `fd` is known drained); on EAGAIN waits for
     /// readiness, and the next poll tries again.
     fn poll_readiness(
@@ -201,14 +171,6 @@ impl EpollBackend {
                 Err(err) => Poll::Ready(Err(err)),
             };
         }
-    }
-
-    pub(crate) fn poll_id(&mut self, id: OpId, waker: &Waker) -> Poll<io::Result<Cqe>> {
-        let polled = self.ops.poll(id, waker);
-        if polled.is_ready() {
-            self.note_in_flight();
-        }
-        polled
     }
 
     /// Parks `waker` until `fd` is ready for `events` (POLLIN and/or POLLOUT). The fd is
@@ -248,14 +210,6 @@ impl EpollBackend {
         reg.unready |= events & !reg.closed;
     }
 
-    /// Forgets what is known drained on `fd`: after a local `shutdown`, a syscall gives
-    /// `EPIPE` or end of file at once, though epoll need not report anything new.
-    pub(crate) fn clear_unready(&mut self, fd: RawFd) {
-        if let Some(reg) = usize::try_from(fd).ok().and_then(|i| self.regs.get_mut(i)) {
-            reg.unready = 0;
-        }
-    }
-
     /// Whether epoll reported `fd` closed for reading and `events` asks to read.
     fn is_read_closed(&self, fd: RawFd, events: u32) -> bool {
         let read = libc::POLLIN as u32;
@@ -274,21 +228,6 @@ impl EpollBackend {
             .is_some_and(|reg| reg.unready & events == events)
     }
 
-    /// Forgets `fd` (before it is closed or handed away), waking anyone still waiting on
-    /// it (their next try sees the closed fd's error).
-    pub(crate) fn forget_fd(&mut self, fd: RawFd) {
-        let Some(reg) = usize::try_from(fd).ok().and_then(|i| self.regs.get_mut(i)) else {
-            return;
-        };
-        let reg = std::mem::take(reg);
-        if reg.registered {
-            let _ = self.ctl(libc::EPOLL_CTL_DEL, fd, 0, 0);
-        }
-        for waker in reg.readers.into_iter().chain(reg.writers) {
-            self.woken.wake(waker);
-        }
-    }
-
     /// Runs `job` on the blocking pool as op `id` of the op table.
     fn submit_blocking(&mut self, job: BlockingJob, returns_fd: bool) -> io::Result<OpId> {
         let id = self.ops.insert()?;
@@ -299,44 +238,6 @@ impl EpollBackend {
         }
         self.note_in_flight();
         Ok(id)
-    }
-
-    /// A dropped blocking op: a job still queued is removed (completing as cancelled); one
-    /// already running keeps its memory in the orphan until the thread finishes.
-    pub(crate) fn orphan(&mut self, id: OpId, orphan: Box<dyn Orphan>) {
-        // SAFETY: as in `Backend::orphan`, the caller owns `id` and hands over its memory.
-        match unsafe { self.ops.orphan(id, orphan) } {
-            Ok(Orphaned::NeedsCancel) => self.cancel(id),
-            Ok(Orphaned::Freed) => Metrics::bump(&self.metrics.orphans_reaped),
-            Ok(Orphaned::AlreadyOrphaned) => {}
-            Err(_) => Metrics::bump(&self.metrics.stale_cqes),
-        }
-        self.note_in_flight();
-    }
-
-    /// Cancels op `id`: a job still queued never runs and completes with `ECANCELED`; one
-    /// already running cannot be interrupted and completes as it will.
-    pub(crate) fn cancel(&mut self, id: OpId) {
-        Metrics::bump(&self.metrics.cancels_sent);
-        if self.pool.cancel(id) {
-            self.dispatch(Cqe::new(id.to_user_data(), -libc::ECANCELED, 0));
-        }
-    }
-
-    /// One loop turn: one `epoll_wait`, then wake every ready fd's waiters and complete
-    /// every finished blocking job.
-    pub(crate) fn turn(&mut self, wait: Wait) -> io::Result<()> {
-        let wait = if self.pool.has_done() { Wait::No } else { wait };
-        let n = self.wait(wait)?;
-        Metrics::bump(&self.metrics.enters);
-        for i in 0..n {
-            let ev = self.events[i];
-            self.on_event(ev.u64, ev.events);
-        }
-        for (id, res) in self.pool.take_done() {
-            self.dispatch(Cqe::new(id.to_user_data(), res, 0));
-        }
-        Ok(())
     }
 
     /// One `epoll_wait` (or `epoll_pwait2`) as `wait` asks; the number of events. A signal
@@ -442,8 +343,158 @@ impl EpollBackend {
         self.note_in_flight();
     }
 
+    fn note_in_flight(&self) {
+        Metrics::set(&self.metrics.ops_in_flight, self.ops.len() as u64);
+    }
+}
+
+impl Mechanism for EpollBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Epoll
+    }
+
+    fn features(&self) -> Option<&Features> {
+        None
+    }
+
+    /// A zero-copy send is emulated by a plain `send` (the same bytes on the wire);
+    /// multishot ops are not emulated: the layer above loops over one-shot ones instead.
+    fn supports(&self, cap: Capability) -> bool {
+        cap == Capability::SendZc
+    }
+
+    fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    fn ring_sizes(&self) -> (u32, u32) {
+        (0, 0)
+    }
+
+    /// Never: epoll links nothing, so chains run one op after another.
+    fn start_chain(&mut self, _ops: &mut [&mut dyn Operation]) -> Option<io::Result<Vec<OpId>>> {
+        None
+    }
+
+    fn start_multishot(&mut self, _op: &mut dyn Operation, _queue_max: u16) -> io::Result<OpId> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "multishot ops need io_uring (5.19+ for accept, 6.0+ for recv)",
+        ))
+    }
+
+    /// Nothing is staged: an op runs (or waits for readiness, or is queued on the pool)
+    /// when it starts.
+    fn submit(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+
+    /// Non-blocking: every socket syscall runs on the loop thread and must answer EAGAIN
+    /// rather than wait.
+    fn adopt_socket(&self, fd: RawFd) -> io::Result<()> {
+        super::set_nonblocking(fd, true)
+    }
+
+    /// Deregisters `fd` (waking anyone still waiting on it), then closes it: nothing is
+    /// queued in a kernel, so closing at once is safe.
+    fn close(&mut self, fd: RawFd) {
+        self.forget_fd(fd);
+        // SAFETY: the caller hands over its fd to be closed; epoll forgot it above.
+        unsafe { ring_core::release::close_quietly(fd) };
+    }
+
+    /// User-space buffer selection: a buffer is taken only once a socket is readable.
+    fn recv_group(&mut self) -> io::Result<BufGroup> {
+        self.recv_pool
+            .get_or_create(|count, len| BufGroup::new_user(0, count, len))
+    }
+
+    fn recv_buffers_in_use(&self) -> usize {
+        self.recv_pool.in_use()
+    }
+
+    /// Starts `op`: a read the page cache serves is done at once; a socket op waits for
+    /// readiness (tried on its first poll); anything else goes to the blocking pool.
+    fn start(&mut self, op: &mut dyn Operation) -> io::Result<Start> {
+        if let Some(cqe) = op.try_inline() {
+            return Ok(Start::Done(cqe));
+        }
+        match op.emulate() {
+            Emulation::Readiness { fd, events } => Ok(Start::Token(Token::Ready {
+                fd,
+                events,
+                poll: None,
+            })),
+            Emulation::Blocking(job) => {
+                let returns_fd = op.returns_fd();
+                Ok(Start::Token(Token::InFlight(
+                    self.submit_blocking(job, returns_fd)?,
+                )))
+            }
+        }
+    }
+
+    /// Polls an op started by [`start`](Self::start).
+    fn poll(
+        &mut self,
+        token: &mut Token,
+        op: &mut dyn Operation,
+        waker: &Waker,
+    ) -> Poll<io::Result<Cqe>> {
+        match *token {
+            Token::InFlight(id) => self.poll_id(id, waker),
+            Token::Ready { fd, events, .. } => self.poll_readiness(op, fd, events, waker),
+        }
+    }
+
+    fn poll_id(&mut self, id: OpId, waker: &Waker) -> Poll<io::Result<Cqe>> {
+        let polled = self.ops.poll(id, waker);
+        if polled.is_ready() {
+            self.note_in_flight();
+        }
+        polled
+    }
+
+    /// A dropped blocking op: a job still queued is removed (completing as cancelled); one
+    /// already running keeps its memory in the orphan until the thread finishes.
+    fn orphan(&mut self, id: OpId, orphan: Box<dyn Orphan>) {
+        // SAFETY: as in `Backend::orphan`, the caller owns `id` and hands over its memory.
+        match unsafe { self.ops.orphan(id, orphan) } {
+            Ok(Orphaned::NeedsCancel) => self.cancel(id),
+            Ok(Orphaned::Freed) => Metrics::bump(&self.metrics.orphans_reaped),
+            Ok(Orphaned::AlreadyOrphaned) => {}
+            Err(_) => Metrics::bump(&self.metrics.stale_cqes),
+        }
+        self.note_in_flight();
+    }
+
+    /// Cancels op `id`: a job still queued never runs and completes with `ECANCELED`; one
+    /// already running cannot be interrupted and completes as it will.
+    fn cancel(&mut self, id: OpId) {
+        Metrics::bump(&self.metrics.cancels_sent);
+        if self.pool.cancel(id) {
+            self.dispatch(Cqe::new(id.to_user_data(), -libc::ECANCELED, 0));
+        }
+    }
+
+    /// One loop turn: one `epoll_wait`, then wake every ready fd's waiters and complete
+    /// every finished blocking job.
+    fn turn(&mut self, wait: Wait) -> io::Result<()> {
+        let wait = if self.pool.has_done() { Wait::No } else { wait };
+        let n = self.wait(wait)?;
+        Metrics::bump(&self.metrics.enters);
+        for i in 0..n {
+            let ev = self.events[i];
+            self.on_event(ev.u64, ev.events);
+        }
+        for (id, res) in self.pool.take_done() {
+            self.dispatch(Cqe::new(id.to_user_data(), res, 0));
+        }
+        Ok(())
+    }
+
     /// Moves the wakers and finished orphans this backend holds into `out`.
-    pub(crate) fn take_deferred(&mut self, out: &mut Deferred) {
+    fn take_deferred(&mut self, out: &mut Deferred) {
         out.append(&mut self.woken);
         self.ops.take_deferred(out);
     }
@@ -453,7 +504,7 @@ impl EpollBackend {
     /// thread may still write into the op's memory, so the op stays in the table (polling
     /// it stays pending, its future never gets its buffer back) and the backend's drop
     /// leaks that memory instead of freeing it (the thread is left to finish on its own).
-    pub(crate) fn drain(&mut self, deadline: Instant) {
+    fn drain(&mut self, deadline: Instant) {
         for id in self.ops.ids() {
             if self.pool.cancel(id) {
                 self.dispatch(Cqe::new(id.to_user_data(), -libc::ECANCELED, 0));
@@ -477,12 +528,31 @@ impl EpollBackend {
     /// Whether reads of `fd` should first try the page cache on the loop thread
     /// (`RWF_NOWAIT`): not for `O_DIRECT` files (a direct read waits for the device even
     /// then) nor on filesystems without `RWF_NOWAIT` reads (each would fail first).
-    pub(crate) fn reads_inline(&self, fd: RawFd) -> bool {
+    fn reads_inline(&self, fd: RawFd) -> bool {
         !is_direct(fd) && has_nowait_reads(fd)
     }
 
-    fn note_in_flight(&self) {
-        Metrics::set(&self.metrics.ops_in_flight, self.ops.len() as u64);
+    /// Forgets `fd` (before it is closed or handed away), waking anyone still waiting on
+    /// it (their next try sees the closed fd's error).
+    fn forget_fd(&mut self, fd: RawFd) {
+        let Some(reg) = usize::try_from(fd).ok().and_then(|i| self.regs.get_mut(i)) else {
+            return;
+        };
+        let reg = std::mem::take(reg);
+        if reg.registered {
+            let _ = self.ctl(libc::EPOLL_CTL_DEL, fd, 0, 0);
+        }
+        for waker in reg.readers.into_iter().chain(reg.writers) {
+            self.woken.wake(waker);
+        }
+    }
+
+    /// Forgets what is known drained on `fd`: after a local `shutdown`, a syscall gives
+    /// `EPIPE` or end of file at once, though epoll need not report anything new.
+    fn after_local_shutdown(&mut self, fd: RawFd) {
+        if let Some(reg) = usize::try_from(fd).ok().and_then(|i| self.regs.get_mut(i)) {
+            reg.unready = 0;
+        }
     }
 }
 

@@ -174,9 +174,9 @@ impl RecvPool {
         RecvPool { sizes, group: None }
     }
 
-    /// The group, if it was created.
-    pub(crate) fn get(&self) -> Option<&BufGroup> {
-        self.group.as_ref()
+    /// Buffers of the group that are out (0 before it is created).
+    fn in_use(&self) -> usize {
+        self.group.as_ref().map_or(0, |g| g.in_use())
     }
 
     /// The group, made by `create(count, len)` on first use.
@@ -260,7 +260,116 @@ impl fmt::Display for BackendKind {
     }
 }
 
-/// The backend a worker runs: the one place that knows which.
+/// What an op may ask of a backend beyond the set every backend runs: the answer decides
+/// which way the op goes (a multishot op or a loop of one-shot ones, a zero-copy send or a
+/// plain one), so nothing above this module asks which backend it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Capability {
+    /// One accept SQE posting a CQE per connection (io_uring 5.19+).
+    MultishotAccept,
+    /// One receive SQE posting a CQE per chunk into the buffer group (io_uring 6.0+).
+    MultishotRecv,
+    /// A send that does not copy the buffer (io_uring 6.0+; epoll sends the same bytes
+    /// with a plain `send`).
+    SendZc,
+}
+
+/// The one interface both backends implement, each in its own file with the same method
+/// names (as `polling` does per OS mechanism): io_uring ([`uring::UringBackend`]) and
+/// epoll plus a blocking pool ([`epoll::EpollBackend`]). Where a backend has nothing to
+/// do for a call, its implementation says why; none answers "not on this backend" except
+/// through [`supports`](Self::supports) and [`start_chain`](Self::start_chain), which any
+/// io_uring kernel may answer the same way.
+pub(crate) trait Mechanism {
+    /// Which backend this is (for reports and metrics only: no op branches on it).
+    fn kind(&self) -> BackendKind;
+
+    /// The io_uring features in use; `None` where the backend uses none (epoll).
+    fn features(&self) -> Option<&Features>;
+
+    /// Whether ops may take the way `cap` names on this backend and kernel.
+    fn supports(&self, cap: Capability) -> bool;
+
+    /// The counters of this backend's op table and loop.
+    fn metrics(&self) -> &Arc<Metrics>;
+
+    /// SQ and CQ sizes; (0, 0) where there is no ring.
+    fn ring_sizes(&self) -> (u32, u32);
+
+    /// Starts `op` (io_uring: pushes its SQE; epoll: tries it inline, waits for readiness
+    /// or queues its job).
+    fn start(&mut self, op: &mut dyn Operation) -> io::Result<Start>;
+
+    /// Starts `ops` as one linked chain, each op running only if the one before succeeded,
+    /// where the kernel can link them all; `None` where it cannot (epoll, or an op io_uring
+    /// runs another way): the caller then runs them one after another.
+    fn start_chain(&mut self, ops: &mut [&mut dyn Operation]) -> Option<io::Result<Vec<OpId>>>;
+
+    /// Starts a multishot op whose unpolled CQEs are bounded by `queue_max` (0: unbounded).
+    /// Only for the kinds [`supports`](Self::supports) allows; others are `Unsupported`.
+    fn start_multishot(&mut self, op: &mut dyn Operation, queue_max: u16) -> io::Result<OpId>;
+
+    /// Polls an op started by [`start`](Self::start) for its next CQE.
+    fn poll(
+        &mut self,
+        token: &mut Token,
+        op: &mut dyn Operation,
+        waker: &Waker,
+    ) -> Poll<io::Result<Cqe>>;
+
+    /// Polls an op table entry (a multishot op, a chain's op) for its next CQE.
+    fn poll_id(&mut self, id: OpId, waker: &Waker) -> Poll<io::Result<Cqe>>;
+
+    /// The future of op `id` was dropped: `orphan` keeps its memory until the final CQE,
+    /// and the op is cancelled if it is still running. The caller must own `id` (an op
+    /// future, a stream, a chain or the worker's parked drops giving up its op).
+    fn orphan(&mut self, id: OpId, orphan: Box<dyn Orphan>);
+
+    /// Cancels op `id`, whose future stays to receive its (usually `ECANCELED`) final CQE.
+    fn cancel(&mut self, id: OpId);
+
+    /// One loop turn: submit, wait as asked, complete.
+    fn turn(&mut self, wait: Wait) -> io::Result<()>;
+
+    /// Hands what is staged to the kernel now, without waiting (for work staged while no
+    /// loop turn is coming).
+    fn submit(&mut self) -> io::Result<()>;
+
+    /// Moves the wakers to wake and the finished orphans to drop that the backend produced
+    /// into `out`, to be run once the backend is no longer borrowed.
+    fn take_deferred(&mut self, out: &mut Deferred);
+
+    /// Shutdown: cancels every op and waits until `deadline` for the kernel (or the pool)
+    /// to finish with them; what is not done by then keeps its memory for ever.
+    fn drain(&mut self, deadline: Instant);
+
+    /// Puts a socket adopted by the runtime in the blocking mode this backend wants.
+    fn adopt_socket(&self, fd: RawFd) -> io::Result<()>;
+
+    /// Whether file reads of `fd` first try the page cache on the loop thread before
+    /// going anywhere slower (asked once, when a `File` is made).
+    fn reads_inline(&self, fd: RawFd) -> bool;
+
+    /// Closes `fd`, which the caller hands over, so that no op still queued for it can
+    /// find its number reused.
+    fn close(&mut self, fd: RawFd);
+
+    /// Forgets `fd` before its owner takes it out of the runtime (`into_owned_fd`).
+    fn forget_fd(&mut self, fd: RawFd);
+
+    /// After a local `shutdown(2)` of `fd`: an op there may now end at once (`EPIPE`, end
+    /// of file) even though nothing new arrived.
+    fn after_local_shutdown(&mut self, fd: RawFd);
+
+    /// The worker's shared receive buffer group, created on first use.
+    fn recv_group(&mut self) -> io::Result<BufGroup>;
+
+    /// Buffers of the receive pool that are out (0 before the pool is first used).
+    fn recv_buffers_in_use(&self) -> usize;
+}
+
+/// The backend a worker runs: the one place that knows which. Every call goes to the
+/// chosen half through [`Mechanism`], statically dispatched.
 // One per worker, so the size difference costs nothing; boxing would add a pointer chase
 // to every op.
 #[allow(clippy::large_enum_variant)]
@@ -269,218 +378,95 @@ pub(crate) enum Backend {
     Epoll(epoll::EpollBackend),
 }
 
-impl Backend {
-    pub(crate) fn kind(&self) -> BackendKind {
-        match self {
-            Backend::Uring(_) => BackendKind::Uring,
-            Backend::Epoll(_) => BackendKind::Epoll,
+/// Runs `$body` with `$b` bound to whichever backend `$self` holds.
+macro_rules! each {
+    ($self:expr, $b:ident => $body:expr) => {
+        match $self {
+            Backend::Uring($b) => $body,
+            Backend::Epoll($b) => $body,
         }
-    }
+    };
+}
 
-    /// The io_uring features in use; `None` on epoll.
-    pub(crate) fn features(&self) -> Option<&Features> {
-        match self {
-            Backend::Uring(b) => Some(b.driver.features()),
-            Backend::Epoll(_) => None,
-        }
+impl Mechanism for Backend {
+    fn kind(&self) -> BackendKind {
+        each!(self, b => b.kind())
     }
-
-    pub(crate) fn metrics(&self) -> &Arc<Metrics> {
-        match self {
-            Backend::Uring(b) => b.driver.metrics(),
-            Backend::Epoll(b) => &b.metrics,
-        }
+    fn features(&self) -> Option<&Features> {
+        each!(self, b => b.features())
     }
-
-    /// Starts `op` (io_uring: pushes its SQE; epoll: tries it inline, waits for readiness
-    /// or queues its job).
-    pub(crate) fn start(&mut self, op: &mut dyn Operation) -> io::Result<Start> {
-        match self {
-            Backend::Uring(b) => b.start(op),
-            Backend::Epoll(b) => b.start(op),
-        }
+    fn supports(&self, cap: Capability) -> bool {
+        each!(self, b => b.supports(cap))
     }
-
-    /// Starts `ops` as one linked chain, each op running only if the one before succeeded,
-    /// where the kernel can link them all; `None` where it cannot (epoll, or an op io_uring
-    /// runs another way): the caller then runs them one after another.
-    pub(crate) fn start_chain(
-        &mut self,
-        ops: &mut [&mut dyn Operation],
-    ) -> Option<io::Result<Vec<OpId>>> {
-        match self {
-            Backend::Uring(b) => b.start_chain(ops),
-            Backend::Epoll(_) => None,
-        }
+    fn metrics(&self) -> &Arc<Metrics> {
+        each!(self, b => b.metrics())
     }
-
-    /// Starts a multishot op whose unpolled CQEs are bounded by `queue_max` (io_uring only:
-    /// callers check [`features`](Self::features) for the multishot kind first).
-    pub(crate) fn start_multishot(
-        &mut self,
-        op: &mut dyn Operation,
-        queue_max: u16,
-    ) -> io::Result<OpId> {
-        match self {
-            Backend::Uring(b) => b.start_multishot(op, queue_max),
-            Backend::Epoll(_) => Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                "multishot ops need io_uring (5.19+ for accept, 6.0+ for recv)",
-            )),
-        }
+    fn ring_sizes(&self) -> (u32, u32) {
+        each!(self, b => b.ring_sizes())
     }
-
-    /// Polls an op started by [`start`](Self::start) for its next CQE.
-    pub(crate) fn poll(
+    fn start(&mut self, op: &mut dyn Operation) -> io::Result<Start> {
+        each!(self, b => b.start(op))
+    }
+    fn start_chain(&mut self, ops: &mut [&mut dyn Operation]) -> Option<io::Result<Vec<OpId>>> {
+        each!(self, b => b.start_chain(ops))
+    }
+    fn start_multishot(&mut self, op: &mut dyn Operation, queue_max: u16) -> io::Result<OpId> {
+        each!(self, b => b.start_multishot(op, queue_max))
+    }
+    fn poll(
         &mut self,
         token: &mut Token,
         op: &mut dyn Operation,
         waker: &Waker,
     ) -> Poll<io::Result<Cqe>> {
-        match self {
-            Backend::Uring(b) => b.poll(token, op, waker),
-            Backend::Epoll(b) => b.poll(token, op, waker),
-        }
+        each!(self, b => b.poll(token, op, waker))
     }
-
-    /// Polls an op table entry (a multishot op, a chain's op) for its next CQE.
-    pub(crate) fn poll_id(&mut self, id: OpId, waker: &Waker) -> Poll<io::Result<Cqe>> {
-        match self {
-            Backend::Uring(b) => b.driver.poll_op(id, waker),
-            Backend::Epoll(b) => b.poll_id(id, waker),
-        }
+    fn poll_id(&mut self, id: OpId, waker: &Waker) -> Poll<io::Result<Cqe>> {
+        each!(self, b => b.poll_id(id, waker))
     }
-
-    /// The future of op `id` was dropped: `orphan` keeps its memory until the final CQE,
-    /// and the op is cancelled if it is still running.
-    pub(crate) fn orphan(&mut self, id: OpId, orphan: Box<dyn Orphan>) {
-        match self {
-            // SAFETY: crate-private; every caller is the owner of `id` (an op future, a
-            // stream, a chain or the worker's parked drops) giving up the op with the orphan
-            // that owns its memory.
-            Backend::Uring(b) => unsafe { b.driver.orphan(id, orphan) },
-            Backend::Epoll(b) => b.orphan(id, orphan),
-        }
+    fn orphan(&mut self, id: OpId, orphan: Box<dyn Orphan>) {
+        each!(self, b => b.orphan(id, orphan))
     }
-
-    /// Cancels op `id`, whose future stays to receive its (usually `ECANCELED`) final CQE.
-    pub(crate) fn cancel(&mut self, id: OpId) {
-        match self {
-            Backend::Uring(b) => b.driver.cancel(id),
-            Backend::Epoll(b) => b.cancel(id),
-        }
+    fn cancel(&mut self, id: OpId) {
+        each!(self, b => b.cancel(id))
     }
-
-    /// One loop turn: submit, wait as asked, complete.
-    pub(crate) fn turn(&mut self, wait: Wait) -> io::Result<()> {
-        match self {
-            Backend::Uring(b) => b.turn(wait),
-            Backend::Epoll(b) => b.turn(wait),
-        }
+    fn turn(&mut self, wait: Wait) -> io::Result<()> {
+        each!(self, b => b.turn(wait))
     }
-
-    /// Submits what is queued without waiting (io_uring); nothing to do on epoll.
-    pub(crate) fn submit(&mut self) -> io::Result<()> {
-        match self {
-            Backend::Uring(b) => b.driver.submit(),
-            Backend::Epoll(_) => Ok(()),
-        }
+    fn submit(&mut self) -> io::Result<()> {
+        each!(self, b => b.submit())
     }
-
-    /// Moves the wakers to wake and the finished orphans to drop that the backend produced
-    /// into `out`, to be run once the backend is no longer borrowed.
-    pub(crate) fn take_deferred(&mut self, out: &mut Deferred) {
-        match self {
-            Backend::Uring(b) => b.take_deferred(out),
-            Backend::Epoll(b) => b.take_deferred(out),
-        }
+    fn take_deferred(&mut self, out: &mut Deferred) {
+        each!(self, b => b.take_deferred(out))
     }
-
-    /// Shutdown: cancels every op and waits until `deadline` for the kernel (or the pool)
-    /// to finish with them; what is not done by then keeps its memory for ever.
-    pub(crate) fn drain(&mut self, deadline: Instant) {
-        match self {
-            Backend::Uring(b) => b.drain(deadline),
-            Backend::Epoll(b) => b.drain(deadline),
-        }
+    fn drain(&mut self, deadline: Instant) {
+        each!(self, b => b.drain(deadline))
     }
-
-    /// SQ and CQ sizes (io_uring), or (0, 0) on epoll.
-    pub(crate) fn ring_sizes(&self) -> (u32, u32) {
-        match self {
-            Backend::Uring(b) => b.driver.ring_sizes(),
-            Backend::Epoll(_) => (0, 0),
-        }
+    fn adopt_socket(&self, fd: RawFd) -> io::Result<()> {
+        each!(self, b => b.adopt_socket(fd))
     }
-
-    /// Puts a socket adopted by the runtime in the blocking mode this backend wants:
-    /// blocking on io_uring (the kernel waits for readiness itself), non-blocking on epoll.
-    pub(crate) fn adopt_socket(&self, fd: RawFd) -> io::Result<()> {
-        set_nonblocking(fd, matches!(self, Backend::Epoll(_)))
+    fn reads_inline(&self, fd: RawFd) -> bool {
+        each!(self, b => b.reads_inline(fd))
     }
-
-    /// Whether file reads of `fd` first try the page cache on the loop thread (epoll:
-    /// `RWF_NOWAIT` where the file takes it; io_uring does that inline by itself).
-    pub(crate) fn reads_inline(&self, fd: RawFd) -> bool {
-        match self {
-            Backend::Uring(_) => false,
-            Backend::Epoll(b) => b.reads_inline(fd),
-        }
+    fn close(&mut self, fd: RawFd) {
+        each!(self, b => b.close(fd))
     }
-
-    /// Closes `fd`: on io_uring a `CLOSE` queued behind any op already pushed for it (so no
-    /// queued op can find the number reused); on epoll a deregistration and `close`.
-    pub(crate) fn close(&mut self, fd: RawFd) {
-        match self {
-            Backend::Uring(b) => b.close(fd),
-            Backend::Epoll(b) => {
-                b.forget_fd(fd);
-                // SAFETY: the caller hands over its fd to be closed; epoll forgot it above.
-                unsafe { ring_core::release::close_quietly(fd) };
-            }
-        }
+    fn forget_fd(&mut self, fd: RawFd) {
+        each!(self, b => b.forget_fd(fd))
     }
-
-    /// Forgets `fd` before its owner takes it away (epoll deregisters it).
-    pub(crate) fn forget_fd(&mut self, fd: RawFd) {
-        if let Backend::Epoll(b) = self {
-            b.forget_fd(fd);
-        }
+    fn after_local_shutdown(&mut self, fd: RawFd) {
+        each!(self, b => b.after_local_shutdown(fd))
     }
-
-    /// After a local `shutdown(2)` of `fd`: what was known drained may now give `EPIPE` or
-    /// end of file at once (epoll).
-    pub(crate) fn clear_unready(&mut self, fd: RawFd) {
-        if let Backend::Epoll(b) = self {
-            b.clear_unready(fd);
-        }
+    fn recv_group(&mut self) -> io::Result<BufGroup> {
+        each!(self, b => b.recv_group())
     }
-
-    /// The worker's shared receive buffer group, created on first use.
-    pub(crate) fn recv_group(&mut self) -> io::Result<BufGroup> {
-        match self {
-            Backend::Uring(b) => b
-                .recv_pool
-                .get_or_create(|count, len| uring::recv_group(&mut b.driver, count, len)),
-            // User-space buffer selection: a buffer is taken only once a socket is readable.
-            Backend::Epoll(b) => b
-                .recv_pool
-                .get_or_create(|count, len| BufGroup::new_user(0, count, len)),
-        }
-    }
-
-    /// Buffers of the receive pool that are out (0 before the pool is first used).
-    pub(crate) fn recv_buffers_in_use(&self) -> usize {
-        let group = match self {
-            Backend::Uring(b) => b.recv_pool.get(),
-            Backend::Epoll(b) => b.recv_pool.get(),
-        };
-        group.map_or(0, |g| g.in_use())
+    fn recv_buffers_in_use(&self) -> usize {
+        each!(self, b => b.recv_buffers_in_use())
     }
 }
 
 /// Sets or clears `O_NONBLOCK`.
-fn set_nonblocking(fd: RawFd, on: bool) -> io::Result<()> {
+pub(crate) fn set_nonblocking(fd: RawFd, on: bool) -> io::Result<()> {
     // SAFETY: fcntl on an fd with integer arguments only.
     let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
     if flags < 0 {

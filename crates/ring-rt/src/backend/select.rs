@@ -1,4 +1,5 @@
-//! Choosing the backend at run time, and saying why.
+//! Choosing the backend at run time, building it, and saying why: the one place that
+//! decides which backend a worker runs.
 //!
 //! io_uring unless ring setup fails (ENOSYS, EPERM, ENOMEM, ...) or the kernel (or the
 //! feature profile) lacks an opcode the runtime needs; then epoll. `RING_RT_BACKEND` or
@@ -6,12 +7,79 @@
 
 use std::fmt;
 use std::io;
+use std::os::fd::RawFd;
+use std::time::Duration;
 
 use io_uring::opcode;
+use ring_core::driver::DriverConfig;
 use ring_core::probe::{opcode_name, opcode_since, FeatureMask, Features};
-use ring_core::setup::SetupError;
+use ring_core::setup::{RingConfig, SetupError};
 
-use crate::backend::BackendKind;
+use super::epoll::EpollBackend;
+use super::uring::UringBackend;
+use super::{blocking, Backend, BackendKind, RecvBuffers};
+
+/// What a worker's backend is built from (the builder's settings that concern it).
+#[derive(Clone, Debug)]
+pub(crate) struct BackendConfig {
+    /// The backend asked for (`Builder::backend` or `RING_RT_BACKEND`), if any.
+    pub(crate) requested: Option<BackendKind>,
+    /// A feature profile to mask the probed features with (`RING_FEATURES`).
+    pub(crate) mask: Option<FeatureMask>,
+    pub(crate) ring: RingConfig,
+    pub(crate) recv_buffers: RecvBuffers,
+    pub(crate) batch_wait: Duration,
+    /// The blocking-thread cap the builder set, if it set one.
+    pub(crate) blocking_threads: Option<usize>,
+}
+
+/// How other threads wake a worker: the eventfd they write, and what each backend calls
+/// to reset it once it fired (made anew for each backend tried).
+pub(crate) struct WakeSource<'a> {
+    pub(crate) fd: RawFd,
+    pub(crate) on_wake: &'a dyn Fn() -> Box<dyn Fn()>,
+}
+
+/// Chooses and builds a worker's backend: io_uring where it is usable, else epoll; a
+/// ring whose setup fails after a successful probe (memlock, ...) falls back too, unless
+/// io_uring was requested.
+pub(crate) fn open(config: &BackendConfig, wake: WakeSource<'_>) -> io::Result<(Backend, Choice)> {
+    let choice = choose(config.requested, config.mask.as_ref())?;
+    let Some(features) = choice.features.clone() else {
+        return open_epoll(config, wake, choice);
+    };
+    let driver = DriverConfig {
+        ring: config.ring.clone(),
+        features,
+    };
+    let blocking_threads = config
+        .blocking_threads
+        .unwrap_or_else(blocking::default_threads);
+    let is_explicit = config.blocking_threads.is_some();
+    let uring = UringBackend::new(&driver, wake.fd, (wake.on_wake)(), config.recv_buffers);
+    match uring {
+        Ok(b) => {
+            let b = b
+                .with_batch_wait(config.batch_wait)
+                .with_blocking_threads(blocking_threads, is_explicit);
+            Ok((Backend::Uring(b), choice))
+        }
+        Err(err) if config.requested == Some(BackendKind::Uring) => Err(err.into()),
+        Err(err) => open_epoll(config, wake, setup_failed(err)),
+    }
+}
+
+fn open_epoll(
+    config: &BackendConfig,
+    wake: WakeSource<'_>,
+    choice: Choice,
+) -> io::Result<(Backend, Choice)> {
+    let threads = config
+        .blocking_threads
+        .unwrap_or_else(blocking::default_threads);
+    let epoll = EpollBackend::new(wake.fd, (wake.on_wake)(), config.recv_buffers, threads)?;
+    Ok((Backend::Epoll(epoll), choice))
+}
 
 /// Opcodes every io_uring op of ring-rt relies on: the 5.6 set (sockets, files, cancel).
 const REQUIRED_OPCODES: &[u8] = &[
@@ -112,10 +180,7 @@ pub(crate) fn backend_from_env() -> io::Result<Option<BackendKind>> {
 }
 
 /// Decides the backend for a runtime.
-pub(crate) fn choose(
-    requested: Option<BackendKind>,
-    mask: Option<&FeatureMask>,
-) -> io::Result<Choice> {
+fn choose(requested: Option<BackendKind>, mask: Option<&FeatureMask>) -> io::Result<Choice> {
     if requested == Some(BackendKind::Epoll) {
         return Ok(epoll("requested".into(), None));
     }
@@ -165,7 +230,7 @@ pub(crate) fn choose(
 }
 
 /// Records that ring setup itself failed after probing succeeded (e.g. memlock).
-pub(crate) fn setup_failed(err: SetupError) -> Choice {
+fn setup_failed(err: SetupError) -> Choice {
     epoll(format!("io_uring ring setup failed: {err}"), Some(err))
 }
 

@@ -8,6 +8,7 @@
 
 use std::io;
 use std::os::fd::RawFd;
+use std::sync::Arc;
 use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -15,21 +16,25 @@ use io_uring::{opcode, squeue, types};
 use ring_core::buf_pool::BufGroup;
 use ring_core::cqe::Cqe;
 use ring_core::driver::{Batch, Driver, DriverConfig, Wait};
-use ring_core::lifecycle::Deferred;
+use ring_core::lifecycle::{Deferred, Orphan};
+use ring_core::metrics::Metrics;
+use ring_core::probe::{Feature, Features};
 use ring_core::release::Keep;
 use ring_core::setup::SetupError;
 use ring_core::user_data::{OpId, Reserved};
 
-use super::{Emulation, Operation, RecvBuffers, RecvPool, Start, Token};
+use super::{
+    BackendKind, Capability, Emulation, Mechanism, Operation, RecvBuffers, RecvPool, Start, Token,
+};
 
 pub(crate) struct UringBackend {
-    pub(crate) driver: Driver,
+    driver: Driver,
     /// The eventfd other threads write to wake this worker.
     wake_fd: RawFd,
     /// The armed poll on `wake_fd`, if any.
     wake_op: Option<OpId>,
     /// The worker's shared receive group (see `Backend::recv_group`).
-    pub(crate) recv_pool: RecvPool,
+    recv_pool: RecvPool,
     /// Called when the eventfd fired, to reset it.
     on_wake: Box<dyn Fn()>,
     /// The longest a blocking wait may linger to gather a batch; zero for never.
@@ -90,74 +95,6 @@ impl UringBackend {
         self
     }
 
-    /// Starts `op`: its SQE is pushed (submitted by the next turn).
-    pub(crate) fn start(&mut self, op: &mut dyn Operation) -> io::Result<Start> {
-        if op.is_readiness_only() {
-            let Emulation::Readiness { fd, events } = op.emulate() else {
-                unreachable!("a readiness-only op is emulated by readiness")
-            };
-            return Ok(Start::Token(Token::Ready {
-                fd,
-                events,
-                poll: None,
-            }));
-        }
-        if let Some(code) = op.opcode() {
-            if !self.driver.features().has_opcode(code) {
-                return Ok(Start::Done(run_inline(op)));
-            }
-        }
-        let sqe = op.sqe();
-        // SAFETY: `Operation`'s contract: the SQE points only at memory the op owns (on the
-        // heap or 'static) and at its fd; the op's future keeps the op until the final CQE,
-        // and its orphan (`into_orphan`) after that.
-        let id = unsafe { self.driver.submit_op(sqe)? };
-        Ok(Start::Token(Token::InFlight(id)))
-    }
-
-    /// Pushes a chain of ops as one linked group, if every op can be linked in the kernel.
-    pub(crate) fn start_chain(
-        &mut self,
-        ops: &mut [&mut dyn Operation],
-    ) -> Option<io::Result<Vec<OpId>>> {
-        let features = self.driver.features();
-        let linkable = ops.iter().all(|op| {
-            !op.is_readiness_only() && op.opcode().is_none_or(|code| features.has_opcode(code))
-        });
-        if !linkable {
-            return None;
-        }
-        let sqes: Vec<squeue::Entry> = ops.iter_mut().map(|op| op.sqe()).collect();
-        // SAFETY: as in `start`, for every op of the chain; the chain's future keeps them.
-        Some(unsafe { self.driver.submit_chain(sqes) })
-    }
-
-    /// Pushes a multishot op whose unpolled CQEs are bounded by `queue_max` (0: unbounded).
-    pub(crate) fn start_multishot(
-        &mut self,
-        op: &mut dyn Operation,
-        queue_max: u16,
-    ) -> io::Result<OpId> {
-        let sqe = op.sqe();
-        // SAFETY: as in `start`.
-        let id = unsafe { self.driver.submit_op(sqe)? };
-        self.driver.bound_queue(id, queue_max);
-        Ok(id)
-    }
-
-    /// Polls an op started by [`start`](Self::start).
-    pub(crate) fn poll(
-        &mut self,
-        token: &mut Token,
-        op: &mut dyn Operation,
-        waker: &Waker,
-    ) -> Poll<io::Result<Cqe>> {
-        match token {
-            Token::InFlight(id) => self.driver.poll_op(*id, waker),
-            Token::Ready { fd, events, poll } => self.poll_readiness(op, *fd, *events, poll, waker),
-        }
-    }
-
     /// A readiness-only op: waits for `fd` with a one-shot `POLL_ADD`, then tries the
     /// syscall; EAGAIN (another reader was first) waits again.
     fn poll_readiness(
@@ -186,7 +123,160 @@ impl UringBackend {
         }
     }
 
-    pub(crate) fn turn(&mut self, wait: Wait) -> io::Result<()> {
+    /// A busy ring waits for as many CQEs as its last turn brought, so steady load costs
+    /// one enter per batch rather than one per CQE; one CQE per turn waits as usual.
+    fn set_batch(&mut self, wait: Wait) {
+        if self.batch_wait.is_zero() || wait == Wait::No {
+            return;
+        }
+        let want = self.last_batch.min(BATCH_MAX) as u32;
+        let batch = (want > 1).then_some(Batch {
+            want,
+            min_wait: self.batch_wait,
+        });
+        self.driver.set_batch(batch);
+    }
+
+    /// Submits what was pushed; whether nothing is left waiting.
+    fn submitted_all(&mut self) -> bool {
+        self.driver.submit().is_ok() && self.driver.pending_sqes() == 0
+    }
+}
+
+impl Mechanism for UringBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Uring
+    }
+
+    fn features(&self) -> Option<&Features> {
+        Some(self.driver.features())
+    }
+
+    fn supports(&self, cap: Capability) -> bool {
+        let feature = match cap {
+            Capability::MultishotAccept => Feature::MultishotAccept,
+            Capability::MultishotRecv => Feature::MultishotRecv,
+            Capability::SendZc => Feature::SendZc,
+        };
+        self.driver.features().has(feature)
+    }
+
+    fn metrics(&self) -> &Arc<Metrics> {
+        self.driver.metrics()
+    }
+
+    fn ring_sizes(&self) -> (u32, u32) {
+        self.driver.ring_sizes()
+    }
+
+    fn poll_id(&mut self, id: OpId, waker: &Waker) -> Poll<io::Result<Cqe>> {
+        self.driver.poll_op(id, waker)
+    }
+
+    fn orphan(&mut self, id: OpId, orphan: Box<dyn Orphan>) {
+        // SAFETY: `Mechanism::orphan`'s contract: every caller is the owner of `id` (an op
+        // future, a stream, a chain or the worker's parked drops) giving up the op with the
+        // orphan that owns its memory.
+        unsafe { self.driver.orphan(id, orphan) }
+    }
+
+    fn cancel(&mut self, id: OpId) {
+        self.driver.cancel(id);
+    }
+
+    fn submit(&mut self) -> io::Result<()> {
+        self.driver.submit()
+    }
+
+    /// Blocking: the kernel waits for readiness itself. (A readiness-only op's syscall
+    /// passes `MSG_DONTWAIT`, so it never blocks the loop on such a socket.)
+    fn adopt_socket(&self, fd: RawFd) -> io::Result<()> {
+        super::set_nonblocking(fd, false)
+    }
+
+    /// Never: a READ SQE tries the page cache inline by itself before punting.
+    fn reads_inline(&self, _fd: RawFd) -> bool {
+        false
+    }
+
+    /// Nothing to forget: the ring keeps no per-fd state (each op names its fd).
+    fn forget_fd(&mut self, _fd: RawFd) {}
+
+    /// Nothing to do: an op in the kernel sees the shutdown itself; nothing is cached.
+    fn after_local_shutdown(&mut self, _fd: RawFd) {}
+
+    fn recv_group(&mut self) -> io::Result<BufGroup> {
+        let driver = &mut self.driver;
+        self.recv_pool
+            .get_or_create(|count, len| recv_group(driver, count, len))
+    }
+
+    fn recv_buffers_in_use(&self) -> usize {
+        self.recv_pool.in_use()
+    }
+
+    /// Starts `op`: its SQE is pushed (submitted by the next turn).
+    fn start(&mut self, op: &mut dyn Operation) -> io::Result<Start> {
+        if op.is_readiness_only() {
+            let Emulation::Readiness { fd, events } = op.emulate() else {
+                unreachable!("a readiness-only op is emulated by readiness")
+            };
+            return Ok(Start::Token(Token::Ready {
+                fd,
+                events,
+                poll: None,
+            }));
+        }
+        if let Some(code) = op.opcode() {
+            if !self.driver.features().has_opcode(code) {
+                return Ok(Start::Done(run_inline(op)));
+            }
+        }
+        let sqe = op.sqe();
+        // SAFETY: `Operation`'s contract: the SQE points only at memory the op owns (on the
+        // heap or 'static) and at its fd; the op's future keeps the op until the final CQE,
+        // and its orphan (`into_orphan`) after that.
+        let id = unsafe { self.driver.submit_op(sqe)? };
+        Ok(Start::Token(Token::InFlight(id)))
+    }
+
+    /// Pushes a chain of ops as one linked group, if every op can be linked in the kernel.
+    fn start_chain(&mut self, ops: &mut [&mut dyn Operation]) -> Option<io::Result<Vec<OpId>>> {
+        let features = self.driver.features();
+        let linkable = ops.iter().all(|op| {
+            !op.is_readiness_only() && op.opcode().is_none_or(|code| features.has_opcode(code))
+        });
+        if !linkable {
+            return None;
+        }
+        let sqes: Vec<squeue::Entry> = ops.iter_mut().map(|op| op.sqe()).collect();
+        // SAFETY: as in `start`, for every op of the chain; the chain's future keeps them.
+        Some(unsafe { self.driver.submit_chain(sqes) })
+    }
+
+    /// Pushes a multishot op whose unpolled CQEs are bounded by `queue_max` (0: unbounded).
+    fn start_multishot(&mut self, op: &mut dyn Operation, queue_max: u16) -> io::Result<OpId> {
+        let sqe = op.sqe();
+        // SAFETY: as in `start`.
+        let id = unsafe { self.driver.submit_op(sqe)? };
+        self.driver.bound_queue(id, queue_max);
+        Ok(id)
+    }
+
+    /// Polls an op started by [`start`](Self::start).
+    fn poll(
+        &mut self,
+        token: &mut Token,
+        op: &mut dyn Operation,
+        waker: &Waker,
+    ) -> Poll<io::Result<Cqe>> {
+        match token {
+            Token::InFlight(id) => self.driver.poll_op(*id, waker),
+            Token::Ready { fd, events, poll } => self.poll_readiness(op, *fd, *events, poll, waker),
+        }
+    }
+
+    fn turn(&mut self, wait: Wait) -> io::Result<()> {
         if self.wake_op.is_none() {
             let poll = opcode::PollAdd::new(types::Fd(self.wake_fd), libc::POLLIN as u32);
             // SAFETY: a POLL_ADD points at no memory; the eventfd lives as long as the
@@ -204,27 +294,13 @@ impl UringBackend {
         Ok(())
     }
 
-    /// A busy ring waits for as many CQEs as its last turn brought, so steady load costs
-    /// one enter per batch rather than one per CQE; one CQE per turn waits as usual.
-    fn set_batch(&mut self, wait: Wait) {
-        if self.batch_wait.is_zero() || wait == Wait::No {
-            return;
-        }
-        let want = self.last_batch.min(BATCH_MAX) as u32;
-        let batch = (want > 1).then_some(Batch {
-            want,
-            min_wait: self.batch_wait,
-        });
-        self.driver.set_batch(batch);
-    }
-
     /// Closes `fd` now, as epoll's backend does: a `CLOSE` SQE ran whenever the kernel got
     /// to it, unordered against other ops, so a write to a socket's just-dropped peer still
     /// succeeded on io_uring (EPIPE on epoll). Only once no pushed SQE waits to be
     /// submitted (one may name `fd`, and the kernel looks the number up at submission):
     /// otherwise, and with SQPOLL (whose thread takes SQEs when it likes), a `CLOSE` SQE
     /// queued behind them, so no queued op can find the number reused.
-    pub(crate) fn close(&mut self, fd: RawFd) {
+    fn close(&mut self, fd: RawFd) {
         let sqpoll = self.driver.setup_flags().sqpoll;
         if !sqpoll && (self.driver.pending_sqes() == 0 || self.submitted_all()) {
             // SAFETY: the caller hands its fd over to be closed; no unsubmitted SQE names
@@ -239,18 +315,13 @@ impl UringBackend {
         unsafe { self.driver.push(sqe) };
     }
 
-    /// Submits what was pushed; whether nothing is left waiting.
-    fn submitted_all(&mut self) -> bool {
-        self.driver.submit().is_ok() && self.driver.pending_sqes() == 0
-    }
-
     /// Moves the wakers and finished orphans the driver deferred into `out`.
-    pub(crate) fn take_deferred(&mut self, out: &mut Deferred) {
+    fn take_deferred(&mut self, out: &mut Deferred) {
         self.driver.take_deferred(out);
     }
 
     /// Shutdown: cancels every op and waits until `deadline` for their final CQEs.
-    pub(crate) fn drain(&mut self, deadline: Instant) {
+    fn drain(&mut self, deadline: Instant) {
         if let Some(id) = self.wake_op.take() {
             // SAFETY: the wake poll is this backend's own op; it points at no memory.
             unsafe { self.driver.orphan(id, Box::new(Keep(()))) };

@@ -107,7 +107,7 @@ fn check_pos(pos: u64) -> io::Result<()> {
 impl File {
     pub(crate) fn from_owned(core: Rc<Core>, fd: OwnedFd) -> File {
         let raw = fd.as_raw_fd();
-        let is_nowait_read = core.backend_ref(|b| b.reads_inline(raw)).unwrap_or(false);
+        let is_nowait_read = core.reads_inline(raw);
         File {
             unpositioned: has_no_position(&fd),
             fd: fd.into_raw_fd(),

@@ -11,10 +11,10 @@ use std::task::{ready, Context, Poll};
 
 use ring_core::buf_pool::{BufGroup, ReturnWait};
 use ring_core::cqe::Cqe;
-use ring_core::probe::Feature;
 use ring_core::user_data::OpId;
 
 use super::socket::Socket;
+use crate::backend::Capability;
 use crate::op::multishot::Multishot;
 use crate::op::net::{keep_chunks, RecvMulti, RecvSelect};
 use crate::op::unclaimed::{TurnTicket, Unclaimed};
@@ -248,12 +248,9 @@ impl<'a> RecvStream<'a> {
         if let Some((g, u)) = &self.group {
             return Ok((g.clone(), u.clone()));
         }
-        let (group, has_multishot) = self.socket.core.with_backend(|b| {
-            let group = b.recv_group();
-            let has = b.features().is_some_and(|f| f.has(Feature::MultishotRecv));
-            (group, has)
-        })?;
-        let group = group?;
+        let core = &self.socket.core;
+        let group = core.recv_group()?;
+        let has_multishot = core.supports(Capability::MultishotRecv);
         self.multishot_ok = !self.single_only && has_multishot;
         let unclaimed = self.socket.unclaimed();
         self.group = Some((group.clone(), unclaimed.clone()));

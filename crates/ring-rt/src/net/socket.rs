@@ -8,11 +8,11 @@ use std::net::Shutdown;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
 
-use ring_core::probe::Feature;
 use socket2::{Domain, SockAddr, Type};
 
 use super::recv_stream::RecvStream;
 use super::write_all::WriteAll;
+use crate::backend::Capability;
 use crate::buf::{IoBuf, IoBufMut};
 use crate::op::link::Pending;
 use crate::op::net::{Connect, Recv, Send, SendZc};
@@ -32,7 +32,7 @@ impl Socket {
     /// Adopts `fd` on the current worker, in the blocking mode its backend wants
     /// (io_uring: blocking, the kernel waits for readiness itself; epoll: non-blocking).
     pub(crate) fn from_owned(core: Rc<Core>, fd: OwnedFd) -> io::Result<Socket> {
-        core.backend_ref(|b| b.adopt_socket(fd.as_raw_fd()))??;
+        core.adopt_socket(fd.as_raw_fd())?;
         Ok(Socket {
             fd: fd.into_raw_fd(),
             core,
@@ -115,11 +115,7 @@ impl Socket {
     }
 
     pub(crate) async fn send_zc<B: IoBuf>(&self, buf: B) -> (io::Result<usize>, B) {
-        let supported = self
-            .core
-            .backend_ref(|b| b.features().is_none_or(|f| f.has(Feature::SendZc)))
-            .unwrap_or(false);
-        if !supported {
+        if !self.core.supports(Capability::SendZc) {
             return self.write(buf).await;
         }
         Op::new(
@@ -142,9 +138,7 @@ impl Socket {
 
     pub(crate) fn shutdown(&self, how: Shutdown) -> io::Result<()> {
         self.with_socket2(|s| s.shutdown(how))?;
-        // Busy only if called from inside a backend turn; then the next op just waits for
-        // an event before its syscall.
-        let _ = self.core.with_backend(|b| b.clear_unready(self.fd));
+        self.core.after_local_shutdown(self.fd);
         Ok(())
     }
 
@@ -169,9 +163,8 @@ impl Socket {
         // -1 tells Drop there is nothing left to close; the core handle drops normally.
         let fd = std::mem::replace(&mut self.fd, -1);
         // The backend must forget the fd (epoll's registration): its new owner will close
-        // it without us. A busy backend only happens inside a loop turn; the registration
-        // then goes when the number is closed and reused (EPOLL_CTL_ADD finds it gone).
-        let _ = self.core.with_backend(|b| b.forget_fd(fd));
+        // it without us.
+        self.core.forget_fd(fd);
         drop(self);
         // SAFETY: `self` owned the fd; its field now says -1, so its drop did not close it
         // and ownership moves here.

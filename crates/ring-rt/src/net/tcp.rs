@@ -9,12 +9,12 @@ use std::rc::Rc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
-use ring_core::probe::Feature;
 use socket2::{Domain, SockAddr, Type};
 
 use super::into_fd::IntoFdError;
 use super::recv_stream::RecvStream;
 use super::socket::{socket_traits, stream_methods, Socket};
+use crate::backend::Capability;
 use crate::buf::{IoBuf, IoBufMut};
 use crate::op::link::Pending;
 use crate::op::multishot::Multishot;
@@ -393,14 +393,7 @@ impl<'a> Incoming<'a> {
     /// accept took waits, and the listen backlog is short (armed on a long one it would
     /// take all of it at once, past [`ACCEPT_QUEUE_MAX`]).
     fn may_arm(&self) -> bool {
-        let has_multishot = self
-            .socket
-            .core
-            .backend_ref(|b| {
-                b.features()
-                    .is_some_and(|f| f.has(Feature::MultishotAccept))
-            })
-            .unwrap_or(false);
+        let has_multishot = self.socket.core.supports(Capability::MultishotAccept);
         has_multishot
             && !self.socket.unclaimed().is_busy()
             && accept_backlog(self.socket.fd()).is_some_and(|n| n < u32::from(ACCEPT_QUEUE_MAX))

@@ -319,7 +319,7 @@ fn push_chain<C: Chain>(core: &Rc<Core>, mut chain: C) -> Pushed<C> {
     let pushed = {
         let mut ops = Vec::with_capacity(n);
         chain.ops(&mut ops);
-        core.with_backend(|b| b.start_chain(&mut ops))
+        core.start_chain(&mut ops)
     };
     match pushed {
         Ok(Some(Ok(ids))) => Pushed::InKernel(InKernel {
@@ -352,7 +352,7 @@ impl<C: Chain> InKernel<C> {
         for i in 0..self.ids.len() {
             while !self.done[i] {
                 let id = self.ids[i];
-                let polled = self.core.with_backend(|b| b.poll_id(id, cx.waker()));
+                let polled = self.core.poll_id(id, cx.waker());
                 let cqe = match polled {
                     Ok(Poll::Pending) => return Poll::Pending,
                     Ok(Poll::Ready(res)) => res.unwrap_or_else(|e| error_cqe(&e)),

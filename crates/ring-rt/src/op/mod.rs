@@ -99,7 +99,7 @@ impl<T: OpDef> Op<T> {
             State::Running(op, token) => match token.in_flight() {
                 Some((id, true)) => {
                     if !std::mem::replace(cancel_sent, true) {
-                        let _ = self.core.with_backend(|b| b.cancel(id));
+                        let _ = self.core.cancel(id);
                     }
                     self.state = State::Running(op, token);
                     None

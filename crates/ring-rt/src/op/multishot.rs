@@ -78,7 +78,7 @@ impl<T: MultishotDef> Multishot<T> {
                 }
             }
         };
-        let polled = match self.core.with_backend(|b| b.poll_id(id, cx.waker())) {
+        let polled = match self.core.poll_id(id, cx.waker()) {
             Ok(polled) => polled,
             Err(_) => {
                 cx.waker().wake_by_ref();

@@ -1,33 +1,22 @@
-//! What a worker is built from, and building one: choosing its backend, pinning it to a
-//! CPU, making its core.
+//! What a worker is built from, and building one: pinning it to a CPU, opening its
+//! backend (chosen in `backend::select`), making its core.
 
 use std::io;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ring_core::driver::DriverConfig;
-use ring_core::probe::FeatureMask;
-use ring_core::setup::RingConfig;
-
 use super::Core;
-use crate::backend::epoll::EpollBackend;
-use crate::backend::select::{self, Choice};
-use crate::backend::uring::UringBackend;
-use crate::backend::{blocking, Backend, BackendKind, RecvBuffers};
+use crate::backend::select::{self, BackendConfig, Choice, WakeSource};
+use crate::backend::{Backend, Mechanism};
 use crate::executor::{Executor, Shared};
 use crate::unpark::Unparker;
 
 /// What every worker is built from (shared with the worker threads).
 #[derive(Debug)]
 pub(crate) struct WorkerConfig {
-    pub(crate) requested: Option<BackendKind>,
-    pub(crate) mask: Option<FeatureMask>,
-    pub(crate) ring: RingConfig,
+    pub(crate) backend: BackendConfig,
     pub(crate) pin_workers: bool,
-    pub(crate) recv_buffers: RecvBuffers,
-    pub(crate) batch_wait: Duration,
-    pub(crate) blocking_threads: Option<usize>,
     pub(crate) spin_before_park: Duration,
 }
 
@@ -38,7 +27,15 @@ impl WorkerConfig {
             pin_to_cpu(index)?;
         }
         let shared = Arc::new(Shared::new(Unparker::new()?));
-        let (backend, choice) = self.build_backend(&shared)?;
+        let on_wake = || -> Box<dyn Fn()> {
+            let shared = shared.clone();
+            Box::new(move || shared.unparker.reset())
+        };
+        let wake = WakeSource {
+            fd: shared.unparker.fd(),
+            on_wake: &on_wake,
+        };
+        let (backend, choice) = select::open(&self.backend, wake)?;
         trace_start(index, &backend, &choice);
         Ok(Rc::new(Core::new(
             Executor::new(shared),
@@ -46,47 +43,6 @@ impl WorkerConfig {
             choice,
             self.spin_before_park,
         )))
-    }
-
-    fn build_backend(&self, shared: &Arc<Shared>) -> io::Result<(Backend, Choice)> {
-        let choice = select::choose(self.requested, self.mask.as_ref())?;
-        if choice.kind == BackendKind::Epoll {
-            return self.epoll(shared, choice);
-        }
-        let features = choice
-            .features
-            .clone()
-            .expect("io_uring choice carries features");
-        let config = DriverConfig {
-            ring: self.ring.clone(),
-            features,
-        };
-        let waker_shared = shared.clone();
-        let on_wake = Box::new(move || waker_shared.unparker.reset());
-        let backend = UringBackend::new(&config, shared.unparker.fd(), on_wake, self.recv_buffers);
-        let backend = backend.map(|b| {
-            b.with_batch_wait(self.batch_wait)
-                .with_blocking_threads(self.blocking_threads(), self.blocking_threads.is_some())
-        });
-        match backend {
-            Ok(backend) => Ok((Backend::Uring(backend), choice)),
-            Err(err) if self.requested == Some(BackendKind::Uring) => Err(err.into()),
-            Err(err) => self.epoll(shared, select::setup_failed(err)),
-        }
-    }
-
-    /// The blocking-thread cap for either backend: the builder's, else the default.
-    fn blocking_threads(&self) -> usize {
-        self.blocking_threads
-            .unwrap_or_else(blocking::default_threads)
-    }
-
-    fn epoll(&self, shared: &Arc<Shared>, choice: Choice) -> io::Result<(Backend, Choice)> {
-        let waker_shared = shared.clone();
-        let on_wake = Box::new(move || waker_shared.unparker.reset());
-        let threads = self.blocking_threads();
-        let backend = EpollBackend::new(shared.unparker.fd(), on_wake, self.recv_buffers, threads)?;
-        Ok((Backend::Epoll(backend), choice))
     }
 }
 

@@ -12,6 +12,7 @@
 //! the backend busy (a drop inside such code) is parked and done at the next safe point,
 //! never forgotten: an orphan, a close.
 
+mod backend_calls;
 mod config;
 mod threads;
 mod timers;
@@ -36,7 +37,7 @@ use ring_core::lifecycle::{Deferred, Orphan};
 use ring_core::user_data::OpId;
 
 use crate::backend::select::Choice;
-use crate::backend::{Backend, Operation, Start, Token};
+use crate::backend::{Backend, Mechanism, Operation, Start, Token};
 use crate::executor::task::Header;
 use crate::executor::Executor;
 
@@ -76,6 +77,8 @@ pub struct Core {
 enum Parked {
     Orphan(OpId, Box<dyn Orphan>),
     Close(RawFd),
+    Forget(RawFd),
+    Shutdown(RawFd),
 }
 
 thread_local! {
@@ -121,7 +124,7 @@ impl Core {
     /// Runs `f` on the backend; the wakes and drops it produced wait for the next safe
     /// point (see the module header). An error if the backend is busy: only code called
     /// from inside a backend call can meet that, and it gets an error rather than a panic.
-    pub(crate) fn with_backend<R>(&self, f: impl FnOnce(&mut Backend) -> R) -> io::Result<R> {
+    fn with_backend<R>(&self, f: impl FnOnce(&mut Backend) -> R) -> io::Result<R> {
         let mut backend = self.backend.try_borrow_mut().map_err(|_| busy())?;
         let out = f(&mut backend);
         backend.take_deferred(&mut self.deferred.borrow_mut());
@@ -129,7 +132,7 @@ impl Core {
     }
 
     /// Reads something of the backend (its kind, features, counters).
-    pub(crate) fn backend_ref<R>(&self, f: impl FnOnce(&Backend) -> R) -> io::Result<R> {
+    fn backend_ref<R>(&self, f: impl FnOnce(&Backend) -> R) -> io::Result<R> {
         let backend = self.backend.try_borrow().map_err(|_| busy())?;
         Ok(f(&backend))
     }
@@ -279,6 +282,8 @@ impl Core {
                     unsafe { ring_core::release::close_quietly(fd) }
                 }
                 Parked::Close(fd) => backend.close(fd),
+                Parked::Forget(fd) => backend.forget_fd(fd),
+                Parked::Shutdown(fd) => backend.after_local_shutdown(fd),
             }
         }
         backend.take_deferred(&mut self.deferred.borrow_mut());
