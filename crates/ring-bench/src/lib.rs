@@ -9,7 +9,6 @@ pub mod load;
 pub mod plot;
 pub mod report;
 pub mod seed;
-pub mod seed_cli;
 pub mod server;
 pub mod stats;
 pub mod strace;

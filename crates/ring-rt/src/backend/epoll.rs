@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use ring_core::buf_pool::BufGroup;
 use ring_core::cqe::Cqe;
-use ring_core::driver::Wait;
+use ring_core::driver::{drain_until, Wait};
 use ring_core::lifecycle::{Deferred, Orphan};
 use ring_core::metrics::Metrics;
 use ring_core::op_table::{Dispatch, OpTable, Orphaned};
@@ -510,7 +510,7 @@ impl Mechanism for EpollBackend {
                 self.dispatch(Cqe::new(id.to_user_data(), -libc::ECANCELED, 0));
             }
         }
-        super::wait_out(deadline, || {
+        drain_until(deadline, || {
             if self.ops.awaiting_kernel() == 0 {
                 return false;
             }

@@ -30,12 +30,9 @@ use ring_core::user_data::OpId;
 pub use blocking::BlockingJob;
 pub use select::BackendChoice;
 
+// How long shutdown waits for the kernel (or the blocking pool), from ring-core: both
+// backends drain alike, with `ring_core::driver::drain_until`.
 pub(crate) use ring_core::driver::SHUTDOWN_WAIT;
-
-/// How long shutdown waits for the kernel, from ring-core (both backends drain alike).
-pub(crate) fn wait_out(deadline: Instant, turn: impl FnMut() -> bool) {
-    ring_core::driver::drain_until(deadline, turn);
-}
 
 /// What a backend needs of an op to run it either way: its io_uring SQE, and how the
 /// epoll backend performs it without io_uring. Implemented by ring-rt's op structs.

@@ -823,5 +823,4 @@ fn register_error(err: io::Error) -> io::Error {
 }
 
 #[cfg(test)]
-#[path = "buf_pool_tests.rs"]
 mod tests;

@@ -3,17 +3,12 @@
 use std::io;
 use std::time::{Duration, Instant};
 
-use io_uring::{opcode, types};
+use io_uring::{opcode, types, EnterFlags};
 
 use super::{Driver, Wait};
 use crate::cqe::Cqe;
 use crate::metrics::Metrics;
 use crate::user_data::Reserved;
-
-/// `IORING_ENTER_*` flags (kernel ABI; the io-uring crate keeps its own copy private).
-const ENTER_GETEVENTS: u32 = 1 << 0;
-const ENTER_SQ_WAKEUP: u32 = 1 << 1;
-const ENTER_EXT_ARG: u32 = 1 << 3;
 
 /// How often one turn re-enters after EBUSY/EAGAIN before giving the caller back control.
 const BUSY_RETRIES_MAX: u32 = 8;
@@ -150,39 +145,38 @@ impl Driver {
         min_wait: Option<Duration>,
     ) -> io::Result<usize> {
         // GETEVENTS always: it is what runs deferred task work (DEFER_TASKRUN) and flushes
-        // overflowed CQEs, and costs nothing when there is none.
-        let mut flags = ENTER_GETEVENTS;
+        // overflowed CQEs, and costs nothing when there is none. Hence the crate's raw
+        // `Submitter::enter`: its `submit_and_wait`/`submit_with_args` leave GETEVENTS out
+        // of a turn that does not wait (unless the SQ flags ask for it) and may skip the
+        // syscall under SQPOLL, where `needs_enter` has already decided that one is needed.
+        let mut flags = EnterFlags::GETEVENTS;
         if self.flags.sqpoll && self.ring.submission().need_wakeup() {
-            flags |= ENTER_SQ_WAKEUP;
+            flags |= EnterFlags::SQ_WAKEUP;
         }
         let submitter = self.ring.submitter();
-        if let Some(min_wait) = min_wait {
-            let ts = timeout.map(timespec);
-            let args = GeteventsArg::new(ts.as_ref(), min_wait);
-            // SAFETY: `args` and the `ts` it may point at outlive the call; EXT_ARG tells
-            // the kernel the argument is an `io_uring_getevents_arg`, which `GeteventsArg`
-            // mirrors field for field (repr(C)), and its size is what `enter` passes.
-            return unsafe {
-                submitter.enter(to_submit, min_complete, flags | ENTER_EXT_ARG, Some(&args))
-            };
-        }
-        match timeout {
-            Some(d) => {
-                let ts = timespec(d);
-                let args = types::SubmitArgs::new().timespec(&ts);
-                // SAFETY: `args` and `ts` outlive the call; EXT_ARG tells the kernel that
-                // the argument is an `io_uring_getevents_arg`, which `SubmitArgs` wraps
-                // (repr(transparent)), and the size passed is that of `SubmitArgs`.
-                unsafe {
-                    submitter.enter(to_submit, min_complete, flags | ENTER_EXT_ARG, Some(&args))
-                }
-            }
+        if timeout.is_none() && min_wait.is_none() {
             // SAFETY: no argument pointer is passed (None), and every SQE in the SQ points
             // only at memory owned by its op until the final CQE (see `try_push`).
-            None => unsafe {
-                submitter.enter::<libc::sigset_t>(to_submit, min_complete, flags, None)
-            },
+            return unsafe {
+                submitter.enter::<libc::sigset_t>(to_submit, min_complete, flags.bits(), None)
+            };
         }
+        let ts = timeout.map(timespec);
+        let args = match &ts {
+            Some(ts) => types::SubmitArgs::new().timespec(ts),
+            None => types::SubmitArgs::new(),
+        };
+        let args = match min_wait {
+            Some(d) => args.min_wait_usec(min_wait_usec(d)),
+            None => args,
+        };
+        let flags = flags | EnterFlags::EXT_ARG;
+        // SAFETY: `args` and the `ts` it may point at outlive the call; EXT_ARG tells the
+        // kernel the argument is an `io_uring_getevents_arg`, which `SubmitArgs` wraps
+        // (repr(transparent)), and the size `enter` passes is that of `SubmitArgs`. Every
+        // SQE in the SQ points only at memory owned by its op until the final CQE (see
+        // `try_push`).
+        unsafe { submitter.enter(to_submit, min_complete, flags.bits(), Some(&args)) }
     }
 
     /// Kernels without `EXT_ARG` (before 5.11) wait with a timeout SQE. `count(1)` makes it
@@ -234,7 +228,8 @@ impl Driver {
         let submitter = self.ring.submitter();
         // SAFETY: no argument pointer, nothing submitted: this only asks the kernel to
         // flush overflowed CQEs into the CQ.
-        let res = unsafe { submitter.enter::<libc::sigset_t>(0, 0, ENTER_GETEVENTS, None) };
+        let res =
+            unsafe { submitter.enter::<libc::sigset_t>(0, 0, EnterFlags::GETEVENTS.bits(), None) };
         Metrics::bump(&self.metrics.enters);
         match res {
             Ok(_) => Ok(()),
@@ -296,28 +291,11 @@ impl Driver {
     }
 }
 
-/// The kernel's `struct io_uring_getevents_arg` (5.11; `min_wait_usec` since 6.12). The
-/// io-uring crate's `SubmitArgs` cannot set `min_wait_usec`, so the batched wait builds
-/// its own.
-#[repr(C)]
-struct GeteventsArg {
-    sigmask: u64,
-    sigmask_sz: u32,
-    min_wait_usec: u32,
-    ts: u64,
-}
-
-impl GeteventsArg {
-    fn new(ts: Option<&types::Timespec>, min_wait: Duration) -> GeteventsArg {
-        GeteventsArg {
-            sigmask: 0,
-            sigmask_sz: 0,
-            // At least 1 us: 0 would mean "no minimum" and turn the batch into a plain wait
-            // for `want` CQEs with no bound.
-            min_wait_usec: min_wait.as_micros().clamp(1, u32::MAX as u128) as u32,
-            ts: ts.map_or(0, |ts| ts as *const types::Timespec as u64),
-        }
-    }
+/// A batched wait's minimum (`min_wait_usec` of `io_uring_getevents_arg`, 6.12), in whole
+/// microseconds. At least 1 us: 0 would mean "no minimum" and turn the batch into a plain
+/// wait for `want` CQEs with no bound.
+fn min_wait_usec(d: Duration) -> u32 {
+    d.as_micros().clamp(1, u32::MAX as u128) as u32
 }
 
 /// `d` as the kernel's timespec. Its `tv_sec` is signed: a longer wait (`Duration::MAX`,

@@ -14,11 +14,9 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-#[path = "seed_report.rs"]
+pub mod cli;
 pub mod report;
-#[path = "seed_ring.rs"]
 mod ring;
-#[path = "seed_tokio.rs"]
 mod tokio_fs;
 
 /// Bytes per page: one write, one read.

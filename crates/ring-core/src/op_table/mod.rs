@@ -288,5 +288,4 @@ fn stale_error(id: OpId) -> io::Error {
 }
 
 #[cfg(test)]
-#[path = "op_table_tests.rs"]
 mod tests;

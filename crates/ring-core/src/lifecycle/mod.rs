@@ -366,5 +366,4 @@ impl fmt::Debug for Lifecycle {
 }
 
 #[cfg(test)]
-#[path = "lifecycle_tests.rs"]
 mod tests;

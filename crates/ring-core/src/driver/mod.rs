@@ -23,12 +23,10 @@ use crate::register_buf::RegisteredBufs;
 use crate::setup::{self, RingConfig, SetupError, SetupFlags};
 use crate::user_data::{OpId, Reserved};
 
-#[path = "driver_enter.rs"]
 mod enter;
+mod groups;
 
 pub use enter::{drain_until, SHUTDOWN_WAIT};
-#[path = "driver_groups.rs"]
-mod groups;
 
 /// Everything a driver is built from.
 #[derive(Clone, Debug)]
