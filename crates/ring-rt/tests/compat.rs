@@ -48,6 +48,10 @@ fn main() {
             "a_dropped_adapter_gives_its_read_ahead_back",
             a_dropped_adapter_gives_its_read_ahead_back,
         ),
+        (
+            "a_huge_read_capacity_is_out_of_memory",
+            a_huge_read_capacity_is_out_of_memory,
+        ),
     ])
 }
 
@@ -403,6 +407,28 @@ fn dropped_adapter_with_ops_in_flight(kind: BackendKind) -> Outcome {
         let mut two = [0u8; 2];
         b.read_exact(&mut two).await?;
         check!(&two == b"ok", "after-drop round trip");
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// A read capacity too large to allocate fails the read with `OutOfMemory`, as `fs::read`
+/// does: `usize::MAX` panicked (capacity overflow) and 2^46 aborted the process (found by
+/// the fifth attacker review).
+fn a_huge_read_capacity_is_out_of_memory(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(bounded(Duration::from_secs(20), async {
+        for cap in [usize::MAX, 1 << 46] {
+            let (a, b) = UnixStream::pair()?;
+            a.write_all(b"hello".to_vec()).await.0?;
+            let mut io = Compat::new(b).with_capacity(cap, cap);
+            let mut buf = [0u8; 5];
+            let res = io.read_exact(&mut buf).await;
+            check!(
+                res.as_ref()
+                    .is_err_and(|e| e.kind() == ErrorKind::OutOfMemory),
+                "a read with capacity {cap} gave {res:?}"
+            );
+        }
         Ok(Completion::Completed)
     }))?
 }

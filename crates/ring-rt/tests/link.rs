@@ -33,6 +33,18 @@ fn main() {
             "a_dropped_chain_gives_back_what_its_ended_read_got",
             a_dropped_chain_gives_back_what_its_ended_read_got,
         ),
+        (
+            "a_chain_of_two_reads_of_one_socket_completes_in_order",
+            a_chain_of_two_reads_of_one_socket_completes_in_order,
+        ),
+        (
+            "a_dropped_chain_of_two_reads_gives_the_bytes_back_in_order",
+            a_dropped_chain_of_two_reads_gives_the_bytes_back_in_order,
+        ),
+        (
+            "a_chain_longer_than_the_sq_runs_op_by_op",
+            a_chain_longer_than_the_sq_runs_op_by_op,
+        ),
     ])
 }
 
@@ -271,6 +283,129 @@ fn a_dropped_chain_gives_back_what_its_ended_read_got(kind: BackendKind) -> Outc
             got.extend_from_slice(&buf[..n?]);
         }
         check!(got == b"firstsecond", "the reads got {got:?}");
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// Reads everything `b` gets until `len` bytes arrived (2 s per read at most).
+async fn read_until(b: &UnixStream, len: usize) -> Result<Vec<u8>, libtest_mimic::Failed> {
+    let mut got = Vec::new();
+    while got.len() < len {
+        let read = ring_rt::time::timeout(Duration::from_secs(2), b.read(Vec::with_capacity(16)));
+        let (n, buf) = read.await.map_err(|_| format!("only {got:?} arrived"))?;
+        got.extend_from_slice(&buf[..n?]);
+    }
+    Ok(got)
+}
+
+/// A chain of two reads of the same socket: the second goes on with the receive turn
+/// the first took. Run op by op (epoll; io_uring while a dropped read still holds the
+/// turn, so the chain cannot go to the kernel as one) the second read waited for the
+/// turn its own chain held, for ever (found by the fifth attacker review).
+fn a_chain_of_two_reads_of_one_socket_completes_in_order(kind: BackendKind) -> Outcome {
+    use std::future::{poll_fn, Future, IntoFuture};
+    use std::pin::pin;
+    use std::task::Poll;
+    let rt = runtime!(kind);
+    rt.block_on(support::bounded(Duration::from_secs(20), async {
+        let (a, b) = UnixStream::pair()?;
+        let a = std::rc::Rc::new(a);
+        for round in 0..2 {
+            if round == 0 {
+                a.write_all(b"AAAABBBB".to_vec()).await.0?;
+            } else {
+                // A read polled once and dropped holds the turn until its cancel ends, so
+                // the chain cannot go to the kernel as one; the data comes later.
+                let mut read = pin!(b.read(Vec::with_capacity(4)).into_future());
+                let pending = poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx).is_pending())).await;
+                check!(pending, "the read finished at once");
+                let writer = a.clone();
+                ring_rt::spawn(async move {
+                    ring_rt::time::sleep(Duration::from_millis(50)).await;
+                    writer.write_all(b"AAAABBBB".to_vec()).await.0
+                });
+            }
+            let chain = b
+                .read(Vec::with_capacity(4))
+                .link(b.read(Vec::with_capacity(4)));
+            let timed = ring_rt::time::timeout(Duration::from_secs(3), chain.into_future());
+            let ((r1, b1), (r2, b2)) = timed
+                .await
+                .map_err(|_| format!("round {round}: the chain never finished"))?;
+            check!(
+                r1? == 4 && r2? == 4 && b1 == b"AAAA" && b2 == b"BBBB",
+                "round {round}: the reads got {b1:?} and {b2:?}"
+            );
+        }
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// A chain of two reads of one socket, dropped after both received (their completions
+/// not yet taken): the next reads get the bytes in the order they arrived. On io_uring
+/// both reads were orphans and each put its bytes at the front of the socket's queue,
+/// so they came back reversed (found by the fifth attacker review).
+fn a_dropped_chain_of_two_reads_gives_the_bytes_back_in_order(kind: BackendKind) -> Outcome {
+    use std::future::{poll_fn, Future, IntoFuture};
+    use std::task::Poll;
+    let rt = runtime!(kind);
+    rt.block_on(support::bounded(Duration::from_secs(20), async {
+        let (a, b) = UnixStream::pair()?;
+        let mut chain = Box::pin(
+            b.read(Vec::with_capacity(4))
+                .link(b.read(Vec::with_capacity(4)))
+                .into_future(),
+        );
+        let pending = poll_fn(|cx| Poll::Ready(chain.as_mut().poll(cx).is_pending())).await;
+        check!(pending, "the chain finished at once");
+        a.write_all(b"AAAA".to_vec()).await.0?;
+        ring_rt::time::sleep(Duration::from_millis(10)).await;
+        a.write_all(b"BBBB".to_vec()).await.0?;
+        ring_rt::time::sleep(Duration::from_millis(10)).await;
+        drop(chain);
+        a.write_all(b"CCCC".to_vec()).await.0?;
+        let got = read_until(&b, 12).await?;
+        check!(got == b"AAAABBBBCCCC", "the next reads got {got:?}");
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// A chain with more ops than the SQ has entries, and a timed op on a 1-entry SQ (op and
+/// LINK_TIMEOUT are two SQEs), run op by op with the same results as on epoll. They failed
+/// with a bare EINVAL on io_uring (found by the fifth attacker review).
+fn a_chain_longer_than_the_sq_runs_op_by_op(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, ring_rt::Builder::default().entries(1));
+    rt.block_on(support::bounded(Duration::from_secs(20), async {
+        let (a, b) = UnixStream::pair()?;
+        let (res, _) = b
+            .read(Vec::with_capacity(8))
+            .timeout(Duration::from_millis(10))
+            .await;
+        check!(
+            res.as_ref().is_err_and(|e| e.kind() == ErrorKind::TimedOut),
+            "a timed read with nothing to read gave {res:?}"
+        );
+        a.write_all(b"x".to_vec()).await.0?;
+        let (res, buf) = b
+            .read(Vec::with_capacity(8))
+            .timeout(Duration::from_secs(1))
+            .await;
+        check!(
+            res.as_ref().is_ok_and(|&n| n == 1) && buf == b"x",
+            "a timed read with data gave {res:?} {buf:?}"
+        );
+        let ((w1, _), (w2, _)) = a
+            .write(b"1".to_vec())
+            .link(a.write(b"2".to_vec()))
+            .link(a.write(b"3".to_vec()))
+            .await
+            .0;
+        check!(
+            w1.is_ok() && w2.is_ok(),
+            "a 3-op chain on a 1-entry SQ gave {w1:?} {w2:?}"
+        );
+        let got = read_until(&b, 3).await?;
+        check!(got == b"123", "the chain's writes arrived as {got:?}");
         Ok(Completion::Completed)
     }))?
 }

@@ -2,7 +2,8 @@
 //! lost data or a silent difference between the backends (the second attacker review of
 //! issue 16): out-of-range builder knobs, a timer taken to another runtime, giving up a
 //! socket's fd while a dropped read's bytes are queued, bad Unix paths, a JoinHandle
-//! polled after its output, and bad or dropped signal waits.
+//! polled after its output, and bad or dropped signal waits; from the fifth: chains and ops
+//! that cross runtimes, and panics in timer wakers and `spawn_on_all` factories.
 
 #[macro_use]
 mod support;
@@ -54,6 +55,22 @@ fn main() {
         (
             "a_write_to_a_dropped_peer_fails_on_both_backends",
             a_write_to_a_dropped_peer_fails_on_both_backends,
+        ),
+        (
+            "a_chain_of_two_runtimes_fails_before_it_starts",
+            a_chain_of_two_runtimes_fails_before_it_starts,
+        ),
+        (
+            "an_op_polled_in_another_runtime_ends",
+            an_op_polled_in_another_runtime_ends,
+        ),
+        (
+            "a_panicking_timer_waker_leaves_other_timers_woken",
+            a_panicking_timer_waker_leaves_other_timers_woken,
+        ),
+        (
+            "a_panicking_spawn_on_all_factory_leaves_the_runtime_droppable",
+            a_panicking_spawn_on_all_factory_leaves_the_runtime_droppable,
         ),
     ])
 }
@@ -287,4 +304,175 @@ fn a_write_to_a_dropped_peer_fails_on_both_backends(kind: BackendKind) -> Outcom
         );
         Ok(Completion::Completed)
     }))?
+}
+
+/// A runtime of the other backend where this machine has it (crossing backends is the
+/// harder case), else another of the same.
+fn second_runtime(kind: BackendKind) -> ring_rt::Runtime {
+    let other = match kind {
+        BackendKind::Uring => BackendKind::Epoll,
+        BackendKind::Epoll => BackendKind::Uring,
+    };
+    Builder::default()
+        .backend(other)
+        .build()
+        .or_else(|_| Builder::default().backend(kind).build())
+        .expect("a second runtime")
+}
+
+/// A chain whose ops belong to two runtimes fails as a whole (`InvalidInput`) before
+/// anything starts. Its later op skipped the "wrong runtime" check: a blocking-mode
+/// io_uring socket read by epoll's loop blocked the whole thread, and epoll registered
+/// another runtime's fd, so a later socket with that number waited for ever (found by the
+/// fifth attacker review).
+fn a_chain_of_two_runtimes_fails_before_it_starts(kind: BackendKind) -> Outcome {
+    let rt_a = runtime!(kind);
+    let rt_b = second_runtime(kind);
+    let (sa, peer) = rt_a.block_on(async { UnixStream::pair() })?;
+    rt_b.block_on(bounded(LIMIT, async {
+        let (x, _y) = UnixStream::pair()?;
+        let chain = x.write(b"hi".to_vec()).link(sa.read(Vec::with_capacity(8)));
+        let started = Instant::now();
+        let outcome = ring_rt::time::timeout(Duration::from_secs(2), chain.into_future()).await;
+        let ((w, _), (r, _)) = outcome.map_err(|_| "the chain waited")?;
+        check!(
+            invalid_input(w) && invalid_input(r),
+            "the chain's ops did not fail with InvalidInput"
+        );
+        check!(
+            started.elapsed() < Duration::from_secs(1),
+            "the chain took {:?}",
+            started.elapsed()
+        );
+        Ok::<(), libtest_mimic::Failed>(())
+    }))??;
+    // The socket is whole in its own runtime.
+    rt_a.block_on(bounded(LIMIT, async {
+        peer.write_all(b"data".to_vec()).await.0?;
+        let (n, buf) = sa.read(Vec::with_capacity(8)).await;
+        check!(n? == 4 && buf == b"data", "the read got {buf:?}");
+        Ok::<(), libtest_mimic::Failed>(())
+    }))??;
+    Ok(Completion::Completed)
+}
+
+/// An op started in one runtime and then polled in another ends there: with its data if
+/// the kernel already had it, else with `InvalidInput` once its cancel is in (its buffer
+/// is the kernel's until then). On io_uring it waited for ever: nothing turned its ring
+/// (found by the fifth attacker review).
+fn an_op_polled_in_another_runtime_ends(kind: BackendKind) -> Outcome {
+    let rt_a = runtime!(kind);
+    let rt_b = second_runtime(kind);
+    let (a, b) = rt_a.block_on(async { UnixStream::pair() })?;
+    fn poll_once<F: Future>(rt: &ring_rt::Runtime, fut: &mut std::pin::Pin<Box<F>>) -> bool {
+        rt.block_on(async { poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx).is_pending())).await })
+    }
+    // Data arrives after the read started in A: B gets it.
+    let mut read = Box::pin(b.read(Vec::with_capacity(8)).into_future());
+    check!(poll_once(&rt_a, &mut read), "the read finished at once");
+    use std::os::fd::AsFd;
+    std::os::unix::net::UnixStream::from(a.as_fd().try_clone_to_owned()?).write_all(b"data")?;
+    let (n, buf) = rt_b.block_on(bounded(Duration::from_secs(5), read.as_mut()))?;
+    check!(
+        n.as_ref().is_ok_and(|&n| n == 4) && buf == b"data",
+        "with data, B got {n:?} {buf:?}"
+    );
+    // No data: B ends the read with InvalidInput, the buffer back.
+    let mut read = Box::pin(b.read(vec![0u8; 8]).into_future());
+    check!(poll_once(&rt_a, &mut read), "the read finished at once");
+    let started = Instant::now();
+    let (n, buf) = rt_b.block_on(bounded(Duration::from_secs(5), read.as_mut()))?;
+    check!(
+        invalid_input(n),
+        "without data, B's read did not fail with InvalidInput"
+    );
+    check!(buf.len() == 8, "the buffer came back as {buf:?}");
+    check!(
+        started.elapsed() < Duration::from_secs(2),
+        "ending it took {:?}",
+        started.elapsed()
+    );
+    Ok(Completion::Completed)
+}
+
+/// A timer's waker that panics leaves the other timers due in the same turn woken: they
+/// were woken inline, and the unwind dropped the rest (a task whose sleep was over never
+/// ran again; found by the fifth attacker review).
+fn a_panicking_timer_waker_leaves_other_timers_woken(kind: BackendKind) -> Outcome {
+    use std::sync::Arc;
+    use std::task::{Context, Wake, Waker};
+    struct Panicky;
+    impl Wake for Panicky {
+        fn wake(self: Arc<Self>) {
+            panic!("this waker panics on purpose");
+        }
+    }
+    let rt = runtime!(kind);
+    let deadline = Instant::now() + Duration::from_millis(30);
+    let task = rt.spawn(async move {
+        ring_rt::time::sleep_until(deadline).await;
+    });
+    let panicked = support::expecting_panics(|| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            rt.block_on(async {
+                ring_rt::yield_now().await;
+                let mut odd = Box::pin(ring_rt::time::sleep_until(
+                    deadline - Duration::from_micros(1),
+                ));
+                let waker = Waker::from(Arc::new(Panicky));
+                let _ = odd.as_mut().poll(&mut Context::from_waker(&waker));
+                sleep(Duration::from_millis(100)).await;
+            })
+        }))
+        .is_err()
+    });
+    check!(panicked, "the panicking waker was never woken");
+    rt.block_on(bounded(Duration::from_secs(5), task))?
+        .map_err(|e| format!("the task failed: {e}"))?;
+    Ok(Completion::Completed)
+}
+
+/// A `spawn_on_all` factory that panics on one worker leaves that worker's other queued
+/// jobs to run, its stop job among them: dropping the runtime then returns. The panic
+/// dropped the rest of the batch, and the drop waited for ever for the worker to stop
+/// (found by the fifth attacker review).
+fn a_panicking_spawn_on_all_factory_leaves_the_runtime_droppable(kind: BackendKind) -> Outcome {
+    drop(runtime!(kind));
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        support::expecting_panics(|| {
+            let rt = Builder::default().backend(kind).threads(2).build().unwrap();
+            rt.spawn_on_all(|i| {
+                if i == 1 {
+                    panic!("this factory panics on purpose on worker 1");
+                }
+                std::future::ready(())
+            });
+            let (ran_tx, ran_rx) = std::sync::mpsc::channel();
+            rt.spawn_on_all(move |i| {
+                let _ = ran_tx.send(i);
+                std::future::ready(())
+            });
+            let mut ran: Vec<usize> = Vec::new();
+            while let Ok(i) = ran_rx.recv_timeout(Duration::from_secs(2)) {
+                ran.push(i);
+                if ran.len() == 2 {
+                    break;
+                }
+            }
+            let started = Instant::now();
+            drop(rt);
+            let _ = tx.send((ran, started.elapsed()));
+        })
+    });
+    let (mut ran, took) = rx
+        .recv_timeout(Duration::from_secs(15))
+        .map_err(|_| "dropping the runtime did not return within 15 s")?;
+    ran.sort();
+    check!(
+        ran == [0, 1],
+        "the second spawn_on_all ran on workers {ran:?}"
+    );
+    check!(took < Duration::from_secs(5), "the drop took {took:?}");
+    Ok(Completion::Completed)
 }

@@ -70,6 +70,10 @@ fn main() {
             "echo_5000_concurrent_connections",
             echo_5000_concurrent_connections,
         ),
+        (
+            "a_reset_connection_a_dropped_accept_took_is_still_accepted",
+            a_reset_connection_a_dropped_accept_took_is_still_accepted,
+        ),
     ])
 }
 
@@ -803,4 +807,38 @@ impl Gate {
         })
         .await
     }
+}
+
+/// A connection a dropped accept took, reset by its client before the next accept: that
+/// accept returns it with its peer address (its reads then fail with ECONNRESET), as on
+/// epoll. On io_uring the next accept asked the reset socket for its peer, failed with
+/// ENOTCONN and closed the connection: a server loop doing `stream?` ended there (found
+/// by the fifth attacker review).
+fn a_reset_connection_a_dropped_accept_took_is_still_accepted(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(bounded(Duration::from_secs(20), async {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let addr = listener.local_addr()?;
+        let client = {
+            let mut accept = pin!(listener.accept());
+            let pending = poll_fn(|cx| Poll::Ready(accept.as_mut().poll(cx).is_pending())).await;
+            check!(pending, "the accept finished at once");
+            let client = std::net::TcpStream::connect(addr)?;
+            sleep(Duration::from_millis(20)).await;
+            client
+        };
+        socket2::SockRef::from(&client).set_linger(Some(Duration::ZERO))?;
+        drop(client); // RST
+        sleep(Duration::from_millis(20)).await;
+        let accepted = timeout(Duration::from_secs(2), listener.accept()).await;
+        let (stream, peer) = accepted.map_err(|_| "the next accept waited")??;
+        check!(peer.ip().is_loopback(), "peer {peer}");
+        let (res, _) = stream.read(Vec::with_capacity(8)).await;
+        check!(
+            res.as_ref()
+                .is_err_and(|e| e.kind() == ErrorKind::ConnectionReset),
+            "the read gave {res:?}"
+        );
+        Ok(Completion::Completed)
+    }))?
 }

@@ -242,11 +242,14 @@ impl Mechanism for UringBackend {
 
     /// Pushes a chain of ops as one linked group, if every op can be linked in the kernel.
     fn start_chain(&mut self, ops: &mut [&mut dyn Operation]) -> Option<io::Result<Vec<OpId>>> {
+        // A chain must go into the SQ in one piece: one longer than the SQ runs op by op
+        // (as on epoll), with the same results.
+        let fits = ops.len() <= self.driver.ring_sizes().0 as usize;
         let features = self.driver.features();
         let linkable = ops.iter().all(|op| {
             !op.is_readiness_only() && op.opcode().is_none_or(|code| features.has_opcode(code))
         });
-        if !linkable {
+        if !fits || !linkable {
             return None;
         }
         let sqes: Vec<squeue::Entry> = ops.iter_mut().map(|op| op.sqe()).collect();

@@ -330,7 +330,11 @@ impl<S: CompatIo> Compat<S> {
         loop {
             match &mut self.read {
                 ReadState::Idle { buf, at } if *at < buf.len() => break,
-                ReadState::Idle { .. } => self.start_read(),
+                ReadState::Idle { .. } => {
+                    if let Err(e) = self.start_read() {
+                        return Poll::Ready(Err(e));
+                    }
+                }
                 ReadState::InFlight(op) => {
                     let (res, buf) = ready!(op.as_mut().poll(cx));
                     self.read = ReadState::Idle { buf, at: 0 };
@@ -349,7 +353,9 @@ impl<S: CompatIo> Compat<S> {
         }
     }
 
-    fn start_read(&mut self) {
+    /// Starts a read of up to `read_cap` bytes; `OutOfMemory` if that much cannot be
+    /// allocated (a huge `with_capacity`), as `fs::read` and std do.
+    fn start_read(&mut self) -> Result<()> {
         let idle = ReadState::Idle {
             buf: Vec::new(),
             at: 0,
@@ -359,8 +365,17 @@ impl<S: CompatIo> Compat<S> {
         };
         // The op fills the buffer from its start, up to its capacity.
         buf.clear();
-        buf.reserve_exact(self.read_cap);
+        if buf.try_reserve_exact(self.read_cap).is_err() {
+            return Err(Error::new(
+                ErrorKind::OutOfMemory,
+                format!(
+                    "cannot allocate a {}-byte read buffer (Compat::with_capacity)",
+                    self.read_cap
+                ),
+            ));
+        }
         self.read = ReadState::InFlight(self.io.clone().read_owned(buf, self.pos));
+        Ok(())
     }
 
     /// Marks `n` buffered bytes as handed out (more than are buffered is clamped).

@@ -265,8 +265,16 @@ impl Executor {
             std::mem::take(&mut *self.shared.remote.lock().unwrap_or_else(|e| e.into_inner()));
         LOCAL.with(|local| local.borrow_mut().queue.extend(keys));
         let jobs = std::mem::take(&mut *self.shared.jobs.lock().unwrap_or_else(|e| e.into_inner()));
+        // Every job runs even if one panics (one is the worker's stop): the first panic is
+        // raised once the rest have run.
+        let mut panic = None;
         for job in jobs {
-            job();
+            if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)) {
+                panic.get_or_insert(payload);
+            }
+        }
+        if let Some(payload) = panic {
+            std::panic::resume_unwind(payload);
         }
     }
 

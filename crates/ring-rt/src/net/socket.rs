@@ -178,6 +178,14 @@ impl AsRawFd for Socket {
     }
 }
 
+impl std::os::fd::AsFd for Socket {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        // SAFETY: the socket owns `fd` and closes it only when dropped, which the borrow
+        // of `self` prevents for the BorrowedFd's lifetime.
+        unsafe { std::os::fd::BorrowedFd::borrow_raw(self.fd) }
+    }
+}
+
 impl Drop for Socket {
     fn drop(&mut self) {
         if self.fd >= 0 {
@@ -376,12 +384,20 @@ macro_rules! stream_methods {
     };
 }
 
-/// `AsRawFd` and `Debug` for a type whose `socket` field owns the fd.
+/// `AsFd`, `AsRawFd` and `Debug` for a type whose `socket` field owns the fd (as std's
+/// and tokio's sockets have them: for options and syscalls the type does not wrap; the
+/// blocking mode is the backend's and must not be changed).
 macro_rules! socket_traits {
     ($($ty:ident),+) => {$(
         impl std::os::fd::AsRawFd for $ty {
             fn as_raw_fd(&self) -> std::os::fd::RawFd {
                 self.socket.fd()
+            }
+        }
+
+        impl std::os::fd::AsFd for $ty {
+            fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+                std::os::fd::AsFd::as_fd(&self.socket)
             }
         }
 

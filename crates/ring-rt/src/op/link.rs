@@ -12,6 +12,7 @@
 //! cannot be written.
 
 use std::future::{Future, IntoFuture};
+use std::io;
 use std::marker::PhantomData;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -23,6 +24,7 @@ use ring_core::cqe::Cqe;
 use ring_core::lifecycle::{Deferred, Orphan};
 use ring_core::user_data::OpId;
 
+use super::ChainTurns;
 use super::{error_cqe, Emulation, Op, OpDef, Operation};
 use crate::worker::{deadline_after, Core, TimerEntry, FOREVER};
 
@@ -63,7 +65,7 @@ pub trait Chain: Unpin + 'static {
     #[doc(hidden)]
     fn needs_prepare(&self) -> bool;
     #[doc(hidden)]
-    fn claim(&mut self);
+    fn claim(&mut self, turns: &ChainTurns);
     #[doc(hidden)]
     fn finish(self, cqes: &mut std::vec::IntoIter<Vec<Cqe>>) -> Self::Output;
     #[doc(hidden)]
@@ -73,7 +75,12 @@ pub trait Chain: Unpin + 'static {
     #[doc(hidden)]
     type Ran;
     #[doc(hidden)]
-    fn run_in_order(self, core: Rc<Core>, failed: bool) -> Boxed<(Self::Ran, bool)>;
+    fn run_in_order(
+        self,
+        core: Rc<Core>,
+        failed: bool,
+        turns: Rc<ChainTurns>,
+    ) -> Boxed<(Self::Ran, bool)>;
     #[doc(hidden)]
     fn output(ran: Self::Ran) -> Self::Output;
 }
@@ -159,6 +166,15 @@ impl<T: OpDef> OpDef for Raw<T> {
     fn claim(&mut self) {
         self.0.claim();
     }
+    fn adopt_turn(&mut self, turns: &ChainTurns) {
+        self.0.adopt_turn(turns);
+    }
+    fn share_turn(&self, turns: &ChainTurns) {
+        self.0.share_turn(turns);
+    }
+    fn give_back(self, cqe: &Cqe, deferred: &mut Deferred) {
+        self.0.give_back(cqe, deferred);
+    }
 }
 
 fn cancelled() -> Cqe {
@@ -180,8 +196,10 @@ impl<T: OpDef> Chain for Single<T> {
         self.0.needs_prepare()
     }
 
-    fn claim(&mut self) {
+    fn claim(&mut self, turns: &ChainTurns) {
+        self.0.adopt_turn(turns);
         self.0.claim();
+        self.0.share_turn(turns);
     }
 
     fn finish(mut self, cqes: &mut std::vec::IntoIter<Vec<Cqe>>) -> T::Output {
@@ -199,12 +217,19 @@ impl<T: OpDef> Chain for Single<T> {
 
     type Ran = Ran<T>;
 
-    fn run_in_order(self, core: Rc<Core>, failed: bool) -> Boxed<(Ran<T>, bool)> {
+    fn run_in_order(
+        mut self,
+        core: Rc<Core>,
+        failed: bool,
+        turns: Rc<ChainTurns>,
+    ) -> Boxed<(Ran<T>, bool)> {
         Box::pin(async move {
             if failed {
                 return (Ran::new(self.0, cancelled(), core), true);
             }
+            self.0.adopt_turn(&turns);
             let (op, cqe) = Op::new(core.clone(), Raw(self.0)).await;
+            op.share_turn(&turns);
             let failed = op.breaks_link(&cqe);
             (Ran::new(op, cqe, core), failed)
         })
@@ -243,12 +268,20 @@ impl<T: OpDef> Drop for Ran<T> {
         let Some(op) = self.op.take() else {
             return;
         };
-        let mut orphan = op.into_orphan();
         let mut deferred = Deferred::default();
-        orphan.reap(&self.cqe, &mut deferred);
-        deferred.drop_later(orphan);
+        op.give_back(&self.cqe, &mut deferred);
         self.core.defer(deferred);
     }
+}
+
+/// Two parts of a chain run op by op. Dropped, the later part goes first: ended receives
+/// give their bytes back to the front of their socket's queue, so the last goes back first
+/// and the first ends up in front.
+#[doc(hidden)]
+pub struct RanPair<A, B> {
+    // Field order is drop order.
+    later: B,
+    earlier: A,
 }
 
 impl<A: Chain, B: Chain> Chain for (A, B) {
@@ -267,9 +300,9 @@ impl<A: Chain, B: Chain> Chain for (A, B) {
         self.0.needs_prepare() || self.1.needs_prepare()
     }
 
-    fn claim(&mut self) {
-        self.0.claim();
-        self.1.claim();
+    fn claim(&mut self, turns: &ChainTurns) {
+        self.0.claim(turns);
+        self.1.claim(turns);
     }
 
     fn finish(self, cqes: &mut std::vec::IntoIter<Vec<Cqe>>) -> Self::Output {
@@ -282,18 +315,26 @@ impl<A: Chain, B: Chain> Chain for (A, B) {
         self.1.orphans(out);
     }
 
-    type Ran = (A::Ran, B::Ran);
+    type Ran = RanPair<A::Ran, B::Ran>;
 
-    fn run_in_order(self, core: Rc<Core>, failed: bool) -> Boxed<(Self::Ran, bool)> {
+    fn run_in_order(
+        self,
+        core: Rc<Core>,
+        failed: bool,
+        turns: Rc<ChainTurns>,
+    ) -> Boxed<(Self::Ran, bool)> {
         Box::pin(async move {
-            let (a, failed) = self.0.run_in_order(core.clone(), failed).await;
-            let (b, failed) = self.1.run_in_order(core, failed).await;
-            ((a, b), failed)
+            let (earlier, failed) = self
+                .0
+                .run_in_order(core.clone(), failed, turns.clone())
+                .await;
+            let (later, failed) = self.1.run_in_order(core, failed, turns).await;
+            (RanPair { later, earlier }, failed)
         })
     }
 
-    fn output((a, b): Self::Ran) -> Self::Output {
-        (A::output(a), B::output(b))
+    fn output(ran: Self::Ran) -> Self::Output {
+        (A::output(ran.earlier), B::output(ran.later))
     }
 }
 
@@ -309,12 +350,26 @@ enum Pushed<C: Chain> {
     Busy(C),
 }
 
+/// Every op of `chain` completed with `err`, none started.
+fn fail_all<C: Chain>(chain: C, err: &io::Error) -> C::Output {
+    let failed = vec![vec![error_cqe(err)]; chain.count()];
+    chain.finish(&mut failed.into_iter())
+}
+
 /// Pushes `chain` as one linked group, where the backend can link every op of it.
 fn push_chain<C: Chain>(core: &Rc<Core>, mut chain: C) -> Pushed<C> {
-    if chain.needs_prepare() || core.is_shut_down() {
+    if core.is_shut_down() {
         return Pushed::NotLinkable(chain);
     }
-    chain.claim();
+    // Pushed into a ring nobody turns, it would wait for ever.
+    if let Err(err) = core.check_startable() {
+        return Pushed::Failed(fail_all(chain, &err));
+    }
+    if chain.needs_prepare() {
+        return Pushed::NotLinkable(chain);
+    }
+    // The turns live on in the ops that took them; the list is only for the claiming.
+    chain.claim(&ChainTurns::default());
     let n = chain.count();
     let pushed = {
         let mut ops = Vec::with_capacity(n);
@@ -329,10 +384,7 @@ fn push_chain<C: Chain>(core: &Rc<Core>, mut chain: C) -> Pushed<C> {
             cqes: vec![Vec::new(); n],
             done: vec![false; n],
         }),
-        Ok(Some(Err(err))) => {
-            let failed = vec![vec![error_cqe(&err)]; n];
-            Pushed::Failed(chain.finish(&mut failed.into_iter()))
-        }
+        Ok(Some(Err(err))) => Pushed::Failed(fail_all(chain, &err)),
         Ok(None) => Pushed::NotLinkable(chain),
         Err(_) => Pushed::Busy(chain),
     }
@@ -433,6 +485,9 @@ impl<C: Chain> Drop for InKernel<C> {
 pub struct Link<'a, C: Chain> {
     core: Rc<Core>,
     chain: C,
+    /// Some op belongs to another runtime than the first: the chain fails as a whole
+    /// (`InvalidInput`) before anything starts, since one ring cannot run another's ops.
+    is_mixed: bool,
     _owners: PhantomData<&'a ()>,
 }
 
@@ -461,6 +516,7 @@ impl<'a, C: Chain> Link<'a, C> {
         'a: 'b,
     {
         Link {
+            is_mixed: self.is_mixed || !Rc::ptr_eq(&self.core, &next.core),
             core: self.core,
             chain: (self.chain, Single(next.def)),
             _owners: PhantomData,
@@ -473,8 +529,13 @@ impl<'a, C: Chain> IntoFuture for Link<'a, C> {
     type IntoFuture = LinkFuture<'a, C>;
 
     fn into_future(self) -> LinkFuture<'a, C> {
+        let state = if self.is_mixed {
+            LinkState::Mixed(self.chain)
+        } else {
+            LinkState::Unstarted(self.core, self.chain)
+        };
         LinkFuture {
-            state: LinkState::Unstarted(self.core, self.chain),
+            state,
             _owners: PhantomData,
         }
     }
@@ -482,6 +543,8 @@ impl<'a, C: Chain> IntoFuture for Link<'a, C> {
 
 enum LinkState<C: Chain> {
     Unstarted(Rc<Core>, C),
+    /// Ops of more than one runtime: fails on first poll, nothing started.
+    Mixed(C),
     InKernel(InKernel<C>),
     /// The ops running one after another.
     InOrder(Boxed<(C::Ran, bool)>),
@@ -500,6 +563,17 @@ impl<C: Chain> Future for LinkFuture<'_, C> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<C::Output> {
         let this = &mut *self;
+        if let LinkState::Mixed(..) = this.state {
+            let LinkState::Mixed(chain) = std::mem::replace(&mut this.state, LinkState::Done)
+            else {
+                unreachable!("checked just above")
+            };
+            let err = io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a linked chain's ops must belong to one ring-rt runtime",
+            );
+            return Poll::Ready(fail_all(chain, &err));
+        }
         if let LinkState::Unstarted(..) = this.state {
             let LinkState::Unstarted(core, chain) =
                 std::mem::replace(&mut this.state, LinkState::Done)
@@ -508,7 +582,9 @@ impl<C: Chain> Future for LinkFuture<'_, C> {
             };
             this.state = match push_chain(&core, chain) {
                 Pushed::InKernel(running) => LinkState::InKernel(running),
-                Pushed::NotLinkable(chain) => LinkState::InOrder(chain.run_in_order(core, false)),
+                Pushed::NotLinkable(chain) => {
+                    LinkState::InOrder(chain.run_in_order(core, false, Rc::default()))
+                }
                 Pushed::Failed(out) => return Poll::Ready(out),
                 Pushed::Busy(chain) => {
                     cx.waker().wake_by_ref();
@@ -520,7 +596,7 @@ impl<C: Chain> Future for LinkFuture<'_, C> {
         let out = match &mut this.state {
             LinkState::InKernel(running) => std::task::ready!(running.poll(cx)),
             LinkState::InOrder(fut) => C::output(std::task::ready!(fut.as_mut().poll(cx)).0),
-            LinkState::Unstarted(..) | LinkState::Done => {
+            LinkState::Unstarted(..) | LinkState::Mixed(..) | LinkState::Done => {
                 panic!("ring-rt link polled after it completed")
             }
         };
@@ -766,6 +842,7 @@ impl<'a, T: OpDef> Pending<'a, T> {
         'a: 'b,
     {
         Link {
+            is_mixed: !Rc::ptr_eq(&self.core, &next.core),
             core: self.core,
             chain: (Single(self.def), Single(next.def)),
             _owners: PhantomData,

@@ -17,13 +17,14 @@ use std::rc::Rc;
 use std::task::{Context, Poll};
 
 use ring_core::cqe::Cqe;
-use ring_core::lifecycle::Orphan;
+use ring_core::lifecycle::{Deferred, Orphan};
 use ring_core::release::Keep;
 use ring_core::user_data::OpId;
 
 pub use crate::backend::{BlockingJob, Emulation, Operation};
 use crate::backend::{Start, Token};
 use crate::worker::Core;
+pub use unclaimed::ChainTurns;
 
 /// One kind of operation (implemented by ring-rt's own op types only).
 #[doc(hidden)]
@@ -64,6 +65,26 @@ pub trait OpDef: Operation + Unpin + 'static {
     /// kernel-linked chain (where `needs_prepare` said nothing has to wait): a receive
     /// takes its socket's receive turn.
     fn claim(&mut self) {}
+
+    /// In a chain, before the op starts: a receive goes on with the receive turn an
+    /// earlier op of the chain holds on the same socket.
+    fn adopt_turn(&mut self, _turns: &ChainTurns) {}
+
+    /// In a chain, once the op holds what it needs: a receive offers its socket's turn
+    /// to the later ops of the chain.
+    fn share_turn(&self, _turns: &ChainTurns) {}
+
+    /// An op that ended in a chain dropped before the chain ended: what its final CQE
+    /// brought is released as an orphan's would be (an fd closed, a buffer returned), or
+    /// given back (a receive's bytes go to the front of its socket's queue).
+    fn give_back(self, cqe: &Cqe, deferred: &mut Deferred)
+    where
+        Self: Sized,
+    {
+        let mut orphan = self.into_orphan();
+        orphan.reap(cqe, deferred);
+        deferred.drop_later(orphan);
+    }
 }
 
 enum State<T> {

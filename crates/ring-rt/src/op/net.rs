@@ -12,7 +12,7 @@ use ring_core::lifecycle::{Deferred, Orphan};
 use socket2::{SockAddr, SockAddrStorage};
 
 use super::multishot::MultishotDef;
-use super::unclaimed::{Item, RecvTurn, TurnSlot, Unclaimed};
+use super::unclaimed::{ChainTurns, Item, RecvTurn, TurnSlot, Unclaimed};
 use super::{Emulation, OpDef, Operation};
 use crate::buf::{read_output, IoBuf, IoBufMut};
 use crate::pool::PooledBuf;
@@ -78,6 +78,27 @@ impl AddrOut {
         // recvmsg completed successfully), and len never exceeds the storage size.
         unsafe { SockAddr::new(self.storage, self.len) }
     }
+
+    /// A copy of the address, after a successful accept filled it in.
+    fn to_addr(&self) -> SockAddr {
+        // SAFETY: as in `into_addr`; `storage` is plain bytes, copied.
+        unsafe { SockAddr::new(std::ptr::read(&self.storage), self.len) }
+    }
+
+    /// Stores `peer`, as if the kernel had filled it in.
+    fn set(&mut self, peer: &SockAddr) {
+        let len = (peer.len() as usize).min(std::mem::size_of::<SockAddrStorage>());
+        // SAFETY: SockAddrStorage holds any address; `len` bytes of it, at most its size,
+        // are copied from a valid one; the two cannot overlap (`peer` is not ours).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                peer.as_ptr().cast::<u8>(),
+                (&mut self.storage as *mut SockAddrStorage).cast::<u8>(),
+                len,
+            );
+        }
+        self.len = len as libc::socklen_t;
+    }
 }
 
 /// `accept4`: a new connection and its peer address.
@@ -122,36 +143,26 @@ impl OpDef for Accept {
 
     fn into_orphan(self) -> Box<dyn Orphan> {
         self.unclaimed.orphan_started();
-        let unclaimed = self.unclaimed.clone();
         Box::new(KeepConns {
-            unclaimed,
-            _op: Some(self),
+            unclaimed: self.unclaimed.clone(),
+            addr: Some(self.addr),
         })
     }
 
+    /// A connection a dropped accept took comes first, with the peer address that accept
+    /// got. One a dropped multishot accept took has none: the socket is asked, and one
+    /// whose peer already reset it (no address any more) is closed and passed over, as
+    /// nobody can be told where it came from.
     fn poll_prepare(&mut self, cx: &mut Context<'_>) -> Poll<Option<Cqe>> {
         std::task::ready!(self.unclaimed.poll_settled(cx));
-        let Some(fd) = self.unclaimed.take_conn() else {
-            return Poll::Ready(None);
-        };
-        // The dropped accept that took it knew the peer; ask the socket again.
-        let peer = socket2::SockRef::from(&fd).peer_addr();
-        match peer {
-            Ok(peer) => {
-                // SAFETY: SockAddrStorage holds any address; `peer.len()` bytes of it are
-                // copied from a valid one.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        peer.as_ptr().cast::<u8>(),
-                        (&mut self.addr.storage as *mut SockAddrStorage).cast::<u8>(),
-                        peer.len() as usize,
-                    );
-                }
-                self.addr.len = peer.len();
-                Poll::Ready(Some(Cqe::new(0, fd.into_raw_fd(), 0)))
+        while let Some((fd, peer)) = self.unclaimed.take_conn() {
+            let peer = peer.or_else(|| socket2::SockRef::from(&fd).peer_addr().ok());
+            if let Some(peer) = peer {
+                self.addr.set(&peer);
+                return Poll::Ready(Some(Cqe::new(0, fd.into_raw_fd(), 0)));
             }
-            Err(err) => Poll::Ready(Some(super::error_cqe(&err))),
         }
+        Poll::Ready(None)
     }
 
     fn needs_prepare(&self) -> bool {
@@ -162,15 +173,19 @@ impl OpDef for Accept {
 /// The orphan of a dropped accept (or multishot accept): connections it still accepts go
 /// to the listener's unclaimed queue for the next accept; its memory is kept until its
 /// final CQE.
-struct KeepConns<T> {
+struct KeepConns {
     unclaimed: Rc<Unclaimed>,
-    _op: Option<T>,
+    /// A one-shot accept's peer address, which the kernel fills in (kept until the final
+    /// CQE: the SQE points at it); `None` for a multishot accept, which gets none.
+    addr: Option<Box<AddrOut>>,
 }
 
-impl<T> Orphan for KeepConns<T> {
+impl Orphan for KeepConns {
     fn reap(&mut self, cqe: &Cqe, deferred: &mut Deferred) {
         if cqe.res >= 0 {
-            self.unclaimed.push(Item::Conn(owned_fd(cqe.res as u32)));
+            let peer = self.addr.as_ref().map(|addr| addr.to_addr());
+            self.unclaimed
+                .push(Item::Conn(owned_fd(cqe.res as u32), peer));
         }
         if !cqe.is_more() {
             self.unclaimed.orphan_done(deferred);
@@ -204,9 +219,9 @@ impl MultishotDef for AcceptMulti {
 
     fn orphan(&self) -> Box<dyn Orphan> {
         self.unclaimed.orphan_started();
-        Box::new(KeepConns::<()> {
+        Box::new(KeepConns {
             unclaimed: self.unclaimed.clone(),
-            _op: None,
+            addr: None,
         })
     }
 }
@@ -337,11 +352,25 @@ impl<B: IoBufMut> OpDef for Recv<B> {
         self.turn.claim(&self.unclaimed);
     }
 
+    fn adopt_turn(&mut self, turns: &ChainTurns) {
+        self.turn.adopt(&self.unclaimed, turns);
+    }
+
+    fn share_turn(&self, turns: &ChainTurns) {
+        self.turn.share(&self.unclaimed, turns);
+    }
+
     fn into_orphan(self) -> Box<dyn Orphan> {
         Box::new(KeepReceived {
             unclaimed: self.unclaimed.clone(),
             op: self,
         })
+    }
+
+    fn give_back(self, cqe: &Cqe, _deferred: &mut Deferred) {
+        if let Some(item) = self.item(cqe.res) {
+            self.unclaimed.push_front(item);
+        }
     }
 }
 
@@ -397,9 +426,12 @@ fn received_bytes<B: IoBuf>(buf: &B, n: usize) -> Vec<u8> {
 }
 
 impl<T: Received> Orphan for KeepReceived<T> {
+    /// Queued behind what is there: a receive in the kernel holds its socket's turn, so
+    /// what is queued came before it, and the receives of one kernel-linked chain
+    /// complete (and are reaped) in chain order.
     fn reap(&mut self, cqe: &Cqe, _deferred: &mut Deferred) {
         if let Some(item) = self.op.item(cqe.res) {
-            self.unclaimed.push_front(item);
+            self.unclaimed.push(item);
         }
     }
 }
@@ -821,11 +853,25 @@ impl<B: IoBufMut> OpDef for RecvMsg<B> {
         self.turn.claim(&self.unclaimed);
     }
 
+    fn adopt_turn(&mut self, turns: &ChainTurns) {
+        self.turn.adopt(&self.unclaimed, turns);
+    }
+
+    fn share_turn(&self, turns: &ChainTurns) {
+        self.turn.share(&self.unclaimed, turns);
+    }
+
     fn into_orphan(self) -> Box<dyn Orphan> {
         Box::new(KeepReceived {
             unclaimed: self.unclaimed.clone(),
             op: self,
         })
+    }
+
+    fn give_back(self, cqe: &Cqe, _deferred: &mut Deferred) {
+        if let Some(item) = self.item(cqe.res) {
+            self.unclaimed.push_front(item);
+        }
     }
 }
 

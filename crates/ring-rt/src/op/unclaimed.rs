@@ -37,8 +37,8 @@ pub(crate) enum Item {
     Bytes(PooledBuf),
     /// A datagram, with its sender where it is known.
     Datagram(Vec<u8>, Option<SockAddr>),
-    /// An accepted connection.
-    Conn(OwnedFd),
+    /// An accepted connection, with its peer address where the accept got one.
+    Conn(OwnedFd, Option<SockAddr>),
 }
 
 /// A socket's unclaimed receives and its receive turn, shared by the socket, its receives
@@ -101,11 +101,36 @@ impl Drop for RecvTurn {
 }
 
 /// A receive op's place in its socket's turn order: the turn once it has it (kept by the
-/// op, and by its orphan, until the final completion), the ticket while it waits.
+/// op, and by its orphan, until the final completion), the ticket while it waits. The
+/// turn is shared by the receives of one linked chain on the same socket: it passes on
+/// once the last of them lets go.
 #[derive(Default)]
 pub(crate) struct TurnSlot {
-    turn: Option<RecvTurn>,
+    turn: Option<Rc<RecvTurn>>,
     ticket: Option<TurnTicket>,
+}
+
+/// The receive turns the ops of one linked chain hold, so that a later receive of the
+/// chain on the same socket goes on with the turn an earlier one took (waiting for it
+/// would wait for the chain itself) and the socket's receives stay in chain order.
+#[doc(hidden)]
+#[derive(Default)]
+pub struct ChainTurns(RefCell<Vec<(Rc<Unclaimed>, Rc<RecvTurn>)>>);
+
+impl ChainTurns {
+    fn find(&self, unclaimed: &Rc<Unclaimed>) -> Option<Rc<RecvTurn>> {
+        self.0
+            .borrow()
+            .iter()
+            .find(|(u, _)| Rc::ptr_eq(u, unclaimed))
+            .map(|(_, turn)| turn.clone())
+    }
+
+    fn add(&self, unclaimed: &Rc<Unclaimed>, turn: &Rc<RecvTurn>) {
+        if self.find(unclaimed).is_none() {
+            self.0.borrow_mut().push((unclaimed.clone(), turn.clone()));
+        }
+    }
 }
 
 impl TurnSlot {
@@ -117,7 +142,7 @@ impl TurnSlot {
         }
         let turn = std::task::ready!(unclaimed.poll_turn(&mut self.ticket, cx));
         let granted = turn.is_some();
-        self.turn = turn;
+        self.turn = turn.map(Rc::new);
         Poll::Ready(granted)
     }
 
@@ -129,7 +154,21 @@ impl TurnSlot {
     /// Takes the turn at once, for a receive going into a kernel-linked chain.
     pub(crate) fn claim(&mut self, unclaimed: &Rc<Unclaimed>) {
         if self.turn.is_none() {
-            self.turn = unclaimed.try_turn();
+            self.turn = unclaimed.try_turn().map(Rc::new);
+        }
+    }
+
+    /// Goes on with the turn an earlier op of the same chain holds on this socket.
+    pub(crate) fn adopt(&mut self, unclaimed: &Rc<Unclaimed>, turns: &ChainTurns) {
+        if self.turn.is_none() {
+            self.turn = turns.find(unclaimed);
+        }
+    }
+
+    /// Offers the turn this op holds to the later ops of its chain.
+    pub(crate) fn share(&self, unclaimed: &Rc<Unclaimed>, turns: &ChainTurns) {
+        if let Some(turn) = &self.turn {
+            turns.add(unclaimed, turn);
         }
     }
 }
@@ -161,9 +200,10 @@ impl Unclaimed {
         self.items.borrow_mut().push_back(item);
     }
 
-    /// Keeps what a one-shot receive got ahead of everything queued: it came first (a
-    /// receive in the kernel holds the turn, so nothing was queued behind it; one served
-    /// from the front of this queue, in a chain dropped later, gives it back there).
+    /// Gives back what an ended receive of a dropped chain got, ahead of everything
+    /// queued: it came first (served from the front of this queue, or from the kernel
+    /// while the chain held the turn, when nothing could be queued). A chain gives its
+    /// ended receives back last to first.
     pub(crate) fn push_front(&self, item: Item) {
         self.items.borrow_mut().push_front(item);
     }
@@ -466,12 +506,12 @@ impl Unclaimed {
         }
     }
 
-    /// The first unclaimed connection.
-    pub(crate) fn take_conn(&self) -> Option<OwnedFd> {
+    /// The first unclaimed connection, with its peer address if known.
+    pub(crate) fn take_conn(&self) -> Option<(OwnedFd, Option<SockAddr>)> {
         let mut items = self.items.borrow_mut();
         match items.front() {
-            Some(Item::Conn(_)) => match items.pop_front() {
-                Some(Item::Conn(fd)) => Some(fd),
+            Some(Item::Conn(..)) => match items.pop_front() {
+                Some(Item::Conn(fd, peer)) => Some((fd, peer)),
                 _ => unreachable!("just matched a connection"),
             },
             _ => None,

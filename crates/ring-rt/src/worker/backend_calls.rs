@@ -78,6 +78,9 @@ impl Core {
     /// Polls op table entry `id` (a multishot op, a chain's op); `Err` if the backend is
     /// busy (the caller wakes itself and tries again from its task).
     pub(crate) fn poll_id(&self, id: OpId, waker: &Waker) -> io::Result<Poll<io::Result<Cqe>>> {
+        if self.is_elsewhere() {
+            return Ok(self.poll_id_elsewhere(id, waker));
+        }
         self.with_backend(|b| b.poll_id(id, waker))
     }
 

@@ -14,6 +14,7 @@
 
 mod backend_calls;
 mod config;
+mod elsewhere;
 mod threads;
 mod timers;
 
@@ -71,6 +72,9 @@ pub struct Core {
     is_running: Cell<bool>,
     /// The runtime was dropped: no op starts, fds close at once (no turn will come).
     is_shut_down: Cell<bool>,
+    /// Ops polled while this runtime did not run, and cancelled for that (see
+    /// `elsewhere.rs`), until their final completion.
+    cancelled_elsewhere: RefCell<Vec<OpId>>,
 }
 
 /// Work a drop could not do because the backend was busy.
@@ -105,6 +109,7 @@ impl Core {
             is_running_deferred: Cell::new(false),
             is_running: Cell::new(false),
             is_shut_down: Cell::new(false),
+            cancelled_elsewhere: RefCell::new(Vec::new()),
         }
     }
 
@@ -186,6 +191,9 @@ impl Core {
     ) -> Poll<io::Result<Cqe>> {
         if self.is_shut_down.get() && token.in_flight().is_none() {
             return Poll::Ready(Err(shut_down()));
+        }
+        if self.is_elsewhere() {
+            return self.poll_elsewhere(token, op, waker);
         }
         match self.with_backend(|b| b.poll(token, op, waker)) {
             // Cancelled by the shutdown's drain: say so, as every later op does.
@@ -335,9 +343,14 @@ impl Core {
             // The spin took time: the next timer is that much closer.
             self.backend_turn(self.next_wait());
         }
+        // Through the safe-point queue, like every wake: a panicking waker must leave the
+        // other due timers' wakes queued, not unwind past them.
         let due = self.timers.borrow_mut().take_expired(Instant::now());
-        for waker in due {
-            waker.wake();
+        if !due.is_empty() {
+            let mut deferred = Deferred::default();
+            due.into_iter().for_each(|waker| deferred.wake(waker));
+            self.defer(deferred);
+            self.run_deferred();
         }
     }
 

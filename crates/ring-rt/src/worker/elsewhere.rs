@@ -1,0 +1,116 @@
+//! An op polled while its runtime is not running on this thread (inside another runtime's
+//! `block_on`, or outside any): nobody turns its ring, so it would wait for ever.
+//!
+//! Its memory belongs to the kernel until its final completion, so it cannot just fail:
+//! it is cancelled, and its own ring is turned from here without waiting until that
+//! completion is in. The op then ends with what the kernel said (a result that beat the
+//! cancel is kept: a read's bytes are not lost), a cancelled one as "belongs to a runtime
+//! that is not running here". An op with nothing in flight (waiting for readiness) tries
+//! its syscall once and fails if that would wait.
+
+use std::io;
+use std::task::{Poll, Waker};
+
+use ring_core::cqe::Cqe;
+use ring_core::driver::Wait;
+use ring_core::release::Keep;
+use ring_core::user_data::OpId;
+
+use super::{elsewhere, Core};
+use crate::backend::{Mechanism, Operation, Token};
+
+impl Core {
+    /// Whether an op of this core polled now is polled elsewhere: this core's loop is not
+    /// running on this thread (cores are per thread and `block_on` does not nest, so that
+    /// is "another runtime, or none, is running here"), and it was not dropped.
+    pub(super) fn is_elsewhere(&self) -> bool {
+        !self.is_running.get() && !self.is_shut_down.get()
+    }
+
+    /// [`Core::poll_id`] for an op table entry (a multishot op, a chain's op) polled
+    /// elsewhere: as [`poll_elsewhere`](Self::poll_elsewhere), its completions are taken
+    /// in by turning this core's ring without waiting, and it is cancelled (once) while it
+    /// has nothing to give.
+    pub(super) fn poll_id_elsewhere(&self, id: OpId, waker: &Waker) -> Poll<io::Result<Cqe>> {
+        let _ = self.with_backend(|b| b.turn(Wait::No));
+        self.run_deferred();
+        let polled = match self.with_backend(|b| b.poll_id(id, waker)) {
+            Ok(polled) => polled,
+            Err(_) => Poll::Pending,
+        };
+        match polled {
+            Poll::Ready(Ok(cqe)) if !cqe.is_more() => {
+                self.cancelled_elsewhere.borrow_mut().retain(|&c| c != id);
+                Poll::Ready(Ok(cqe))
+            }
+            Poll::Ready(other) => Poll::Ready(other),
+            Poll::Pending => {
+                self.cancel_elsewhere(id);
+                waker.wake_by_ref();
+                Poll::Pending
+            }
+        }
+    }
+
+    /// Cancels op `id` once for being polled elsewhere, and submits the cancel now.
+    fn cancel_elsewhere(&self, id: OpId) {
+        if self.cancelled_elsewhere.borrow().contains(&id) {
+            return;
+        }
+        self.cancelled_elsewhere.borrow_mut().push(id);
+        let _ = self.with_backend(|b| {
+            b.cancel(id);
+            b.submit()
+        });
+    }
+
+    /// [`Core::poll`] for an op whose runtime is not running here (see the module header).
+    pub(super) fn poll_elsewhere(
+        &self,
+        token: &mut Token,
+        op: &mut dyn Operation,
+        waker: &Waker,
+    ) -> Poll<io::Result<Cqe>> {
+        let id = match token {
+            Token::Ready { poll, .. } => {
+                // Nothing of the op is in flight (its readiness poll owns no memory): one
+                // try of its syscall, which cannot block (epoll's sockets are non-blocking,
+                // io_uring's readiness-only receive passes MSG_DONTWAIT), else it fails.
+                if let Some(id) = poll.take() {
+                    self.orphan(id, Box::new(Keep(())));
+                }
+                let cqe = op.try_syscall();
+                if cqe.res == -libc::EAGAIN || cqe.res == -libc::EINTR {
+                    return Poll::Ready(Err(elsewhere()));
+                }
+                return Poll::Ready(Ok(cqe));
+            }
+            Token::InFlight(id) => *id,
+        };
+        // The completion may be in the CQ (or the pool's results) already: take it in.
+        let _ = self.with_backend(|b| b.turn(Wait::No));
+        self.run_deferred();
+        let polled = match self.with_backend(|b| b.poll(token, op, waker)) {
+            Ok(polled) => polled,
+            Err(_) => Poll::Pending,
+        };
+        let was_cancelled = self.cancelled_elsewhere.borrow().contains(&id);
+        match polled {
+            Poll::Ready(Ok(cqe)) if !cqe.is_more() => {
+                self.cancelled_elsewhere.borrow_mut().retain(|&c| c != id);
+                if was_cancelled && cqe.res == -libc::ECANCELED {
+                    return Poll::Ready(Err(elsewhere()));
+                }
+                Poll::Ready(Ok(cqe))
+            }
+            Poll::Ready(other) => Poll::Ready(other),
+            Poll::Pending => {
+                self.cancel_elsewhere(id);
+                // Nothing of this runtime will wake us: come back after the running
+                // runtime's next turn, until the cancel's completion is in.
+                waker.wake_by_ref();
+                Poll::Pending
+            }
+        }
+    }
+}
