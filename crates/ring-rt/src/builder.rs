@@ -400,3 +400,38 @@ impl Builder {
         Ok(())
     }
 }
+
+/// Making a runtime: here beside the builder, so `runtime.rs` (below this file in the
+/// layers) never names `Builder`.
+impl Runtime {
+    /// A runtime with the default configuration (see [`Builder::new`]): io_uring unless it
+    /// is unavailable, `RING_RT_BACKEND` and `RING_FEATURES` honoured.
+    ///
+    /// # Errors
+    /// A bad `RING_RT_BACKEND`/`RING_FEATURES` value (`InvalidInput`), or
+    /// `RING_RT_BACKEND=uring` where io_uring is unavailable (`Unsupported`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let rt = ring_rt::Runtime::new()?;
+    /// println!("running on {}", rt.backend().kind);
+    /// # std::io::Result::Ok(())
+    /// ```
+    pub fn new() -> io::Result<Runtime> {
+        Builder::new().build()
+    }
+
+    /// A builder for configuring a runtime, the same as [`Builder::new`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let rt = ring_rt::Runtime::builder().entries(64).build()?;
+    /// assert_eq!(rt.threads(), 1);
+    /// # std::io::Result::Ok(())
+    /// ```
+    pub fn builder() -> Builder {
+        Builder::new()
+    }
+}

@@ -218,8 +218,9 @@ mod unpark;
 mod worker;
 
 pub use backend::{BackendChoice, BackendKind};
+pub use builder::Builder;
 pub use executor::task::{JoinError, JoinHandle};
-pub use runtime::{spawn, yield_now, Builder, Runtime, RuntimeMetrics};
+pub use runtime::{spawn, yield_now, Runtime, RuntimeMetrics};
 
 /// ring-core's feature mask and features, for [`Builder::feature_mask`] and reports.
 pub use ring_core::probe::{Feature, FeatureMask, Features};

@@ -1,8 +1,9 @@
-//! `Runtime`: the workers a `Builder` made, run from the calling thread (worker 0).
+//! `Runtime`: a runtime's workers, run from the calling thread (worker 0); what a user
+//! holds, and drops to shut them all down. Built by `builder.rs` (which imports this, not
+//! the other way round).
 
 use std::fmt;
 use std::future::Future;
-use std::io;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::task::Poll;
@@ -15,10 +16,8 @@ use crate::backend::{BackendChoice, BackendKind, SHUTDOWN_WAIT};
 use crate::executor::task::JoinHandle;
 use crate::worker::{Core, Workers};
 
-pub use crate::builder::Builder;
-
 /// An async runtime: one worker on the calling thread (plus `threads - 1` more, each with
-/// its own ring, when built with [`Builder::threads`]).
+/// its own ring, when built with [`Builder::threads`](crate::Builder::threads)).
 ///
 /// Dropping the runtime drops every task it still holds (cancelling their I/O) and waits
 /// until the kernel has finished with their buffers.
@@ -39,37 +38,6 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// A runtime with the default configuration (see [`Builder::new`]): io_uring unless it
-    /// is unavailable, `RING_RT_BACKEND` and `RING_FEATURES` honoured.
-    ///
-    /// # Errors
-    /// A bad `RING_RT_BACKEND`/`RING_FEATURES` value (`InvalidInput`), or
-    /// `RING_RT_BACKEND=uring` where io_uring is unavailable (`Unsupported`).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let rt = ring_rt::Runtime::new()?;
-    /// println!("running on {}", rt.backend().kind);
-    /// # std::io::Result::Ok(())
-    /// ```
-    pub fn new() -> io::Result<Runtime> {
-        Builder::new().build()
-    }
-
-    /// A builder for configuring a runtime, the same as [`Builder::new`].
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let rt = ring_rt::Runtime::builder().entries(64).build()?;
-    /// assert_eq!(rt.threads(), 1);
-    /// # std::io::Result::Ok(())
-    /// ```
-    pub fn builder() -> Builder {
-        Builder::new()
-    }
-
     /// Runs `future` to completion on this thread, driving every task and all I/O.
     ///
     /// # Panics
@@ -344,7 +312,7 @@ pub struct RuntimeMetrics {
     /// Buffers of the worker's receive pool currently out (leased or in flight).
     pub recv_buffers_in_use: u64,
     /// Loop turns that did not wait because the loop was spinning before it parked
-    /// ([`Builder::spin_before_park`]); 0 when spinning is off.
+    /// ([`Builder::spin_before_park`](crate::Builder::spin_before_park)); 0 when spinning is off.
     pub spin_turns: u64,
 }
 

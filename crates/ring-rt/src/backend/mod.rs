@@ -257,6 +257,30 @@ impl fmt::Display for BackendKind {
     }
 }
 
+/// [`BackendKind::parse`], for `str::parse` and argument parsers.
+///
+/// # Examples
+///
+/// ```
+/// use ring_rt::BackendKind;
+///
+/// assert_eq!("epoll".parse::<BackendKind>()?, BackendKind::Epoll);
+/// assert!("kqueue".parse::<BackendKind>().is_err());
+/// # std::io::Result::Ok(())
+/// ```
+impl std::str::FromStr for BackendKind {
+    type Err = io::Error;
+
+    fn from_str(s: &str) -> io::Result<BackendKind> {
+        BackendKind::parse(s).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{s:?} is no backend: expected \"uring\" or \"epoll\""),
+            )
+        })
+    }
+}
+
 /// What an op may ask of a backend beyond the set every backend runs: the answer decides
 /// which way the op goes (a multishot op or a loop of one-shot ones, a zero-copy send or a
 /// plain one), so nothing above this module asks which backend it is.

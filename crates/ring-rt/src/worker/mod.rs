@@ -14,11 +14,13 @@
 
 mod backend_calls;
 mod config;
+mod context;
 mod elsewhere;
 mod threads;
 mod timers;
 
 pub(crate) use config::WorkerConfig;
+use context::CurrentGuard;
 pub(crate) use threads::Workers;
 pub(crate) use timers::{deadline_after, TimerEntry, Timers, FOREVER};
 
@@ -85,10 +87,6 @@ enum Parked {
     Shutdown(RawFd),
 }
 
-thread_local! {
-    static CURRENT: RefCell<Option<Rc<Core>>> = const { RefCell::new(None) };
-}
-
 impl Core {
     pub(crate) fn new(
         executor: Executor,
@@ -111,19 +109,6 @@ impl Core {
             is_shut_down: Cell::new(false),
             cancelled_elsewhere: RefCell::new(Vec::new()),
         }
-    }
-
-    /// The core of the runtime running on this thread (`None` outside one, and while the
-    /// thread's locals are being destroyed).
-    pub(crate) fn current() -> Option<Rc<Core>> {
-        CURRENT.try_with(|c| c.borrow().clone()).ok().flatten()
-    }
-
-    /// Like [`current`](Self::current), as an `io::Error` for I/O entry points.
-    pub(crate) fn current_io() -> io::Result<Rc<Core>> {
-        Core::current().ok_or_else(|| {
-            io::Error::other("no ring-rt runtime on this thread: call this inside Runtime::block_on or a spawned task")
-        })
     }
 
     /// Runs `f` on the backend; the wakes and drops it produced wait for the next safe
@@ -171,11 +156,7 @@ impl Core {
         if self.is_shut_down.get() {
             return Err(shut_down());
         }
-        let here = CURRENT
-            .try_with(|c| c.borrow().as_ref().map(Rc::as_ptr))
-            .ok()
-            .flatten();
-        if here != Some(self as *const Core) {
+        if !context::is_current(self) {
             return Err(elsewhere());
         }
         Ok(())
@@ -462,25 +443,6 @@ impl<'a> RunningGuard<'a> {
 impl Drop for RunningGuard<'_> {
     fn drop(&mut self) {
         self.0.is_running.set(self.1);
-    }
-}
-
-/// Installs a core as this thread's current one, restoring the previous on drop. While the
-/// thread's locals are being destroyed (a runtime kept in a `thread_local!` is dropped at
-/// thread exit) there is no current core to install: the guard does nothing then.
-pub(crate) struct CurrentGuard(Option<Option<Rc<Core>>>);
-
-impl CurrentGuard {
-    pub(crate) fn set(core: Rc<Core>) -> CurrentGuard {
-        CurrentGuard(CURRENT.try_with(|c| c.borrow_mut().replace(core)).ok())
-    }
-}
-
-impl Drop for CurrentGuard {
-    fn drop(&mut self) {
-        if let Some(previous) = self.0.take() {
-            let _ = CURRENT.try_with(|c| *c.borrow_mut() = previous);
-        }
     }
 }
 
