@@ -28,6 +28,11 @@ macro_rules! counters {
         }
 
         impl Snapshot {
+            /// Counter-wise sum, for totals over several rings.
+            pub fn plus(&self, other: &Snapshot) -> Snapshot {
+                Snapshot { $($name: self.$name.wrapping_add(other.$name),)* }
+            }
+
             /// Counter-wise difference, for measuring one stretch of work.
             pub fn since(&self, earlier: &Snapshot) -> Snapshot {
                 Snapshot { $($name: self.$name.wrapping_sub(earlier.$name),)* }

@@ -11,6 +11,8 @@ use crate::backend::select::{self, BackendConfig};
 use crate::backend::{BackendKind, RecvBuffers};
 
 use crate::runtime::Runtime;
+use crate::worker::blocking::BlockingTasks;
+use crate::worker::set::WorkerSet;
 use crate::worker::{WorkerConfig, Workers};
 
 /// The default for [`Builder::batch_wait`].
@@ -54,7 +56,13 @@ pub struct Builder {
     recv_buffers: RecvBuffers,
     batch_wait: Duration,
     blocking_threads: Option<usize>,
+    max_blocking_threads: usize,
     spin_before_park: Duration,
+}
+
+/// One worker per CPU this process may run on.
+fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 impl Default for Builder {
@@ -64,21 +72,25 @@ impl Default for Builder {
 }
 
 impl Builder {
-    /// Defaults: 256 SQ entries, one worker (the calling thread), backend chosen at run time
-    /// (`RING_RT_BACKEND` overrides), features masked by `RING_FEATURES` if set, no SQPOLL,
-    /// a shared receive pool of 1,024 buffers of 4 KiB per worker.
+    /// Defaults: 256 SQ entries; one worker per CPU this process may run on (the
+    /// affinity mask and any cgroup CPU quota, as `std::thread::available_parallelism`
+    /// and tokio's multi-thread runtime count them), the calling thread being worker 0;
+    /// backend chosen at run time (`RING_RT_BACKEND` overrides), features masked by
+    /// `RING_FEATURES` if set, no SQPOLL, a shared receive pool of 1,024 buffers of 4 KiB
+    /// per worker, up to 512 threads for `spawn_blocking`.
     ///
     /// # Examples
     ///
     /// ```
     /// let rt = ring_rt::Builder::new().build()?;
-    /// assert_eq!(rt.threads(), 1);
+    /// let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    /// assert_eq!(rt.threads(), cpus);
     /// # std::io::Result::Ok(())
     /// ```
     pub fn new() -> Builder {
         Builder {
             entries: 256,
-            threads: 1,
+            threads: default_threads(),
             backend: None,
             mask: None,
             sqpoll_idle_ms: None,
@@ -89,6 +101,7 @@ impl Builder {
             },
             batch_wait: DEFAULT_BATCH_WAIT,
             blocking_threads: None,
+            max_blocking_threads: crate::worker::blocking::DEFAULT_MAX_THREADS,
             spin_before_park: Duration::ZERO,
         }
     }
@@ -109,7 +122,10 @@ impl Builder {
     }
 
     /// Number of workers, each with its own ring; the calling thread is worker 0 (0 counts
-    /// as 1). Put work on the other workers with [`Runtime::spawn_on_all`]. More than
+    /// as 1). The default is one per CPU this process may run on. Put work on the workers
+    /// with a [`Handle`](crate::Handle) (`Runtime::handle`, `Handle::current`) or with
+    /// [`Runtime::spawn_on_all`]; `ring_rt::spawn` stays on the worker it is called on.
+    /// More than
     /// [`MAX_THREADS`](Self::MAX_THREADS) makes `build` fail with `InvalidInput`; a thread the system cannot
     /// start makes it fail with that error, after stopping the workers already started.
     ///
@@ -304,6 +320,34 @@ impl Builder {
         self
     }
 
+    /// The most threads [`spawn_blocking`](crate::spawn_blocking) runs closures on at once
+    /// (512 by default, as tokio's; 0 counts as 1). Threads start on demand and leave after
+    /// 10 s idle; past the cap, closures wait in a queue. Shared by all workers, on both
+    /// backends (files on epoll use a pool of their own: see
+    /// [`blocking_threads`](Self::blocking_threads)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let rt = ring_rt::Runtime::builder().max_blocking_threads(2).build()?;
+    /// let tasks: Vec<_> = (0..4)
+    ///     .map(|i| rt.handle().spawn_blocking(move || i + 1))
+    ///     .collect();
+    /// let sum: i32 = rt.block_on(async {
+    ///     let mut sum = 0;
+    ///     for task in tasks {
+    ///         sum += task.await.unwrap();
+    ///     }
+    ///     sum
+    /// });
+    /// assert_eq!(sum, 10); // four closures, at most two at a time
+    /// # std::io::Result::Ok(())
+    /// ```
+    pub fn max_blocking_threads(mut self, threads: usize) -> Builder {
+        self.max_blocking_threads = threads.max(1);
+        self
+    }
+
     /// Builds the runtime: chooses the backend, sets up worker 0 on this thread and starts
     /// the other workers.
     ///
@@ -326,15 +370,23 @@ impl Builder {
             1 => None,
             n => Some(Workers::start(n - 1, config.clone())?),
         };
-        match config.build_core(0) {
-            Ok(core) => Ok(Runtime { core, workers }),
+        let core = match config.build_core(0) {
+            Ok(core) => core,
             Err(err) => {
                 if let Some(workers) = workers {
                     workers.shutdown(std::time::Instant::now() + crate::backend::SHUTDOWN_WAIT);
                 }
-                Err(err)
+                return Err(err);
             }
+        };
+        let mut shareds = vec![core.executor.shared.clone()];
+        if let Some(workers) = &workers {
+            shareds.extend(workers.shareds().iter().cloned());
         }
+        let blocking = BlockingTasks::new(self.max_blocking_threads);
+        let set = Arc::new(WorkerSet::new(shareds, blocking));
+        let _ = config.set.set(set.clone());
+        Ok(Runtime { core, workers, set })
     }
 
     fn resolved(&self) -> io::Result<WorkerConfig> {
@@ -364,6 +416,7 @@ impl Builder {
             },
             pin_workers: self.pin_workers,
             spin_before_park: self.spin_before_park,
+            set: Arc::default(),
         })
     }
 

@@ -220,7 +220,9 @@ mod worker;
 pub use backend::{BackendChoice, BackendKind};
 pub use builder::Builder;
 pub use executor::task::{JoinError, JoinHandle};
-pub use runtime::{spawn, yield_now, Runtime, RuntimeMetrics};
+pub use runtime::{
+    spawn, spawn_blocking, yield_now, Handle, Runtime, RuntimeMetrics, WorkerMetrics,
+};
 
 /// ring-core's feature mask and features, for [`Builder::feature_mask`] and reports.
 pub use ring_core::probe::{Feature, FeatureMask, Features};

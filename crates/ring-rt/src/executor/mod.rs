@@ -11,14 +11,14 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Waker};
 
 use slab::Slab;
 
 use crate::unpark::Unparker;
-use task::{new_task, Header, JoinHandle, RawTask, TaskKey};
+use task::{new_task, Header, JoinHandle, JoinInner, RawTask, TaskKey};
 
 /// The key the `block_on` future's waker carries.
 pub(crate) const MAIN_KEY: TaskKey = TaskKey {
@@ -29,18 +29,46 @@ pub(crate) const MAIN_KEY: TaskKey = TaskKey {
 /// A job sent to this worker from another thread: it runs on the worker (and may spawn).
 pub(crate) type RemoteJob = Box<dyn FnOnce() + Send + 'static>;
 
+/// Closures sent to a worker, and whether it still takes them.
+#[derive(Default)]
+struct Jobs {
+    queue: Vec<RemoteJob>,
+    /// The worker is gone: a job sent now is dropped at once (a spawn's handle then says
+    /// `Cancelled`) instead of waiting for ever.
+    is_closed: bool,
+}
+
 /// What other threads can reach of a worker.
 pub(crate) struct Shared {
     /// Wakes from other threads, drained by the worker each turn.
     remote: Mutex<Vec<TaskKey>>,
-    /// Closures to run on this worker (spawn_on, run_on_all).
-    jobs: Mutex<Vec<RemoteJob>>,
+    /// Closures to run on this worker (spawns sent by a `Handle`, `spawn_on_all`).
+    jobs: Mutex<Jobs>,
     /// Set when `remote` or `jobs` has entries; one eventfd write per false->true edge.
     has_remote: AtomicBool,
     /// Set when the `block_on` future was woken.
     main_woken: AtomicBool,
     pub(crate) unparker: Unparker,
     pub(crate) tasks_spawned: AtomicU64,
+    /// Tasks alive here, for choosing the least loaded worker and for metrics.
+    pub(crate) tasks_alive: AtomicUsize,
+    /// Spawns sent here that have not become tasks yet (counted as load).
+    pub(crate) spawns_pending: AtomicUsize,
+    /// The worker's loop runs (worker 0: inside `block_on`): a spawn sent here runs soon.
+    pub(crate) is_running: AtomicBool,
+    /// Worker-local values, published once per loop turn for readers on other threads.
+    pub(crate) gauges: Gauges,
+}
+
+/// A worker's local values as other threads see them (`Runtime::metrics`), published by
+/// the worker once per loop turn.
+#[derive(Default)]
+pub(crate) struct Gauges {
+    pub(crate) timers: AtomicU64,
+    pub(crate) recv_buffers_in_use: AtomicU64,
+    pub(crate) spin_turns: AtomicU64,
+    /// The worker's backend counters, once it has a backend.
+    pub(crate) io: std::sync::OnceLock<Arc<ring_core::metrics::Metrics>>,
 }
 
 thread_local! {
@@ -59,12 +87,33 @@ impl Shared {
     pub(crate) fn new(unparker: Unparker) -> Shared {
         Shared {
             remote: Mutex::new(Vec::new()),
-            jobs: Mutex::new(Vec::new()),
+            jobs: Mutex::new(Jobs::default()),
             has_remote: AtomicBool::new(false),
             main_woken: AtomicBool::new(true),
             unparker,
             tasks_spawned: AtomicU64::new(0),
+            tasks_alive: AtomicUsize::new(0),
+            spawns_pending: AtomicUsize::new(0),
+            is_running: AtomicBool::new(false),
+            gauges: Gauges::default(),
         }
+    }
+
+    /// The load a spawn sent here would join: tasks alive plus spawns on their way.
+    pub(crate) fn load(&self) -> usize {
+        self.tasks_alive.load(Ordering::Relaxed) + self.spawns_pending.load(Ordering::Relaxed)
+    }
+
+    /// Stops taking jobs and drops the queued ones (each spawn's handle says `Cancelled`):
+    /// the worker is shutting down and will not run them.
+    pub(crate) fn close(&self) {
+        let queued = {
+            let mut jobs = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
+            jobs.is_closed = true;
+            std::mem::take(&mut jobs.queue)
+        };
+        // Dropped outside the lock: a job's destructor wakes whoever awaits its handle.
+        drop_jobs(queued);
     }
 
     /// Queues task `key` to be polled; called by its waker from any thread.
@@ -97,13 +146,26 @@ impl Shared {
         }
     }
 
-    /// Sends `job` to run on this worker.
+    /// Sends `job` to run on this worker; a worker that is gone drops it at once.
     pub(crate) fn push_job(&self, job: RemoteJob) {
-        self.jobs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(job);
-        self.signal_remote();
+        let refused = {
+            let mut jobs = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
+            if jobs.is_closed {
+                Some(job)
+            } else {
+                jobs.queue.push(job);
+                None
+            }
+        };
+        match refused {
+            Some(job) => drop_jobs(vec![job]),
+            None => self.signal_remote(),
+        }
+    }
+
+    /// Whether this worker's executor runs on the calling thread.
+    pub(crate) fn is_here(&self) -> bool {
+        self.is_current()
     }
 
     fn signal_remote(&self) {
@@ -167,6 +229,18 @@ impl Executor {
     }
 
     pub(crate) fn spawn<F: Future + 'static>(&self, future: F) -> JoinHandle<F::Output> {
+        let state = JoinInner::new();
+        self.spawn_into(future, state.clone());
+        JoinHandle::new(state)
+    }
+
+    /// Spawns `future` here with its output going to `state`, whose `JoinHandle` exists
+    /// already (a spawn sent from another thread).
+    pub(crate) fn spawn_into<F: Future + 'static>(
+        &self,
+        future: F,
+        state: Arc<JoinInner<F::Output>>,
+    ) {
         let mut tasks = self.tasks.borrow_mut();
         let entry = tasks.vacant_entry();
         let generation = self.next_generation.get();
@@ -181,17 +255,19 @@ impl Executor {
             aborted: AtomicBool::new(false),
             shared: self.shared.clone(),
         });
-        let (task, handle) = new_task(future, header.clone());
+        let task = new_task(future, &header, state);
         let waker = Waker::from(header.clone());
         entry.insert(Slot {
             generation,
             header: header.clone(),
             task: Some((task, waker.clone())),
         });
+        self.shared
+            .tasks_alive
+            .store(tasks.len(), Ordering::Relaxed);
         drop(tasks);
         self.shared.tasks_spawned.fetch_add(1, Ordering::Relaxed);
         waker.wake();
-        handle
     }
 
     /// Tasks alive (spawned and not finished).
@@ -250,6 +326,9 @@ impl Executor {
         let mut tasks = self.tasks.borrow_mut();
         if finished {
             tasks.remove(key.index as usize);
+            self.shared
+                .tasks_alive
+                .store(tasks.len(), Ordering::Relaxed);
             drop(tasks);
             drop_task(task, waker);
         } else if let Some(slot) = tasks.get_mut(key.index as usize) {
@@ -264,7 +343,14 @@ impl Executor {
         let keys =
             std::mem::take(&mut *self.shared.remote.lock().unwrap_or_else(|e| e.into_inner()));
         LOCAL.with(|local| local.borrow_mut().queue.extend(keys));
-        let jobs = std::mem::take(&mut *self.shared.jobs.lock().unwrap_or_else(|e| e.into_inner()));
+        let jobs = std::mem::take(
+            &mut self
+                .shared
+                .jobs
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .queue,
+        );
         // Every job runs even if one panics (one is the worker's stop): the first panic is
         // raised once the rest have run.
         let mut panic = None;
@@ -281,6 +367,7 @@ impl Executor {
     /// Drops every task (their in-flight ops become orphans). Tasks are taken out of the
     /// slab before dropping, so a task's destructor may spawn or wake without reentrancy.
     pub(crate) fn shutdown(&self) {
+        self.shared.close();
         loop {
             let slots: Vec<Slot> = self.tasks.borrow_mut().drain().collect();
             if slots.is_empty() {
@@ -292,6 +379,17 @@ impl Executor {
                     drop_task(task, waker);
                 }
             }
+        }
+        self.shared.tasks_alive.store(0, Ordering::Relaxed);
+    }
+}
+
+/// Drops jobs nobody will run, catching their destructors' panics (code that is not ours
+/// may run there: a waker of whoever awaits a spawn's handle).
+fn drop_jobs(jobs: Vec<RemoteJob>) {
+    for job in jobs {
+        if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(job))) {
+            task::report_drop_panic(&payload);
         }
     }
 }

@@ -6,14 +6,12 @@
 //! and unparks its loop.
 
 use std::any::Any;
-use std::cell::RefCell;
 use std::fmt;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
-use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::Wake;
 use std::task::{Context, Poll, Waker};
 
@@ -156,13 +154,71 @@ impl From<JoinError> for std::io::Error {
     }
 }
 
-/// Output slot shared by a task and its JoinHandle (same thread: `Rc`).
+/// Output slot shared by a task and its JoinHandle.
 struct JoinState<T> {
     result: Option<Result<T, JoinError>>,
     finished: bool,
     /// The output went to a poll of the handle already.
     taken: bool,
     waker: Option<Waker>,
+}
+
+/// What a task (or a blocking job) and its `JoinHandle` share. The handle may live on
+/// another thread than the task (it is `Send` when the output is), so the slot is behind a
+/// mutex; nothing but moves happen under it (wakers are cloned before and woken after).
+pub(crate) struct JoinInner<T> {
+    state: Mutex<JoinState<T>>,
+    /// The task's header, once the task exists on its worker: a handle made for a spawn
+    /// from another thread exists first.
+    header: OnceLock<Arc<Header>>,
+    /// `abort` was called; a task made after that is aborted at once.
+    abort_requested: AtomicBool,
+}
+
+impl<T> JoinInner<T> {
+    pub(crate) fn new() -> Arc<JoinInner<T>> {
+        Arc::new(JoinInner {
+            state: Mutex::new(JoinState {
+                result: None,
+                finished: false,
+                taken: false,
+                waker: None,
+            }),
+            header: OnceLock::new(),
+            abort_requested: AtomicBool::new(false),
+        })
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, JoinState<T>> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The task now exists: an abort asked for before is carried out.
+    fn attach(&self, header: &Arc<Header>) {
+        let _ = self.header.set(header.clone());
+        if self.abort_requested.load(Ordering::SeqCst) {
+            header.aborted.store(true, Ordering::SeqCst);
+            Waker::from(header.clone()).wake();
+        }
+    }
+
+    /// Whether `abort` was called (a blocking job checks before it starts).
+    pub(crate) fn is_abort_requested(&self) -> bool {
+        self.abort_requested.load(Ordering::SeqCst)
+    }
+
+    /// Stores the result and wakes whoever awaits it.
+    pub(crate) fn finish(&self, result: Result<T, JoinError>) {
+        let waker = {
+            let mut state = self.state();
+            state.result = Some(result);
+            state.finished = true;
+            state.waker.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
 }
 
 /// Awaits a spawned task's output. Dropping it detaches the task.
@@ -180,9 +236,16 @@ struct JoinState<T> {
 /// # std::io::Result::Ok(()) })?;
 /// # std::io::Result::Ok(())
 /// ```
+/// It is `Send` and `Sync` when the output is `Send`: a task spawned through a
+/// [`Handle`](crate::Handle) can be awaited on any worker or thread.
 pub struct JoinHandle<T> {
-    state: Rc<RefCell<JoinState<T>>>,
-    header: Arc<Header>,
+    inner: Arc<JoinInner<T>>,
+}
+
+impl<T> JoinHandle<T> {
+    pub(crate) fn new(inner: Arc<JoinInner<T>>) -> JoinHandle<T> {
+        JoinHandle { inner }
+    }
 }
 
 impl<T> JoinHandle<T> {
@@ -207,8 +270,11 @@ impl<T> JoinHandle<T> {
     /// # std::io::Result::Ok(())
     /// ```
     pub fn abort(&self) {
-        self.header.aborted.store(true, Ordering::Release);
-        Waker::from(self.header.clone()).wake();
+        self.inner.abort_requested.store(true, Ordering::SeqCst);
+        if let Some(header) = self.inner.header.get() {
+            header.aborted.store(true, Ordering::SeqCst);
+            Waker::from(header.clone()).wake();
+        }
     }
 
     /// True once the task has completed, panicked or been aborted.
@@ -225,7 +291,7 @@ impl<T> JoinHandle<T> {
     /// # std::io::Result::Ok(())
     /// ```
     pub fn is_finished(&self) -> bool {
-        self.state.borrow().finished
+        self.inner.state().finished
     }
 }
 
@@ -233,7 +299,9 @@ impl<T> Future for JoinHandle<T> {
     type Output = Result<T, JoinError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut state = self.state.borrow_mut();
+        // Cloned before the lock: a waker's clone is code that is not ours.
+        let waker = cx.waker().clone();
+        let mut state = self.inner.state();
         if let Some(result) = state.result.take() {
             state.taken = true;
             return Poll::Ready(result);
@@ -244,7 +312,9 @@ impl<T> Future for JoinHandle<T> {
         if state.finished {
             return Poll::Ready(Err(JoinError::Cancelled));
         }
-        state.waker = Some(cx.waker().clone());
+        let old = state.waker.replace(waker);
+        drop(state);
+        drop(old);
         Poll::Pending
     }
 }
@@ -273,18 +343,7 @@ pin_project_lite::pin_project! {
         // place then, so its in-flight ops become orphans at once.
         #[pin]
         future: Option<F>,
-        state: Rc<RefCell<JoinState<F::Output>>>,
-    }
-}
-
-/// Stores a task's result for its `JoinHandle` and wakes whoever awaits it.
-fn finish<T>(state: &RefCell<JoinState<T>>, result: Result<T, JoinError>) {
-    let mut state = state.borrow_mut();
-    state.result = Some(result);
-    state.finished = true;
-    if let Some(waker) = state.waker.take() {
-        drop(state);
-        waker.wake();
+        state: Arc<JoinInner<F::Output>>,
     }
 }
 
@@ -304,7 +363,7 @@ impl<F: Future> RawTask for Task<F> {
         if let Err(payload) = drop_future(this.future) {
             report_drop_panic(&payload);
         }
-        finish(this.state, result);
+        this.state.finish(result);
         Poll::Ready(())
     }
 
@@ -317,7 +376,7 @@ impl<F: Future> RawTask for Task<F> {
                 Ok(()) => Err(JoinError::Cancelled),
                 Err(payload) => Err(JoinError::Panic(payload)),
             };
-            finish(this.state, result);
+            this.state.finish(result);
         }
     }
 }
@@ -336,20 +395,15 @@ pub(crate) fn report_drop_panic(payload: &Box<dyn Any + Send>) {
     tracing::error!(target: "ring_rt", panic = %message, "a task's destructor panicked after it finished");
 }
 
-/// Builds a task and its JoinHandle around `future`.
+/// Builds a task around `future` whose output goes to `state` (its `JoinHandle`'s).
 pub(crate) fn new_task<F: Future + 'static>(
     future: F,
-    header: Arc<Header>,
-) -> (Pin<Box<dyn RawTask>>, JoinHandle<F::Output>) {
-    let state = Rc::new(RefCell::new(JoinState {
-        result: None,
-        finished: false,
-        taken: false,
-        waker: None,
-    }));
-    let task = Task {
+    header: &Arc<Header>,
+    state: Arc<JoinInner<F::Output>>,
+) -> Pin<Box<dyn RawTask>> {
+    state.attach(header);
+    Box::pin(Task {
         future: Some(future),
-        state: state.clone(),
-    };
-    (Box::pin(task), JoinHandle { state, header })
+        state,
+    })
 }

@@ -16,6 +16,8 @@ use crate::unpark::Unparker;
 #[derive(Debug)]
 pub(crate) struct WorkerConfig {
     pub(crate) backend: BackendConfig,
+    /// The runtime's worker set, filled once every worker started.
+    pub(crate) set: Arc<std::sync::OnceLock<Arc<super::WorkerSet>>>,
     pub(crate) pin_workers: bool,
     pub(crate) spin_before_park: Duration,
 }
@@ -42,6 +44,7 @@ impl WorkerConfig {
             backend,
             choice,
             self.spin_before_park,
+            self.set.clone(),
         )))
     }
 }

@@ -13,14 +13,17 @@
 //! never forgotten: an orphan, a close.
 
 mod backend_calls;
+pub(crate) mod blocking;
 mod config;
 mod context;
 mod elsewhere;
+pub(crate) mod set;
 mod threads;
 mod timers;
 
 pub(crate) use config::WorkerConfig;
 use context::CurrentGuard;
+use set::WorkerSet;
 pub(crate) use threads::Workers;
 pub(crate) use timers::{deadline_after, TimerEntry, Timers, FOREVER};
 
@@ -38,6 +41,9 @@ use ring_core::cqe::Cqe;
 use ring_core::driver::Wait;
 use ring_core::lifecycle::{Deferred, Orphan};
 use ring_core::user_data::OpId;
+
+use std::sync::atomic::Ordering;
+use std::sync::OnceLock;
 
 use crate::backend::select::Choice;
 use crate::backend::{Backend, Mechanism, Operation, Start, Token};
@@ -77,6 +83,9 @@ pub struct Core {
     /// Ops polled while this runtime did not run, and cancelled for that (see
     /// `elsewhere.rs`), until their final completion.
     cancelled_elsewhere: RefCell<Vec<OpId>>,
+    /// Every worker of the runtime (set once they all started): what `Handle::current`
+    /// gives on this worker's thread.
+    pub(crate) set: Arc<OnceLock<Arc<WorkerSet>>>,
 }
 
 /// Work a drop could not do because the backend was busy.
@@ -93,7 +102,10 @@ impl Core {
         backend: Backend,
         choice: Choice,
         spin: Duration,
+        set: Arc<OnceLock<Arc<WorkerSet>>>,
     ) -> Core {
+        let metrics = backend.metrics().clone();
+        let _ = executor.shared.gauges.io.set(metrics);
         Core {
             executor,
             backend: RefCell::new(backend),
@@ -108,6 +120,22 @@ impl Core {
             is_running: Cell::new(false),
             is_shut_down: Cell::new(false),
             cancelled_elsewhere: RefCell::new(Vec::new()),
+            set,
+        }
+    }
+
+    /// Publishes this worker's local values for other threads (`Runtime::metrics`).
+    fn publish_gauges(&self) {
+        let gauges = &self.executor.shared.gauges;
+        let timers = self.timers.borrow().len() as u64;
+        gauges.timers.store(timers, Ordering::Relaxed);
+        gauges
+            .spin_turns
+            .store(self.spin_turns.get(), Ordering::Relaxed);
+        if let Ok(n) = self.backend_ref(|b| b.recv_buffers_in_use()) {
+            gauges
+                .recv_buffers_in_use
+                .store(n as u64, Ordering::Relaxed);
         }
     }
 
@@ -377,6 +405,7 @@ impl Core {
     }
 
     fn backend_turn(&self, wait: Wait) {
+        self.publish_gauges();
         let turned = self.with_backend(|b| {
             let turned = b.turn(wait);
             (turned, b.kind())
@@ -436,6 +465,10 @@ struct RunningGuard<'a>(&'a Core, bool);
 
 impl<'a> RunningGuard<'a> {
     fn set(core: &'a Core) -> RunningGuard<'a> {
+        core.executor
+            .shared
+            .is_running
+            .store(true, Ordering::Relaxed);
         RunningGuard(core, core.is_running.replace(true))
     }
 }
@@ -443,6 +476,9 @@ impl<'a> RunningGuard<'a> {
 impl Drop for RunningGuard<'_> {
     fn drop(&mut self) {
         self.0.is_running.set(self.1);
+        let shared = &self.0.executor.shared;
+        shared.is_running.store(self.1, Ordering::Relaxed);
+        self.0.publish_gauges();
     }
 }
 

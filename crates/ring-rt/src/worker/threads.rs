@@ -64,13 +64,9 @@ impl Workers {
         self.shareds.len()
     }
 
-    /// Runs `job` on worker `index` (1-based among the extra workers).
-    pub(crate) fn run_on(&self, index: usize, job: Box<dyn FnOnce() + Send>) -> io::Result<()> {
-        let shared = self.shareds.get(index.wrapping_sub(1)).ok_or_else(|| {
-            io::Error::new(io::ErrorKind::InvalidInput, format!("no worker {index}"))
-        })?;
-        shared.push_job(job);
-        Ok(())
+    /// The extra workers' shared parts, in index order (worker 1 first).
+    pub(crate) fn shareds(&self) -> &[Arc<Shared>] {
+        &self.shareds
     }
 
     /// Stops every worker and waits for its thread: each drops its tasks and drains its

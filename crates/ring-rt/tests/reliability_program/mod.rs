@@ -209,8 +209,10 @@ pub fn run(kind: BackendKind, data: &[u8]) -> Result<Option<Report>, String> {
     let outer_fds = open_fds();
     // A tiny SQ, receive pool and blocking pool, so SQ-full pushes, ENOBUFS and queued
     // blocking jobs happen in short programs.
+    // One worker: the program's steady-state counts (ops in flight, fds) are one ring's.
     let built = Runtime::builder()
         .backend(kind)
+        .threads(1)
         .entries(8)
         .recv_buffers(2, 256)
         .blocking_threads(2)
@@ -269,7 +271,7 @@ struct State {
     world: RefCell<Option<Rc<World>>>,
     /// fds, ops in flight and counters when the program started.
     start: std::cell::Cell<Option<(usize, u64)>>,
-    before: std::cell::Cell<Option<ring_rt::RuntimeMetrics>>,
+    before: std::cell::Cell<Option<ring_core::metrics::Snapshot>>,
 }
 
 /// After an injected waker panic: shut every socket down, let every task finish (the
@@ -300,7 +302,7 @@ async fn recover(rt: &Runtime, state: &State) -> Result<Report, String> {
     if n.map_err(|e| e.to_string())? != 10 || &buf[..] != b"still here" {
         return Err("no round trip after an injected waker panic".into());
     }
-    let before = state.before.get().map(|m| m.io).unwrap_or_default();
+    let before = state.before.get().unwrap_or_default();
     let delta = rt.metrics().io.since(&before);
     Ok(Report {
         cancels_sent: delta.cancels_sent,
@@ -334,7 +336,7 @@ async fn program(
     let fds = open_fds();
     let steady_ops = rt.metrics().io.ops_in_flight;
     state.start.set(Some((fds, steady_ops)));
-    state.before.set(Some(rt.metrics()));
+    state.before.set(Some(rt.metrics().io));
     let before = rt.metrics().io;
     let world = Rc::new(World::new(path).await.map_err(|e| format!("setup: {e}"))?);
     *state.world.borrow_mut() = Some(world.clone());

@@ -71,9 +71,11 @@ pub fn expecting_panics<R>(f: impl FnOnce() -> R) -> R {
     out.unwrap_or_else(|payload| std::panic::resume_unwind(payload))
 }
 
-/// A runtime forced onto `kind`.
+/// A runtime forced onto `kind`, with one worker: the suites count one ring's ops in
+/// flight and fds, which other workers (each with its own ring, arming its wake-up poll
+/// when its thread gets to it) would blur. Tests of several workers ask for them.
 pub fn runtime(kind: BackendKind) -> Result<Runtime, Completion> {
-    runtime_with(kind, Runtime::builder())
+    runtime_with(kind, Runtime::builder().threads(1))
 }
 
 /// A runtime from `builder`, forced onto `kind`.

@@ -2,9 +2,14 @@
 //! holds, and drops to shut them all down. Built by `builder.rs` (which imports this, not
 //! the other way round).
 
+mod handle;
+
+pub use handle::{spawn_blocking, Handle};
+
 use std::fmt;
 use std::future::Future;
 use std::rc::Rc;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -14,6 +19,7 @@ use ring_core::probe::Features;
 
 use crate::backend::{BackendChoice, BackendKind, SHUTDOWN_WAIT};
 use crate::executor::task::JoinHandle;
+use crate::worker::set::WorkerSet;
 use crate::worker::{Core, Workers};
 
 /// An async runtime: one worker on the calling thread (plus `threads - 1` more, each with
@@ -35,6 +41,8 @@ use crate::worker::{Core, Workers};
 pub struct Runtime {
     pub(crate) core: Rc<Core>,
     pub(crate) workers: Option<Arc<Workers>>,
+    /// Every worker, for handles and metrics.
+    pub(crate) set: Arc<WorkerSet>,
 }
 
 impl Runtime {
@@ -84,49 +92,56 @@ impl Runtime {
 
     /// Spawns `make(worker_index)` on every worker: the calling thread's (index 0, runs
     /// during `block_on`) and each extra worker's. The future is created on its worker, so
-    /// it may be `!Send`; only the factory crosses threads.
+    /// it may be `!Send`; only the factory crosses threads. Returns a handle per worker, in
+    /// worker order (a server serving forever can drop them).
     ///
     /// # Examples
     ///
     /// ```
-    /// use std::sync::atomic::{AtomicUsize, Ordering};
-    /// use std::sync::Arc;
-    /// use std::time::Duration;
-    ///
     /// let rt = ring_rt::Runtime::builder().threads(2).build()?;
-    /// let started = Arc::new(AtomicUsize::new(0));
-    /// let counter = started.clone();
-    /// rt.spawn_on_all(move |_worker| {
-    ///     let counter = counter.clone();
-    ///     async move {
-    ///         counter.fetch_add(1, Ordering::SeqCst);
+    /// let tasks = rt.spawn_on_all(|worker| async move { worker * 10 });
+    /// let outputs = rt.block_on(async {
+    ///     let mut outputs = Vec::new();
+    ///     for task in tasks {
+    ///         outputs.push(task.await.unwrap());
     ///     }
+    ///     outputs
     /// });
-    /// rt.block_on(async {
-    ///     while started.load(Ordering::SeqCst) < 2 {
-    ///         ring_rt::time::sleep(Duration::from_millis(1)).await;
-    ///     }
-    /// });
+    /// assert_eq!(outputs, [0, 10]);
     /// # std::io::Result::Ok(())
     /// ```
-    pub fn spawn_on_all<F, Fut>(&self, make: F)
+    pub fn spawn_on_all<F, Fut>(&self, make: F) -> Vec<JoinHandle<Fut::Output>>
     where
         F: Fn(usize) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = ()> + 'static,
+        Fut: Future + 'static,
+        Fut::Output: Send + 'static,
     {
         let make = Arc::new(make);
-        if let Some(workers) = &self.workers {
-            for index in 1..=workers.len() {
-                let make = make.clone();
-                let job = Box::new(move || {
-                    drop(spawn(make(index)));
-                });
-                if let Err(err) = workers.run_on(index, job) {
-                    tracing::error!(target: "ring_rt", error = %err, "spawn_on_all: worker unreachable");
-                }
+        let mut handles = vec![self.core.spawn(make(0))];
+        for index in 1..self.set.len() {
+            let make = make.clone();
+            match self.set.spawn_with(index, move || make(index)) {
+                Ok(handle) => handles.push(handle),
+                Err(err) => unreachable!("worker {index} of {} exists: {err}", self.set.len()),
             }
         }
-        drop(self.core.spawn(make(0)));
+        handles
+    }
+
+    /// A handle to this runtime's workers, for spawning onto them from any thread (see
+    /// [`Handle`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let rt = ring_rt::Runtime::builder().threads(2).build()?;
+    /// let handle = rt.handle();
+    /// let task = handle.spawn(async { "from any thread" });
+    /// assert_eq!(rt.block_on(task).unwrap(), "from any thread");
+    /// # std::io::Result::Ok(())
+    /// ```
+    pub fn handle(&self) -> Handle {
+        Handle::new(self.set.clone())
     }
 
     /// Which backend runs, and why it was chosen (see [`BackendChoice`]).
@@ -163,34 +178,60 @@ impl Runtime {
         self.core.features()
     }
 
-    /// Counters of the calling-thread worker's backend (see [`RuntimeMetrics`]).
+    /// Counters of every worker, summed, with each worker's own in
+    /// [`workers`](RuntimeMetrics::workers) (see [`RuntimeMetrics`]). Worker 0's are exact;
+    /// another worker's local values (timers, pooled buffers out, spin turns) are as it
+    /// published them at its last loop turn.
     ///
     /// # Examples
     ///
     /// ```
-    /// let rt = ring_rt::Runtime::new()?;
+    /// let rt = ring_rt::Runtime::builder().threads(2).build()?;
     /// rt.block_on(async { ring_rt::spawn(async {}).await.unwrap() });
     /// let m = rt.metrics();
+    /// assert_eq!(m.workers.len(), 2);
     /// assert_eq!(m.tasks_spawned, 1);
+    /// assert_eq!(m.workers[0].tasks_spawned, 1);
     /// assert_eq!(m.tasks_alive, 0);
     /// # std::io::Result::Ok(())
     /// ```
     pub fn metrics(&self) -> RuntimeMetrics {
         let core = &self.core;
         let (io, recv_buffers_in_use) = core.metrics_snapshot();
-        let recv_buffers_in_use = recv_buffers_in_use as u64;
-        RuntimeMetrics {
-            backend: core.choice.kind,
+        let mut workers = vec![WorkerMetrics {
             io,
-            tasks_spawned: core
-                .executor
-                .shared
-                .tasks_spawned
-                .load(std::sync::atomic::Ordering::Relaxed),
+            tasks_spawned: core.executor.shared.tasks_spawned.load(Relaxed),
             tasks_alive: core.executor.alive() as u64,
             timers: core.timers.borrow().len() as u64,
-            recv_buffers_in_use,
+            recv_buffers_in_use: recv_buffers_in_use as u64,
             spin_turns: core.spin_turns.get(),
+        }];
+        for index in 1..self.set.len() {
+            if let Some(shared) = self.set.shared(index) {
+                let gauges = &shared.gauges;
+                workers.push(WorkerMetrics {
+                    io: gauges.io.get().map(|m| m.snapshot()).unwrap_or_default(),
+                    tasks_spawned: shared.tasks_spawned.load(Relaxed),
+                    tasks_alive: shared.tasks_alive.load(Relaxed) as u64,
+                    timers: gauges.timers.load(Relaxed),
+                    recv_buffers_in_use: gauges.recv_buffers_in_use.load(Relaxed),
+                    spin_turns: gauges.spin_turns.load(Relaxed),
+                });
+            }
+        }
+        let sum = |f: fn(&WorkerMetrics) -> u64| workers.iter().map(f).sum::<u64>();
+        RuntimeMetrics {
+            backend: core.choice.kind,
+            io: workers.iter().fold(
+                Default::default(),
+                |acc: ring_core::metrics::Snapshot, w| acc.plus(&w.io),
+            ),
+            tasks_spawned: sum(|w| w.tasks_spawned),
+            tasks_alive: sum(|w| w.tasks_alive),
+            timers: sum(|w| w.timers),
+            recv_buffers_in_use: sum(|w| w.recv_buffers_in_use),
+            spin_turns: sum(|w| w.spin_turns),
+            workers,
         }
     }
 
@@ -256,6 +297,8 @@ impl Runtime {
             workers.shutdown(deadline);
         }
         self.core.shutdown(deadline);
+        // After the workers: a task being dropped may still hand work to the pool.
+        self.set.close_blocking(deadline);
     }
 }
 
@@ -297,22 +340,42 @@ impl fmt::Debug for Runtime {
 /// assert_eq!((after.tasks_alive, after.timers, after.recv_buffers_in_use), (0, 0, 0));
 /// # std::io::Result::Ok(())
 /// ```
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct RuntimeMetrics {
     /// The backend these counters come from.
     pub backend: BackendKind,
-    /// Ring (or epoll) counters: enters, SQEs, CQEs, overflows, ENOBUFS, cancels, orphans.
+    /// Ring (or epoll) counters of every worker, summed: enters, SQEs, CQEs, overflows,
+    /// ENOBUFS, cancels, orphans.
     pub io: ring_core::metrics::Snapshot,
-    /// Tasks spawned since the runtime started.
+    /// Tasks spawned since the runtime started, on every worker.
     pub tasks_spawned: u64,
-    /// Tasks not yet finished.
+    /// Tasks not yet finished, on every worker.
     pub tasks_alive: u64,
-    /// Pending timers.
+    /// Pending timers, on every worker.
     pub timers: u64,
-    /// Buffers of the worker's receive pool currently out (leased or in flight).
+    /// Buffers of the workers' receive pools currently out (leased or in flight).
     pub recv_buffers_in_use: u64,
     /// Loop turns that did not wait because the loop was spinning before it parked
     /// ([`Builder::spin_before_park`](crate::Builder::spin_before_park)); 0 when spinning is off.
+    pub spin_turns: u64,
+    /// Each worker's own figures, worker 0 (the calling thread) first.
+    pub workers: Vec<WorkerMetrics>,
+}
+
+/// One worker's figures in [`RuntimeMetrics::workers`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkerMetrics {
+    /// The worker's ring (or epoll) counters.
+    pub io: ring_core::metrics::Snapshot,
+    /// Tasks spawned on this worker since it started.
+    pub tasks_spawned: u64,
+    /// Tasks not yet finished on this worker.
+    pub tasks_alive: u64,
+    /// Pending timers of this worker.
+    pub timers: u64,
+    /// Buffers of this worker's receive pool currently out.
+    pub recv_buffers_in_use: u64,
+    /// Spin turns of this worker.
     pub spin_turns: u64,
 }
 

@@ -1,0 +1,204 @@
+//! Every worker of a runtime, reachable from any thread: what a `Handle` holds. Spawns
+//! sent to a worker travel as jobs on its inject queue (`executor::Shared`); the least
+//! loaded running worker takes a spawn that names none.
+
+use std::future::Future;
+use std::io;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::blocking::BlockingTasks;
+use super::Core;
+use crate::executor::task::{JoinError, JoinHandle, JoinInner};
+use crate::executor::Shared;
+
+/// A runtime's workers (index 0: the thread that built the runtime) and its blocking pool.
+pub(crate) struct WorkerSet {
+    shareds: Vec<Arc<Shared>>,
+    /// Where the search for the least loaded worker starts, so ties take turns.
+    next: AtomicUsize,
+    blocking: BlockingTasks,
+}
+
+impl std::fmt::Debug for WorkerSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerSet")
+            .field("workers", &self.shareds.len())
+            .finish()
+    }
+}
+
+impl WorkerSet {
+    pub(crate) fn new(shareds: Vec<Arc<Shared>>, blocking: BlockingTasks) -> WorkerSet {
+        WorkerSet {
+            shareds,
+            next: AtomicUsize::new(0),
+            blocking,
+        }
+    }
+
+    /// Number of workers.
+    pub(crate) fn len(&self) -> usize {
+        self.shareds.len()
+    }
+
+    /// Worker `index`'s shared part.
+    pub(crate) fn shared(&self, index: usize) -> Option<&Arc<Shared>> {
+        self.shareds.get(index)
+    }
+
+    /// The worker a spawn that names none goes to: the least loaded (tasks alive plus
+    /// spawns on their way) among those whose loop runs, ties taking turns. Worker 0 runs
+    /// only inside `block_on`; while it does not, the others take every spawn (and worker
+    /// 0 takes them when it is the only one: they run at its next `block_on`).
+    pub(crate) fn least_loaded(&self) -> usize {
+        let n = self.shareds.len();
+        let start = self.next.fetch_add(1, Ordering::Relaxed) % n;
+        let mut best: Option<(usize, usize)> = None;
+        for i in (0..n).map(|k| (start + k) % n) {
+            let shared = &self.shareds[i];
+            if !shared.is_running.load(Ordering::Relaxed) {
+                continue;
+            }
+            let load = shared.load();
+            if best.is_none_or(|(_, l)| load < l) {
+                best = Some((i, load));
+            }
+        }
+        best.map_or(0, |(i, _)| i)
+    }
+
+    /// Spawns the future `make` builds, on worker `index`: built there, so it need not be
+    /// `Send`; only `make` and the output cross threads.
+    pub(crate) fn spawn_with<F, Fut>(
+        &self,
+        index: usize,
+        make: F,
+    ) -> io::Result<JoinHandle<Fut::Output>>
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future + 'static,
+        Fut::Output: Send + 'static,
+    {
+        let shared = self.shared(index).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("no worker {index}: the runtime has {}", self.len()),
+            )
+        })?;
+        let state = JoinInner::new();
+        let handle = JoinHandle::new(state.clone());
+        if shared.is_here() {
+            // Already on that worker: no trip through its inject queue.
+            if let Some(core) = Core::current() {
+                spawn_made(&core, make, state);
+                return Ok(handle);
+            }
+        }
+        shared.spawns_pending.fetch_add(1, Ordering::Relaxed);
+        let job = SpawnJob {
+            make: Some(make),
+            state,
+            shared: shared.clone(),
+        };
+        shared.push_job(Box::new(move || job.run()));
+        Ok(handle)
+    }
+
+    /// Runs `f` on the blocking pool; its handle gives the result.
+    pub(crate) fn spawn_blocking<F, R>(&self, f: F) -> JoinHandle<R>
+    where
+        F: FnOnce() -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        let state = JoinInner::new();
+        let handle = JoinHandle::new(state.clone());
+        let job = BlockingJob { f: Some(f), state };
+        if let Err(refused) = self.blocking.push(Box::new(move || job.run())) {
+            // Dropped unrun: the handle says Cancelled (the pool is closed, or no thread
+            // could start and none runs).
+            drop(refused);
+        }
+        handle
+    }
+
+    /// Closes the blocking pool (queued tasks cancelled), waiting for running ones until
+    /// `deadline`.
+    pub(crate) fn close_blocking(&self, deadline: Instant) {
+        self.blocking.close(deadline);
+    }
+}
+
+/// Spawns what `make` builds on `core`; a panicking `make` is the task's panic.
+fn spawn_made<F, Fut>(core: &Core, make: F, state: Arc<JoinInner<Fut::Output>>)
+where
+    F: FnOnce() -> Fut,
+    Fut: Future + 'static,
+{
+    match catch_unwind(AssertUnwindSafe(make)) {
+        Ok(future) => core.executor.spawn_into(future, state),
+        Err(payload) => state.finish(Err(JoinError::Panic(payload))),
+    }
+}
+
+/// A spawn on its way to a worker. Dropped unrun (the worker is gone), its handle says
+/// `Cancelled` instead of waiting for ever.
+struct SpawnJob<F, Fut: Future> {
+    make: Option<F>,
+    state: Arc<JoinInner<Fut::Output>>,
+    shared: Arc<Shared>,
+}
+
+impl<F: FnOnce() -> Fut, Fut: Future + 'static> SpawnJob<F, Fut> {
+    fn run(mut self) {
+        let Some(make) = self.make.take() else {
+            return;
+        };
+        self.shared.spawns_pending.fetch_sub(1, Ordering::Relaxed);
+        match Core::current() {
+            Some(core) => spawn_made(&core, make, self.state.clone()),
+            // Jobs run inside the worker's loop, where its core is current.
+            None => self.state.finish(Err(JoinError::Cancelled)),
+        }
+    }
+}
+
+impl<F, Fut: Future> Drop for SpawnJob<F, Fut> {
+    fn drop(&mut self) {
+        if self.make.take().is_some() {
+            self.shared.spawns_pending.fetch_sub(1, Ordering::Relaxed);
+            self.state.finish(Err(JoinError::Cancelled));
+        }
+    }
+}
+
+/// A `spawn_blocking` closure on its way to a pool thread; dropped unrun, or aborted
+/// before it starts, its handle says `Cancelled`.
+struct BlockingJob<F, R> {
+    f: Option<F>,
+    state: Arc<JoinInner<R>>,
+}
+
+impl<F: FnOnce() -> R, R> BlockingJob<F, R> {
+    fn run(mut self) {
+        let Some(f) = self.f.take() else {
+            return;
+        };
+        if self.state.is_abort_requested() {
+            self.state.finish(Err(JoinError::Cancelled));
+            return;
+        }
+        let result = catch_unwind(AssertUnwindSafe(f)).map_err(JoinError::Panic);
+        self.state.finish(result);
+    }
+}
+
+impl<F, R> Drop for BlockingJob<F, R> {
+    fn drop(&mut self) {
+        if self.f.take().is_some() {
+            self.state.finish(Err(JoinError::Cancelled));
+        }
+    }
+}
