@@ -35,6 +35,7 @@ use std::process::ExitCode;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use ring_demo::flags::Flags;
 use ring_rt::compat::Compat;
 use ring_rt::net::{TcpListener, TcpStream};
 use ring_rt::{BackendKind, Runtime};
@@ -211,17 +212,13 @@ fn parse_args() -> Result<Args, String> {
         reps: 5,
         backends: vec![BackendKind::Uring, BackendKind::Epoll],
     };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let value = it.next().ok_or(format!("{flag} needs a value"))?;
-        let bad = |e: &dyn std::fmt::Display| format!("{flag} {value}: {e}");
+    let mut flags = Flags::from_env();
+    while let Some(flag) = flags.next_flag()? {
         match flag.as_str() {
-            "--total-mib" => args.total_mib = value.parse().map_err(|e| bad(&e))?,
-            "--reps" => args.reps = value.parse::<usize>().map_err(|e| bad(&e))?.max(1),
-            "--backend" => {
-                args.backends = vec![BackendKind::parse(&value).ok_or(bad(&"uring or epoll"))?]
-            }
-            _ => return Err(format!("unknown flag {flag}")),
+            "--total-mib" => args.total_mib = flags.value()?,
+            "--reps" => args.reps = flags.value::<usize>()?.max(1),
+            "--backend" => args.backends = vec![flags.value()?],
+            _ => return Err(flags.unknown()),
         }
     }
     Ok(args)

@@ -11,6 +11,7 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 
 use ring_core::metrics::Snapshot;
+use ring_demo::flags::Flags;
 use ring_rt::net::tcp::ListenOptions;
 use ring_rt::net::{TcpListener, TcpStream};
 use ring_rt::{BackendKind, Runtime};
@@ -29,30 +30,14 @@ fn parse_args() -> Result<Args, String> {
         backend: None,
         batch_wait_us: None,
     };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let value = it.next().ok_or(format!("{flag} needs a value"))?;
+    let mut flags = Flags::from_env();
+    while let Some(flag) = flags.next_flag()? {
         match flag.as_str() {
-            "--addr" => args.addr = value.parse().map_err(|e| format!("--addr {value}: {e}"))?,
-            "--threads" => {
-                args.threads = value
-                    .parse()
-                    .map_err(|e| format!("--threads {value}: {e}"))?
-            }
-            "--backend" => {
-                args.backend = Some(
-                    BackendKind::parse(&value)
-                        .ok_or(format!("--backend {value}: uring or epoll"))?,
-                )
-            }
-            "--batch-wait-us" => {
-                args.batch_wait_us = Some(
-                    value
-                        .parse()
-                        .map_err(|e| format!("--batch-wait-us {value}: {e}"))?,
-                )
-            }
-            _ => return Err(format!("unknown flag {flag}")),
+            "--addr" => args.addr = flags.value()?,
+            "--threads" => args.threads = flags.value()?,
+            "--backend" => args.backend = Some(flags.value()?),
+            "--batch-wait-us" => args.batch_wait_us = Some(flags.value()?),
+            _ => return Err(flags.unknown()),
         }
     }
     Ok(args)
@@ -101,25 +86,6 @@ async fn serve(addr: SocketAddr, reuse_port: bool, ready: Option<String>) {
     }
 }
 
-/// Raises the soft open-file limit to the hard one, so one worker can hold 10,000 idle
-/// connections (the benchmark's memory test).
-fn raise_nofile_limit() -> io::Result<()> {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `lim` is a valid rlimit for getrlimit to fill.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    lim.rlim_cur = lim.rlim_max;
-    // SAFETY: `lim` is a valid rlimit; raising soft to hard needs no privilege.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 /// Counters as one flat JSON line on stderr: `metrics {"backend":"uring","enters":..}`.
 fn print_metrics(backend: BackendKind, io: &Snapshot, extra: &[(&str, u64)]) {
     let mut line = format!("metrics {{\"backend\":\"{backend}\"");
@@ -129,35 +95,23 @@ fn print_metrics(backend: BackendKind, io: &Snapshot, extra: &[(&str, u64)]) {
     eprintln!("{line}}}");
 }
 
-/// Answers each SIGUSR1 with a metrics line, from a thread of its own: the counters are
-/// atomics readable anywhere, so serving is not interrupted. SIGUSR1 must already be
-/// blocked in every thread.
-fn answer_sigusr1(rt: &Runtime) -> io::Result<()> {
+/// Waits for SIGINT or SIGTERM and returns its number, answering each SIGUSR1 on the way
+/// with a metrics line. All three are blocked in every thread (see `run`), so a signal
+/// that comes while no wait is pending stays pending for the next one.
+async fn wait_for_stop(rt: &Runtime) -> io::Result<i32> {
     let (metrics, backend) = (rt.metrics_handle(), rt.backend().kind);
-    // SAFETY: sigset_t is plain data; sigemptyset initialises it.
-    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `set` is a valid sigset_t and SIGUSR1 a valid signal number.
-    unsafe {
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGUSR1);
-    }
-    let waiter = move || loop {
-        let mut signo = 0;
-        // SAFETY: valid set and out-pointer; SIGUSR1 is blocked (see `run`), as sigwait
-        // requires. It fails only for an invalid set: then give up quietly.
-        if unsafe { libc::sigwait(&set, &mut signo) } != 0 {
-            return;
+    loop {
+        match ring_rt::signal::wait(&[libc::SIGINT, libc::SIGTERM, libc::SIGUSR1]).await? {
+            libc::SIGUSR1 => print_metrics(backend, &metrics.snapshot(), &[]),
+            signo => return Ok(signo),
         }
-        print_metrics(backend, &metrics.snapshot(), &[]);
-    };
-    std::thread::Builder::new()
-        .name("echo-sigusr1".into())
-        .spawn(waiter)?;
-    Ok(())
+    }
 }
 
 fn run(args: Args) -> io::Result<()> {
-    if let Err(e) = raise_nofile_limit() {
+    // The soft open-file limit up to the hard one, so one worker can hold 10,000 idle
+    // connections (the benchmark's memory test).
+    if let Err(e) = rlimit::increase_nofile_limit(u64::MAX) {
         eprintln!("echo: RLIMIT_NOFILE: {e}");
     }
     // Blocked before any thread starts, so every thread inherits the mask.
@@ -181,10 +135,9 @@ fn run(args: Args) -> io::Result<()> {
         features,
         rt.backend().reason
     );
-    answer_sigusr1(&rt)?;
     let (addr, reuse_port) = (args.addr, args.threads > 1);
     rt.spawn_on_all(move |worker| serve(addr, reuse_port, (worker == 0).then(|| ready.clone())));
-    let signo = rt.block_on(ring_rt::signal::wait(&[libc::SIGINT, libc::SIGTERM]))?;
+    let signo = rt.block_on(wait_for_stop(&rt))?;
     let m = rt.metrics();
     let tasks = [
         ("tasks_spawned", m.tasks_spawned),

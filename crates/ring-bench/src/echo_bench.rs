@@ -176,7 +176,9 @@ const BATCH_WAIT_US: &str = "50";
 
 /// Runs the benchmark and writes its outputs.
 pub fn run(opts: &Options, bins: &Bins) -> io::Result<()> {
-    let nofile = sys::raise_nofile_limit()?;
+    // The soft open-file limit up to the hard one (the servers and echo-load started below
+    // inherit it); returns the new soft limit.
+    let nofile = rlimit::increase_nofile_limit(u64::MAX)?;
     if sys::cpus_allowed() < 2 {
         eprintln!("echo-bench: warning: fewer than 2 CPUs; server and load share one");
     }

@@ -1,27 +1,9 @@
-//! Process plumbing for the bench drivers: file limits, CPU pinning, signals by pid.
+//! Process plumbing for the bench drivers: CPU pinning, signals by pid (the open-file limit
+//! is raised with the rlimit crate).
 
 use std::io;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
-
-/// Raises the soft `RLIMIT_NOFILE` to the hard limit; returns the new soft limit.
-/// Children started afterwards inherit it.
-pub fn raise_nofile_limit() -> io::Result<u64> {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `lim` is a valid rlimit for getrlimit to fill.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    lim.rlim_cur = lim.rlim_max;
-    // SAFETY: `lim` is a valid rlimit; raising soft to hard needs no privilege.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(lim.rlim_cur)
-}
 
 /// Makes `cmd`'s process run only on `cpu` (set between fork and exec, so the process never
 /// runs anywhere else, and its threads inherit the mask).
@@ -77,11 +59,5 @@ mod tests {
         let out = pin_to_cpu(&mut cmd, 0).output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
         assert_eq!(text.split_whitespace().nth(1), Some("0"), "{text}");
-    }
-
-    #[test]
-    fn nofile_limit_reaches_hard_limit() {
-        let soft = raise_nofile_limit().unwrap();
-        assert!(soft >= 1024, "soft limit {soft}");
     }
 }

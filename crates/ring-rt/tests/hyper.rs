@@ -264,7 +264,7 @@ fn big_16mib_length_and_checksum(kind: BackendKind) -> Outcome {
         "downloaded {} of {LEN} bytes",
         out.len()
     );
-    let expected = fnv1a((0..LEN).map(example::big_byte));
+    let expected = fnv1a((0..LEN).map(ring_demo::service::big_byte));
     check!(fnv1a(out.iter().copied()) == expected, "checksum mismatch");
     Ok(Completion::Completed)
 }

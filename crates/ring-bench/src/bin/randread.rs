@@ -5,13 +5,15 @@
 //! (written data, not sparse) when it does not exist; uses `O_DIRECT` when the filesystem
 //! takes it.
 
+use std::io;
+use std::num::{NonZeroU64, NonZeroUsize};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
-use std::{env, io};
 
 use ring_bench::crit::{self, Stop, BLOCK_BYTES};
+use ring_demo::flags::Flags;
 use ring_rt::BackendKind;
 
 const USAGE: &str = "usage: randread --file F [--depth 32] [--secs 10] [--backend uring|epoll] \
@@ -26,8 +28,7 @@ struct Args {
     spin_us: u64,
 }
 
-fn parse_args(mut args: impl Iterator<Item = String>) -> io::Result<Args> {
-    let bad = |msg: String| io::Error::new(io::ErrorKind::InvalidInput, msg);
+fn parse_args() -> Result<Args, String> {
     let mut out = Args {
         file: PathBuf::new(),
         depth: 32,
@@ -36,36 +37,20 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> io::Result<Args> {
         size_mib: 256,
         spin_us: 0,
     };
-    while let Some(flag) = args.next() {
-        let value = args
-            .next()
-            .ok_or_else(|| bad(format!("{flag} needs a value")))?;
-        let number = || {
-            value.parse::<u64>().ok().filter(|n| *n > 0).ok_or_else(|| {
-                bad(format!(
-                    "{flag}: expected a positive integer, got {value:?}"
-                ))
-            })
-        };
+    let mut flags = Flags::from_env();
+    while let Some(flag) = flags.next_flag()? {
         match flag.as_str() {
-            "--file" => out.file = PathBuf::from(&value),
-            "--depth" => out.depth = number()? as usize,
-            "--secs" => out.secs = number()?,
-            "--size-mib" => out.size_mib = number()?,
-            "--spin-us" => {
-                out.spin_us = value
-                    .parse()
-                    .map_err(|_| bad(format!("--spin-us: expected microseconds, got {value:?}")))?
-            }
-            "--backend" => {
-                out.backend = BackendKind::parse(&value)
-                    .ok_or_else(|| bad(format!("--backend: uring or epoll, got {value:?}")))?
-            }
-            _ => return Err(bad(format!("unknown argument {flag:?}"))),
+            "--file" => out.file = flags.value()?,
+            "--depth" => out.depth = flags.value::<NonZeroUsize>()?.get(),
+            "--secs" => out.secs = flags.value::<NonZeroU64>()?.get(),
+            "--size-mib" => out.size_mib = flags.value::<NonZeroU64>()?.get(),
+            "--spin-us" => out.spin_us = flags.value()?,
+            "--backend" => out.backend = flags.value()?,
+            _ => return Err(flags.unknown()),
         }
     }
     if out.file.as_os_str().is_empty() {
-        return Err(bad("--file is required".into()));
+        return Err("--file is required".into());
     }
     Ok(out)
 }
@@ -108,7 +93,7 @@ fn run(args: &Args) -> io::Result<()> {
 }
 
 fn main() -> ExitCode {
-    let args = match parse_args(env::args().skip(1)) {
+    let args = match parse_args() {
         Ok(args) => args,
         Err(e) => {
             eprintln!("randread: {e}\n{USAGE}");

@@ -7,36 +7,30 @@ use std::io;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
+use ring_bench::flavor::Flavor;
+use ring_demo::flags::Flags;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::runtime::{Builder, Runtime};
 use tokio::signal::unix::{signal, SignalKind};
 
 const USAGE: &str = "usage: tokio-echo --addr IP:PORT [--flavor current_thread|multi_thread]";
 
 struct Args {
     addr: SocketAddr,
-    multi_thread: bool,
+    flavor: Flavor,
 }
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
         addr: "127.0.0.1:7000".parse().expect("literal"),
-        multi_thread: false,
+        flavor: Flavor::CurrentThread,
     };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let value = it.next().ok_or(format!("{flag} needs a value"))?;
+    let mut flags = Flags::from_env();
+    while let Some(flag) = flags.next_flag()? {
         match flag.as_str() {
-            "--addr" => args.addr = value.parse().map_err(|e| format!("--addr {value}: {e}"))?,
-            "--flavor" => {
-                args.multi_thread = match value.as_str() {
-                    "current_thread" => false,
-                    "multi_thread" => true,
-                    _ => return Err(format!("--flavor {value}: current_thread or multi_thread")),
-                }
-            }
-            _ => return Err(format!("unknown flag {flag}")),
+            "--addr" => args.addr = flags.value()?,
+            "--flavor" => args.flavor = flags.value()?,
+            _ => return Err(flags.unknown()),
         }
     }
     Ok(args)
@@ -74,33 +68,20 @@ async fn serve(listener: TcpListener) {
     }
 }
 
-fn runtime(multi_thread: bool) -> io::Result<Runtime> {
-    let mut builder = if multi_thread {
-        Builder::new_multi_thread()
-    } else {
-        Builder::new_current_thread()
-    };
-    builder.enable_all().build()
-}
-
 fn run(args: Args) -> io::Result<()> {
     // Room for 10,000 idle connections in the memory test.
-    if let Err(e) = ring_bench::sys::raise_nofile_limit() {
+    if let Err(e) = rlimit::increase_nofile_limit(u64::MAX) {
         eprintln!("tokio-echo: RLIMIT_NOFILE: {e}");
     }
-    let rt = runtime(args.multi_thread)?;
-    let flavor = if args.multi_thread {
-        "multi_thread"
-    } else {
-        "current_thread"
-    };
+    let rt = args.flavor.runtime()?;
     rt.block_on(async {
         let listener = TcpListener::bind(args.addr).await?;
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;
         println!(
-            "echo listening on {} backend=tokio-{flavor} threads={}",
+            "echo listening on {} backend=tokio-{} threads={}",
             args.addr,
+            args.flavor,
             rt.metrics().num_workers()
         );
         tokio::select! {
