@@ -480,7 +480,7 @@ impl Runtime {
     /// # Examples
     ///
     /// ```
-    /// let rt = ring_rt::Runtime::builder().entries(64).build()?;
+    /// let rt = ring_rt::Runtime::builder().entries(64).threads(1).build()?;
     /// assert_eq!(rt.threads(), 1);
     /// # std::io::Result::Ok(())
     /// ```

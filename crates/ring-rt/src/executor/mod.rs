@@ -112,6 +112,7 @@ impl Shared {
             jobs.is_closed = true;
             std::mem::take(&mut jobs.queue)
         };
+        self.is_running.store(false, Ordering::Relaxed);
         // Dropped outside the lock: a job's destructor wakes whoever awaits its handle.
         drop_jobs(queued);
     }

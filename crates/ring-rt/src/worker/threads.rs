@@ -100,7 +100,11 @@ fn start_one(index: usize, config: Arc<WorkerConfig>) -> io::Result<Worker> {
                     return;
                 }
             };
-            let _ = ready_tx.send(Ok(core.executor.shared.clone()));
+            // Running from now on as far as spawns are concerned: its loop starts at once
+            // (worker 0, unlike these, runs only inside block_on).
+            let shared = core.executor.shared.clone();
+            shared.is_running.store(true, std::sync::atomic::Ordering::Relaxed);
+            let _ = ready_tx.send(Ok(shared));
             // A panic that escapes the loop (a waker that panicked: task destructors'
             // panics stay in their tasks) is reported, and the worker goes on serving.
             while let Err(payload) =

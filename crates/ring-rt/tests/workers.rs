@@ -1,0 +1,501 @@
+//! Several workers: the `Handle` that reaches any of them from any thread, `JoinHandle`s
+//! awaited across threads, `spawn_blocking`, metrics of every worker, and what happens to
+//! work sent to a runtime that is gone. Both backends.
+
+#[macro_use]
+mod support;
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+use libtest_mimic::Completion;
+use ring_rt::net::UnixStream;
+use ring_rt::{BackendKind, Builder, Handle};
+use support::{bounded, Outcome};
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+fn main() {
+    support::run(&[
+        (
+            "the_default_is_one_worker_per_cpu",
+            the_default_is_one_worker_per_cpu,
+        ),
+        (
+            "handle_spawns_spread_over_the_workers",
+            handle_spawns_spread_over_the_workers,
+        ),
+        (
+            "a_handle_works_from_a_thread_outside_the_runtime",
+            a_handle_works_from_a_thread_outside_the_runtime,
+        ),
+        (
+            "spawn_local_builds_its_future_on_its_worker",
+            spawn_local_builds_its_future_on_its_worker,
+        ),
+        (
+            "a_join_handle_is_awaited_on_another_worker",
+            a_join_handle_is_awaited_on_another_worker,
+        ),
+        (
+            "a_remote_task_can_be_aborted_from_another_thread",
+            a_remote_task_can_be_aborted_from_another_thread,
+        ),
+        (
+            "spawns_after_the_runtime_is_gone_are_cancelled",
+            spawns_after_the_runtime_is_gone_are_cancelled,
+        ),
+        (
+            "a_panicking_factory_is_the_tasks_panic",
+            a_panicking_factory_is_the_tasks_panic,
+        ),
+        (
+            "bad_worker_indices_are_invalid_input",
+            bad_worker_indices_are_invalid_input,
+        ),
+        (
+            "spawn_blocking_runs_off_the_workers",
+            spawn_blocking_runs_off_the_workers,
+        ),
+        (
+            "spawn_blocking_keeps_to_its_thread_cap",
+            spawn_blocking_keeps_to_its_thread_cap,
+        ),
+        (
+            "blocking_work_queued_at_shutdown_is_cancelled",
+            blocking_work_queued_at_shutdown_is_cancelled,
+        ),
+        ("metrics_cover_every_worker", metrics_cover_every_worker),
+        (
+            "handle_current_is_the_running_runtimes",
+            handle_current_is_the_running_runtimes,
+        ),
+    ])
+}
+
+fn thread_name() -> String {
+    std::thread::current().name().unwrap_or("?").to_string()
+}
+
+/// A minimal executor for a plain thread: polls `fut`, parking until its waker unparks.
+fn block_on_thread<F: Future>(fut: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
+            return out;
+        }
+        std::thread::park_timeout(Duration::from_millis(100));
+    }
+}
+
+/// `Runtime::new()` (and `Builder::new`) has one worker per CPU this process may run on.
+fn the_default_is_one_worker_per_cpu(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Builder::new());
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    check!(
+        rt.threads() == cpus,
+        "{} workers for {cpus} CPUs",
+        rt.threads()
+    );
+    check!(
+        rt.handle().workers() == cpus,
+        "the handle counts {}",
+        rt.handle().workers()
+    );
+    Ok(Completion::Completed)
+}
+
+/// Futures spawned through a handle run on more than one worker, and every output
+/// comes back; with worker 0 outside `block_on`, the others take them all.
+fn handle_spawns_spread_over_the_workers(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Builder::default().threads(3));
+    let handle = rt.handle();
+    // Outside block_on: worker 0 does not run, so workers 1 and 2 take every spawn.
+    let tasks: Vec<_> = (0..64)
+        .map(|i| {
+            handle.spawn_local(move || async move {
+                ring_rt::time::sleep(Duration::from_millis(5)).await;
+                (i, thread_name())
+            })
+        })
+        .collect();
+    let outputs: Vec<(i32, String)> = tasks
+        .into_iter()
+        .map(|t| block_on_thread(t).map_err(|e| e.to_string()))
+        .collect::<Result<_, _>>()?;
+    let sum: i32 = outputs.iter().map(|(i, _)| i).sum();
+    check!(sum == (0..64).sum::<i32>(), "outputs summed to {sum}");
+    let threads: HashSet<&str> = outputs.iter().map(|(_, t)| t.as_str()).collect();
+    let expected: HashSet<&str> = ["ring-rt-worker-1", "ring-rt-worker-2"].into();
+    check!(threads == expected, "ran on {threads:?}");
+    // Inside block_on worker 0 takes its share too.
+    let names = rt.block_on(bounded(LIMIT, async {
+        let tasks: Vec<_> = (0..30)
+            .map(|_| {
+                handle.spawn_local(|| async {
+                    ring_rt::time::sleep(Duration::from_millis(20)).await;
+                    thread_name()
+                })
+            })
+            .collect();
+        let mut names = HashSet::new();
+        for t in tasks {
+            names.insert(t.await.map_err(|e| e.to_string())?);
+        }
+        Ok::<_, String>(names)
+    }))??;
+    check!(names.len() == 3, "inside block_on they ran on {names:?}");
+    Ok(Completion::Completed)
+}
+
+/// A handle taken to a plain thread spawns there, and that thread awaits the output; a
+/// handle is `Send + Sync + Clone`.
+fn a_handle_works_from_a_thread_outside_the_runtime(kind: BackendKind) -> Outcome {
+    fn assert_send_sync<T: Send + Sync + Clone>(_: &T) {}
+    let rt = runtime!(kind, Builder::default().threads(2));
+    let handle = rt.handle();
+    assert_send_sync(&handle);
+    let got = std::thread::spawn(move || {
+        let task = handle.spawn_local(|| async {
+            let (a, b) = UnixStream::pair()?;
+            a.write_all(b"across".to_vec()).await.0?;
+            let (n, buf) = b.read(Vec::with_capacity(16)).await;
+            std::io::Result::Ok(buf[..n?].to_vec())
+        });
+        block_on_thread(task)
+    })
+    .join()
+    .map_err(|_| "the thread panicked")?;
+    check!(
+        got.as_ref()
+            .is_ok_and(|r| r.as_ref().is_ok_and(|b| b == b"across")),
+        "got {got:?}"
+    );
+    Ok(Completion::Completed)
+}
+
+/// `spawn_local_on` sends only the factory: the future it builds holds an `Rc` and a
+/// socket and runs on the worker named.
+fn spawn_local_builds_its_future_on_its_worker(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Builder::default().threads(2));
+    let task = rt.handle().spawn_local_on(1, || {
+        let local = Rc::new(String::from("not Send"));
+        async move {
+            let (a, b) = UnixStream::pair().expect("pair");
+            a.write_all(local.as_bytes().to_vec())
+                .await
+                .0
+                .expect("write");
+            let (n, buf) = b.read(Vec::with_capacity(16)).await;
+            (
+                String::from_utf8_lossy(&buf[..n.expect("read")]).into_owned(),
+                thread_name(),
+            )
+        }
+    })?;
+    let (text, name) = rt
+        .block_on(bounded(LIMIT, task))?
+        .map_err(|e| e.to_string())?;
+    check!(
+        text == "not Send" && name == "ring-rt-worker-1",
+        "got {text:?} on {name}"
+    );
+    Ok(Completion::Completed)
+}
+
+/// A task on worker 1 awaits a JoinHandle of a task on worker 0, and the other way round.
+fn a_join_handle_is_awaited_on_another_worker(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Builder::default().threads(2));
+    let handle = rt.handle();
+    let out = rt.block_on(bounded(LIMIT, async {
+        let on_zero = ring_rt::spawn(async {
+            ring_rt::time::sleep(Duration::from_millis(10)).await;
+            thread_name()
+        });
+        let on_one = handle.spawn_on(1, async move { (on_zero.await, thread_name()) })?;
+        let (zero, one) = on_one.await.map_err(std::io::Error::from)?;
+        std::io::Result::Ok((zero.map_err(std::io::Error::from)?, one))
+    }))??;
+    let main = thread_name();
+    check!(
+        out.0 == main && out.1 == "ring-rt-worker-1",
+        "ran on {out:?} (main is {main})"
+    );
+    Ok(Completion::Completed)
+}
+
+/// `abort` from a thread outside the runtime cancels a task that waits on worker 1.
+fn a_remote_task_can_be_aborted_from_another_thread(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Builder::default().threads(2));
+    let task = rt
+        .handle()
+        .spawn_local_on(1, std::future::pending::<()>)?;
+    let task = Arc::new(task);
+    let aborter = task.clone();
+    std::thread::spawn(move || aborter.abort())
+        .join()
+        .map_err(|_| "the thread panicked")?;
+    let task = Arc::try_unwrap(task).map_err(|_| "still shared")?;
+    let out = rt.block_on(bounded(LIMIT, task))?;
+    check!(
+        out.as_ref().is_err_and(|e| e.is_cancelled()),
+        "the aborted task gave {out:?}"
+    );
+    // An abort that comes before the spawn reaches its worker holds too.
+    let task = rt.handle().spawn_on(1, std::future::pending::<()>())?;
+    task.abort();
+    let out = rt.block_on(bounded(LIMIT, task))?;
+    check!(
+        out.as_ref().is_err_and(|e| e.is_cancelled()),
+        "aborted at once, it gave {out:?}"
+    );
+    Ok(Completion::Completed)
+}
+
+/// Work sent through a handle after its runtime was dropped ends `Cancelled` (a queued
+/// spawn too): nothing waits for ever.
+fn spawns_after_the_runtime_is_gone_are_cancelled(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Builder::default().threads(2));
+    let handle = rt.handle();
+    // Queued for worker 0, which never runs again.
+    let queued = handle.spawn_on(0, async { 1 })?;
+    drop(rt);
+    let after = handle.spawn(async { 2 });
+    let local = handle.spawn_local(|| async { 3 });
+    let blocking = handle.spawn_blocking(|| 4);
+    for (what, out) in [
+        ("queued", block_on_thread(queued)),
+        ("spawn", block_on_thread(after)),
+        ("spawn_local", block_on_thread(local)),
+        ("spawn_blocking", block_on_thread(blocking)),
+    ] {
+        check!(
+            out.as_ref().is_err_and(|e| e.is_cancelled()),
+            "{what} after the runtime was dropped gave {out:?}"
+        );
+    }
+    Ok(Completion::Completed)
+}
+
+/// A factory that panics on its worker: the task's handle reports the panic, and the
+/// worker goes on serving.
+fn a_panicking_factory_is_the_tasks_panic(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Builder::default().threads(2));
+    let out = support::expecting_panics(|| {
+        let task = rt
+            .handle()
+            .spawn_local_on(1, || -> std::future::Ready<()> {
+                panic!("this factory panics on purpose")
+            })
+            .expect("worker 1");
+        rt.block_on(bounded(LIMIT, task))
+    })?;
+    check!(out.as_ref().is_err_and(|e| e.is_panic()), "gave {out:?}");
+    let after = rt.handle().spawn_on(1, async { thread_name() })?;
+    let name = rt
+        .block_on(bounded(LIMIT, after))?
+        .map_err(|e| e.to_string())?;
+    check!(name == "ring-rt-worker-1", "then ran on {name}");
+    Ok(Completion::Completed)
+}
+
+/// A worker the runtime does not have is `InvalidInput`, not a panic.
+fn bad_worker_indices_are_invalid_input(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Builder::default().threads(2));
+    for index in [2, 17, usize::MAX] {
+        let spawned = rt.handle().spawn_on(index, async {});
+        check!(
+            spawned
+                .as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::InvalidInput),
+            "spawn_on({index}) gave {:?}",
+            spawned.map(|_| ())
+        );
+        let local = rt.handle().spawn_local_on(index, || async {});
+        check!(local.is_err(), "spawn_local_on({index}) was accepted");
+    }
+    Ok(Completion::Completed)
+}
+
+/// `spawn_blocking` runs on a pool thread (not a worker), on both backends, gives back
+/// the closure's output or its panic, and a handle aborted before the closure starts
+/// keeps it from running.
+fn spawn_blocking_runs_off_the_workers(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Builder::default().threads(1));
+    let name = rt.block_on(bounded(LIMIT, async {
+        ring_rt::spawn_blocking(thread_name).await
+    }))?;
+    check!(
+        name.as_deref().is_ok_and(|n| n == "ring-rt-blocking"),
+        "ran on {name:?}"
+    );
+    let panicked = support::expecting_panics(|| {
+        rt.block_on(bounded(LIMIT, async {
+            ring_rt::spawn_blocking(|| panic!("this closure panics on purpose")).await
+        }))
+    })?;
+    check!(
+        panicked.as_ref().is_err_and(|e| e.is_panic()),
+        "a panicking closure gave {panicked:?}"
+    );
+    // Hold the only pool thread, so the next closure waits in the queue; abort it there.
+    let rt = runtime!(kind, Builder::default().threads(1).max_blocking_threads(1));
+    let gate = Arc::new(Barrier::new(2));
+    let ran = Arc::new(AtomicUsize::new(0));
+    let held = {
+        let gate = gate.clone();
+        rt.handle().spawn_blocking(move || {
+            gate.wait();
+        })
+    };
+    let queued = {
+        let ran = ran.clone();
+        rt.handle()
+            .spawn_blocking(move || ran.fetch_add(1, Ordering::SeqCst))
+    };
+    queued.abort();
+    gate.wait();
+    rt.block_on(bounded(LIMIT, held))?
+        .map_err(|e| e.to_string())?;
+    let out = rt.block_on(bounded(LIMIT, queued))?;
+    check!(
+        out.as_ref().is_err_and(|e| e.is_cancelled()) && ran.load(Ordering::SeqCst) == 0,
+        "a closure aborted in the queue gave {out:?} and ran {} times",
+        ran.load(Ordering::SeqCst)
+    );
+    Ok(Completion::Completed)
+}
+
+/// Never more pool threads than `max_blocking_threads`: 8 closures that each hold for a
+/// while, a cap of 3.
+fn spawn_blocking_keeps_to_its_thread_cap(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Builder::default().threads(1).max_blocking_threads(3));
+    let running = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let (running, most) = (running.clone(), most.clone());
+            rt.handle().spawn_blocking(move || {
+                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(20));
+                running.fetch_sub(1, Ordering::SeqCst);
+            })
+        })
+        .collect();
+    rt.block_on(bounded(LIMIT, async {
+        for t in tasks {
+            t.await.map_err(|e| e.to_string())?;
+        }
+        Ok::<(), String>(())
+    }))??;
+    let most = most.load(Ordering::SeqCst);
+    check!((1..=3).contains(&most), "{most} closures ran at once");
+    Ok(Completion::Completed)
+}
+
+/// Dropping the runtime with closures queued on its pool cancels them, and waits (bounded)
+/// for the one running.
+fn blocking_work_queued_at_shutdown_is_cancelled(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Builder::default().threads(1).max_blocking_threads(1));
+    let running = rt
+        .handle()
+        .spawn_blocking(|| std::thread::sleep(Duration::from_millis(50)));
+    let queued = rt.handle().spawn_blocking(|| 7);
+    std::thread::sleep(Duration::from_millis(10));
+    let started = Instant::now();
+    drop(rt);
+    check!(
+        started.elapsed() < Duration::from_secs(3),
+        "the drop took {:?}",
+        started.elapsed()
+    );
+    let running = block_on_thread(running);
+    let queued = block_on_thread(queued);
+    check!(running.is_ok(), "the running closure gave {running:?}");
+    check!(
+        queued.as_ref().is_err_and(|e| e.is_cancelled()),
+        "the queued closure gave {queued:?}"
+    );
+    Ok(Completion::Completed)
+}
+
+/// `Runtime::metrics` sums every worker and lists each worker's own figures.
+fn metrics_cover_every_worker(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Builder::default().threads(2));
+    let handle = rt.handle();
+    rt.block_on(bounded(LIMIT, async {
+        for _ in 0..3 {
+            ring_rt::spawn(async {}).await.map_err(|e| e.to_string())?;
+        }
+        for _ in 0..5 {
+            handle
+                .spawn_local_on(1, || async {
+                    ring_rt::time::sleep(Duration::from_millis(1)).await;
+                })
+                .map_err(|e| e.to_string())?
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        Ok::<(), String>(())
+    }))??;
+    let m = rt.metrics();
+    check!(m.workers.len() == 2, "{} workers listed", m.workers.len());
+    check!(
+        m.workers[0].tasks_spawned == 3 && m.workers[1].tasks_spawned == 5,
+        "spawned per worker: {} and {}",
+        m.workers[0].tasks_spawned,
+        m.workers[1].tasks_spawned
+    );
+    check!(m.tasks_spawned == 8, "{} spawned in all", m.tasks_spawned);
+    check!(
+        m.io.enters == m.workers[0].io.enters + m.workers[1].io.enters
+            && m.workers[1].io.enters > 0,
+        "enters {} = {} + {}",
+        m.io.enters,
+        m.workers[0].io.enters,
+        m.workers[1].io.enters
+    );
+    Ok(Completion::Completed)
+}
+
+/// `Handle::current` inside a task is the running runtime's, on every worker; outside
+/// any it is an error from `try_current` (and `spawn_blocking`'s free function panics,
+/// as `spawn` does).
+fn handle_current_is_the_running_runtimes(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Builder::default().threads(2));
+    check!(
+        Handle::try_current().is_err(),
+        "a handle outside any runtime"
+    );
+    let task = rt.handle().spawn_on(1, async {
+        let here = Handle::current();
+        let inner = here.spawn_on(0, async { thread_name() }).expect("worker 0");
+        (here.workers(), inner.await)
+    })?;
+    let (workers, inner) = rt
+        .block_on(bounded(LIMIT, task))?
+        .map_err(|e| e.to_string())?;
+    check!(
+        workers == 2,
+        "the handle on worker 1 counts {workers} workers"
+    );
+    check!(
+        inner.as_deref().is_ok_and(|n| n == thread_name()),
+        "the spawn back onto worker 0 ran on {inner:?}"
+    );
+    Ok(Completion::Completed)
+}
