@@ -51,6 +51,8 @@ counters! {
     enters,
     /// SQEs handed to the kernel.
     sqes_submitted,
+    /// `MSG_RING` wake-ups sent to another ring (instead of an eventfd write).
+    msg_rings_sent,
     /// CQEs consumed.
     cqes_reaped,
     /// Times the kernel flagged `IORING_SQ_CQ_OVERFLOW` (completions parked in the kernel).

@@ -1,12 +1,50 @@
-//! Waking a parked worker from another thread: an eventfd the backend watches.
+//! Waking a parked worker from another thread: an eventfd the backend watches, or, from
+//! an io_uring worker to an io_uring worker, an `IORING_OP_MSG_RING` that posts a CQE
+//! straight into the sleeping worker's ring (5.18+: no eventfd write on the sending side,
+//! no eventfd read and re-arm on the receiving side).
 
+use std::cell::RefCell;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::rc::Rc;
+use std::sync::OnceLock;
 
-/// Write end of a worker's wake-up eventfd. `Send + Sync`: any thread may unpark.
+/// What can send a MSG_RING wake-up from this thread: the io_uring worker running here.
+pub(crate) trait WakeSender {
+    /// Sends a wake-up to the ring `target` is an fd of; false if it cannot now (the
+    /// caller then writes the eventfd).
+    fn send_wake(&self, target: BorrowedFd<'_>) -> bool;
+}
+
+thread_local! {
+    /// The wake sender of the io_uring worker running on this thread, if any.
+    static SENDER: RefCell<Option<Rc<dyn WakeSender>>> = const { RefCell::new(None) };
+}
+
+/// Installs `sender` as this thread's for its lifetime (a worker's `block_on`).
+pub(crate) struct SenderGuard(Option<Option<Rc<dyn WakeSender>>>);
+
+impl SenderGuard {
+    pub(crate) fn install(sender: Rc<dyn WakeSender>) -> SenderGuard {
+        SenderGuard(SENDER.try_with(|s| s.borrow_mut().replace(sender)).ok())
+    }
+}
+
+impl Drop for SenderGuard {
+    fn drop(&mut self) {
+        if let Some(previous) = self.0.take() {
+            let _ = SENDER.try_with(|s| *s.borrow_mut() = previous);
+        }
+    }
+}
+
+/// Write end of a worker's wake-up eventfd, and its ring's MSG_RING target where it has
+/// one. `Send + Sync`: any thread may unpark.
 #[derive(Debug)]
 pub(crate) struct Unparker {
     fd: OwnedFd,
+    /// A duplicate of the worker's ring fd (io_uring 5.18+), set once its ring exists.
+    ring: OnceLock<OwnedFd>,
 }
 
 impl Unparker {
@@ -18,11 +56,37 @@ impl Unparker {
         }
         // SAFETY: `fd` is a fresh eventfd that nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        Ok(Unparker { fd })
+        Ok(Unparker {
+            fd,
+            ring: OnceLock::new(),
+        })
     }
 
-    /// Makes the eventfd readable, waking the loop if it is waiting on it.
+    /// Lets io_uring workers wake this one through its ring (`target`: a duplicate of its
+    /// ring fd).
+    pub(crate) fn set_ring(&self, target: OwnedFd) {
+        let _ = self.ring.set(target);
+    }
+
+    /// Wakes the worker: by MSG_RING when this thread runs an io_uring worker and the
+    /// target is one (its CQE goes out with the sender's next enter), else by the eventfd.
     pub(crate) fn unpark(&self) {
+        if let Some(ring) = self.ring.get() {
+            let sent = SENDER
+                .try_with(|s| {
+                    s.borrow()
+                        .as_ref()
+                        .is_some_and(|sender| sender.send_wake(ring.as_fd()))
+                })
+                .unwrap_or(false);
+            if sent {
+                return;
+            }
+        }
+        self.write_eventfd();
+    }
+
+    fn write_eventfd(&self) {
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from a live u64 to an eventfd we own. EAGAIN (counter at
         // its maximum) still leaves the fd readable, which is all a wake needs.

@@ -75,6 +75,10 @@ fn main() {
             "handle_current_is_the_running_runtimes",
             handle_current_is_the_running_runtimes,
         ),
+        (
+            "cross_worker_wakes_go_by_msg_ring_where_the_kernel_has_it",
+            cross_worker_wakes_go_by_msg_ring_where_the_kernel_has_it,
+        ),
     ])
 }
 
@@ -240,9 +244,7 @@ fn a_join_handle_is_awaited_on_another_worker(kind: BackendKind) -> Outcome {
 /// `abort` from a thread outside the runtime cancels a task that waits on worker 1.
 fn a_remote_task_can_be_aborted_from_another_thread(kind: BackendKind) -> Outcome {
     let rt = runtime!(kind, Builder::default().threads(2));
-    let task = rt
-        .handle()
-        .spawn_local_on(1, std::future::pending::<()>)?;
+    let task = rt.handle().spawn_local_on(1, std::future::pending::<()>)?;
     let task = Arc::new(task);
     let aborter = task.clone();
     std::thread::spawn(move || aborter.abort())
@@ -497,5 +499,63 @@ fn handle_current_is_the_running_runtimes(kind: BackendKind) -> Outcome {
         inner.as_deref().is_ok_and(|n| n == thread_name()),
         "the spawn back onto worker 0 ran on {inner:?}"
     );
+    Ok(Completion::Completed)
+}
+
+/// A ping-pong between tasks on workers 0 and 1 over a runtime-agnostic channel: every
+/// wake crosses workers. Between io_uring workers (5.18+) the wakes go by MSG_RING, a CQE
+/// posted into the other worker's ring: `msg_rings_sent` counts them on both workers. On
+/// epoll, or with `msg_ring` masked, the eventfd carries them and none is counted. The
+/// exchange completes either way.
+fn cross_worker_wakes_go_by_msg_ring_where_the_kernel_has_it(kind: BackendKind) -> Outcome {
+    const ROUNDS: u32 = 200;
+    for masked in [false, true] {
+        let mut builder = Builder::default().threads(2);
+        if masked {
+            builder = builder.feature_mask(ring_rt::FeatureMask::parse("-msg_ring")?);
+        }
+        let rt = runtime!(kind, builder);
+        let has_msg_ring = rt
+            .features()
+            .is_some_and(|f| f.has(ring_rt::Feature::MsgRing));
+        let (to_one, mut at_one) = tokio::sync::mpsc::channel::<u32>(1);
+        let (to_zero, mut at_zero) = tokio::sync::mpsc::channel::<u32>(1);
+        let echo = rt.handle().spawn_on(1, async move {
+            while let Some(n) = at_one.recv().await {
+                if to_zero.send(n + 1).await.is_err() {
+                    break;
+                }
+            }
+        })?;
+        let before = rt.metrics();
+        rt.block_on(bounded(LIMIT, async {
+            for n in 0..ROUNDS {
+                to_one.send(n).await.map_err(|e| e.to_string())?;
+                let back = at_zero.recv().await.ok_or("the echo task ended")?;
+                if back != n + 1 {
+                    return Err(format!("sent {n}, got {back}"));
+                }
+            }
+            Ok(())
+        }))??;
+        drop(to_one);
+        rt.block_on(bounded(LIMIT, echo))?
+            .map_err(|e| e.to_string())?;
+        let after = rt.metrics();
+        let sent: Vec<u64> = (0..2)
+            .map(|w| after.workers[w].io.msg_rings_sent - before.workers[w].io.msg_rings_sent)
+            .collect();
+        if has_msg_ring && kind == BackendKind::Uring {
+            check!(
+                sent.iter().all(|&n| n >= u64::from(ROUNDS) / 2),
+                "MSG_RING wakes sent by workers 0 and 1: {sent:?} over {ROUNDS} round trips"
+            );
+        } else {
+            check!(
+                sent == [0, 0],
+                "{kind}, masked {masked}: MSG_RING wakes {sent:?} where there is none"
+            );
+        }
+    }
     Ok(Completion::Completed)
 }

@@ -325,6 +325,47 @@ impl Driver {
         let _ = unsafe { self.ops.orphan(id, orphan) };
     }
 
+    /// A duplicate of this ring's fd, for other threads to [`msg_ring_wake`]
+    /// (Self::msg_ring_wake) this ring with. Owning it keeps the ring (its memory, in the
+    /// kernel) alive, so a wake sent after this driver is gone lands in a ring nobody reads
+    /// instead of on whatever reused the number. `Unsupported` before 5.18.
+    pub fn msg_ring_target(&self) -> io::Result<std::os::fd::OwnedFd> {
+        if !self.features.has(Feature::MsgRing) {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "IORING_OP_MSG_RING needs Linux 5.18+",
+            ));
+        }
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.ring);
+        // SAFETY: borrows this driver's own ring fd for the duration of the dup.
+        let ring = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        ring.try_clone_to_owned()
+    }
+
+    /// Pushes an `IORING_OP_MSG_RING` that posts a [`Reserved::Wake`] CQE (res 0) into the
+    /// ring `target` is an fd of (one from [`msg_ring_target`](Self::msg_ring_target)),
+    /// waking its owner if it waits; submitted with this ring's next enter. Its own CQE is
+    /// skipped on success where the kernel can (`CQE_SKIP`, 5.17+) and ignored otherwise.
+    /// The kernel looks `target` up at submission: closed by then, the op fails (ignored);
+    /// its number reused by another ring, that ring gets a spurious wake-up, which is
+    /// harmless. Returns false, pushing nothing, before 5.18.
+    pub fn msg_ring_wake(&mut self, target: std::os::fd::BorrowedFd<'_>) -> bool {
+        if !self.features.has(Feature::MsgRing) {
+            return false;
+        }
+        let fd = types::Fd(std::os::fd::AsRawFd::as_raw_fd(&target));
+        let mut sqe = opcode::MsgRingData::new(fd, 0, Reserved::Wake.to_user_data(), None)
+            .build()
+            .user_data(Reserved::Ignore.to_user_data());
+        if self.features.has(Feature::CqeSkip) {
+            sqe = sqe.flags(squeue::Flags::SKIP_SUCCESS);
+        }
+        // SAFETY: a MSG_RING carries no pointer: only the target's fd and two integers.
+        unsafe { self.push(sqe) };
+        Metrics::bump(&self.metrics.msg_rings_sent);
+        true
+    }
+
     /// Pushes `ASYNC_CANCEL` for op `id`. Its own CQE is ignored; the op's CQE (usually
     /// `-ECANCELED`, or its real result if it won the race) still arrives and is dispatched.
     pub fn cancel(&mut self, id: OpId) {

@@ -86,6 +86,9 @@ pub enum Feature {
     SubmitAll,
     /// `IORING_SETUP_NO_SQARRAY`: no SQ index array.
     NoSqArray,
+    /// `IORING_OP_MSG_RING`: one ring posts a CQE into another (cross-thread wake-ups
+    /// without an eventfd).
+    MsgRing,
 }
 
 /// What the tables below record for each [`Feature`].
@@ -108,7 +111,7 @@ const fn info(name: &'static str, major: u16, minor: u16, feat_bit: u32, used: b
 }
 
 /// Indexed by `Feature as usize`; a unit test checks the order against [`Feature::ALL`].
-const INFO: [Info; 30] = [
+const INFO: [Info; 31] = [
     info("single_mmap", 5, 4, 1 << 0, false),
     info("nodrop", 5, 5, 1 << 1, true),
     info("submit_stable", 5, 5, 1 << 2, false),
@@ -139,6 +142,7 @@ const INFO: [Info; 30] = [
     info("sqpoll", 5, 1, 0, false),
     info("submit_all", 5, 18, 0, true),
     info("no_sqarray", 6, 6, 0, false),
+    info("msg_ring", 5, 18, 0, true),
 ];
 
 impl Feature {
@@ -174,6 +178,7 @@ impl Feature {
         Feature::Sqpoll,
         Feature::SubmitAll,
         Feature::NoSqArray,
+        Feature::MsgRing,
     ];
 
     fn info(self) -> &'static Info {

@@ -54,6 +54,7 @@ const TRIALS: &[(Feature, Trial)] = &[
     (Feature::MultishotAccept, multishot_accept),
     (Feature::MultishotRecv, multishot_recv),
     (Feature::SendZc, send_zc),
+    (Feature::MsgRing, msg_ring),
 ];
 
 /// What the trials may rely on: the first ring's answers.
@@ -216,6 +217,12 @@ fn submit_all(_: &Ctx) -> io::Result<bool> {
     try_setup(|b| {
         b.setup_submit_all();
     })
+}
+
+/// The opcode is all it takes: a MSG_RING to another ring needs nothing else of the
+/// kernel (its CQE on the target and the sender's own are plain CQEs).
+fn msg_ring(ctx: &Ctx) -> io::Result<bool> {
+    Ok(ctx.has_opcode(opcode::MsgRingData::CODE))
 }
 
 fn no_sqarray(_: &Ctx) -> io::Result<bool> {

@@ -413,6 +413,16 @@ impl Mechanism for EpollBackend {
         self.recv_pool.in_use()
     }
 
+    /// None: an epoll worker is woken by its eventfd.
+    fn wake_target(&self) -> Option<std::os::fd::OwnedFd> {
+        None
+    }
+
+    /// Never: epoll has no ring to send from; the eventfd is written instead.
+    fn send_wake(&mut self, _target: std::os::fd::BorrowedFd<'_>) -> bool {
+        false
+    }
+
     /// Starts `op`: a read the page cache serves is done at once; a socket op waits for
     /// readiness (tried on its first poll); anything else goes to the blocking pool.
     fn start(&mut self, op: &mut dyn Operation) -> io::Result<Start> {

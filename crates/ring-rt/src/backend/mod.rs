@@ -387,6 +387,16 @@ pub(crate) trait Mechanism {
 
     /// Buffers of the receive pool that are out (0 before the pool is first used).
     fn recv_buffers_in_use(&self) -> usize;
+
+    /// An fd other workers wake this one's loop through with [`send_wake`]
+    /// (Self::send_wake); `None` where the backend cannot be woken that way (epoll,
+    /// io_uring before 5.18): those are woken by their eventfd.
+    fn wake_target(&self) -> Option<std::os::fd::OwnedFd>;
+
+    /// Queues a wake-up of the worker whose [`wake_target`](Self::wake_target) `target`
+    /// is, sent with this backend's next submission; false if this backend cannot (the
+    /// caller writes that worker's eventfd instead).
+    fn send_wake(&mut self, target: std::os::fd::BorrowedFd<'_>) -> bool;
 }
 
 /// The backend a worker runs: the one place that knows which. Every call goes to the
@@ -483,6 +493,12 @@ impl Mechanism for Backend {
     }
     fn recv_buffers_in_use(&self) -> usize {
         each!(self, b => b.recv_buffers_in_use())
+    }
+    fn wake_target(&self) -> Option<std::os::fd::OwnedFd> {
+        each!(self, b => b.wake_target())
+    }
+    fn send_wake(&mut self, target: std::os::fd::BorrowedFd<'_>) -> bool {
+        each!(self, b => b.send_wake(target))
     }
 }
 

@@ -215,6 +215,19 @@ impl Mechanism for UringBackend {
         self.recv_pool.in_use()
     }
 
+    /// A duplicate of the ring fd, for MSG_RING (5.18+).
+    fn wake_target(&self) -> Option<std::os::fd::OwnedFd> {
+        self.driver.msg_ring_target().ok()
+    }
+
+    /// Pushed, and submitted with this ring's next enter, which the loop makes right after
+    /// the task that woke the other worker (so a wake costs no syscall of its own). Submitting
+    /// at once measured as fast as the eventfd on a ping-pong but cost 2.3x the CPU per
+    /// message in a stream (BENCHMARKS.md, cross_worker).
+    fn send_wake(&mut self, target: std::os::fd::BorrowedFd<'_>) -> bool {
+        self.driver.msg_ring_wake(target)
+    }
+
     /// Starts `op`: its SQE is pushed (submitted by the next turn).
     fn start(&mut self, op: &mut dyn Operation) -> io::Result<Start> {
         if op.is_readiness_only() {

@@ -40,6 +40,11 @@ impl Core {
             .unwrap_or_default()
     }
 
+    /// An fd other io_uring workers wake this one through (MSG_RING), if it has one.
+    pub(crate) fn wake_target(&self) -> Option<std::os::fd::OwnedFd> {
+        self.backend_ref(|b| b.wake_target()).ok().flatten()
+    }
+
     /// Counts one ENOBUFS in the worker's metrics.
     pub(crate) fn count_enobufs(&self) {
         let _ = self.backend_ref(|b| Metrics::bump(&b.metrics().enobufs));
@@ -96,5 +101,14 @@ impl Core {
         ops: &mut [&mut dyn Operation],
     ) -> io::Result<Option<io::Result<Vec<OpId>>>> {
         self.with_backend(|b| b.start_chain(ops))
+    }
+}
+
+/// A worker sends MSG_RING wake-ups to other workers through its own ring, with its next
+/// submission; a busy backend (a wake from inside a backend call) answers false, and the
+/// caller writes the eventfd instead.
+impl crate::unpark::WakeSender for Core {
+    fn send_wake(&self, target: std::os::fd::BorrowedFd<'_>) -> bool {
+        self.with_backend(|b| b.send_wake(target)).unwrap_or(false)
     }
 }

@@ -39,13 +39,18 @@ impl WorkerConfig {
         };
         let (backend, choice) = select::open(&self.backend, wake)?;
         trace_start(index, &backend, &choice);
-        Ok(Rc::new(Core::new(
-            Executor::new(shared),
+        let core = Rc::new(Core::new(
+            Executor::new(shared.clone()),
             backend,
             choice,
             self.spin_before_park,
             self.set.clone(),
-        )))
+        ));
+        // Other io_uring workers may now wake this one through its ring.
+        if let Some(target) = core.wake_target() {
+            shared.unparker.set_ring(target);
+        }
+        Ok(core)
     }
 }
 

@@ -49,6 +49,7 @@ use crate::backend::select::Choice;
 use crate::backend::{Backend, Mechanism, Operation, Start, Token};
 use crate::executor::task::Header;
 use crate::executor::Executor;
+use crate::unpark::SenderGuard;
 
 /// Tasks polled per loop turn before the loop checks the kernel again, so a busy task set
 /// cannot starve I/O completions.
@@ -315,6 +316,7 @@ impl Core {
             .enter()
             .expect("Runtime::block_on called from inside a running ring-rt runtime");
         let _current = CurrentGuard::set(self.clone());
+        let _sender = SenderGuard::install(self.clone());
         let _running = RunningGuard::set(self);
         let main_waker = Waker::from(Arc::new(Header::main(self.executor.shared.clone())));
         let mut cx = Context::from_waker(&main_waker);
