@@ -4,13 +4,18 @@
 //! `metrics {"enters":..,...}`, which the echo benchmark reads.
 //!
 //! cargo run --release --example echo -- --addr 127.0.0.1:7000 [--threads N] [--backend uring|epoll]
-//!     [--batch-wait-us N]
+//!     [--batch-wait-us N] [--balance hash|load]
+//!
+//! `--threads 0` runs one worker per CPU (the runtime's default); 1 (the default here) one.
+//! With several workers, `--balance hash` (the default) binds one `SO_REUSEPORT` listener per
+//! worker (the kernel spreads connections by a hash of their addresses); `--balance load`
+//! accepts on worker 0 and serves each connection on the least loaded worker
+//! (`Handle::serve_balanced`).
 
 use std::io;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
-use ring_core::metrics::Snapshot;
 use ring_demo::flags::Flags;
 use ring_rt::net::tcp::ListenOptions;
 use ring_rt::net::{TcpListener, TcpStream};
@@ -21,6 +26,8 @@ struct Args {
     threads: usize,
     backend: Option<BackendKind>,
     batch_wait_us: Option<u64>,
+    /// Serve on the least loaded worker (`load`) instead of per-worker listeners (`hash`).
+    balance_by_load: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -29,6 +36,7 @@ fn parse_args() -> Result<Args, String> {
         threads: 1,
         backend: None,
         batch_wait_us: None,
+        balance_by_load: false,
     };
     let mut flags = Flags::from_env();
     while let Some(flag) = flags.next_flag()? {
@@ -37,6 +45,13 @@ fn parse_args() -> Result<Args, String> {
             "--threads" => args.threads = flags.value()?,
             "--backend" => args.backend = Some(flags.value()?),
             "--batch-wait-us" => args.batch_wait_us = Some(flags.value()?),
+            "--balance" => {
+                args.balance_by_load = match flags.value::<String>()?.as_str() {
+                    "hash" => false,
+                    "load" => true,
+                    other => return Err(format!("--balance {other}: hash or load")),
+                }
+            }
             _ => return Err(flags.unknown()),
         }
     }
@@ -53,9 +68,9 @@ async fn echo(stream: TcpStream) {
     }
 }
 
-/// Accepts on `addr`; worker 0 prints `ready` once its listener is bound, so whoever waits
-/// for that line can connect at once.
-async fn serve(addr: SocketAddr, reuse_port: bool, ready: Option<String>) {
+/// Binds `addr`, exiting on failure; prints `ready` once bound (worker 0), so whoever
+/// waits for that line can connect at once.
+fn bind(addr: SocketAddr, reuse_port: bool, ready: Option<String>) -> TcpListener {
     let opts = ListenOptions {
         reuse_port,
         ..ListenOptions::default()
@@ -70,6 +85,12 @@ async fn serve(addr: SocketAddr, reuse_port: bool, ready: Option<String>) {
     if let Some(line) = ready {
         println!("{line}");
     }
+    listener
+}
+
+/// Accepts on `addr`, serving each connection on this worker.
+async fn serve(addr: SocketAddr, reuse_port: bool, ready: Option<String>) {
+    let listener = bind(addr, reuse_port, ready);
     let mut incoming = listener.incoming();
     let mut accept_errors = 0u64;
     while let Some(conn) = incoming.next().await {
@@ -86,10 +107,24 @@ async fn serve(addr: SocketAddr, reuse_port: bool, ready: Option<String>) {
     }
 }
 
-/// Counters as one flat JSON line on stderr: `metrics {"backend":"uring","enters":..}`.
-fn print_metrics(backend: BackendKind, io: &Snapshot, extra: &[(&str, u64)]) {
-    let mut line = format!("metrics {{\"backend\":\"{backend}\"");
-    for (name, value) in io.fields().into_iter().chain(extra.iter().copied()) {
+/// Counters of every worker, summed, as one flat JSON line on stderr:
+/// `metrics {"backend":"uring","enters":..,"tasks_spawned":..,"w0_tasks_spawned":..}`, with
+/// each worker's tasks spawned and alive (how connections spread over the workers).
+fn print_metrics(rt: &Runtime) {
+    let m = rt.metrics();
+    let mut line = format!("metrics {{\"backend\":\"{}\"", m.backend);
+    let mut fields: Vec<(String, u64)> =
+        m.io.fields()
+            .into_iter()
+            .map(|(name, value)| (name.to_string(), value))
+            .collect();
+    fields.push(("tasks_spawned".into(), m.tasks_spawned));
+    fields.push(("tasks_alive".into(), m.tasks_alive));
+    for (i, w) in m.workers.iter().enumerate() {
+        fields.push((format!("w{i}_tasks_spawned"), w.tasks_spawned));
+        fields.push((format!("w{i}_tasks_alive"), w.tasks_alive));
+    }
+    for (name, value) in fields {
         line.push_str(&format!(",\"{name}\":{value}"));
     }
     eprintln!("{line}}}");
@@ -99,10 +134,9 @@ fn print_metrics(backend: BackendKind, io: &Snapshot, extra: &[(&str, u64)]) {
 /// with a metrics line. All three are blocked in every thread (see `run`), so a signal
 /// that comes while no wait is pending stays pending for the next one.
 async fn wait_for_stop(rt: &Runtime) -> io::Result<i32> {
-    let (metrics, backend) = (rt.metrics_handle(), rt.backend().kind);
     loop {
         match ring_rt::signal::wait(&[libc::SIGINT, libc::SIGTERM, libc::SIGUSR1]).await? {
-            libc::SIGUSR1 => print_metrics(backend, &metrics.snapshot(), &[]),
+            libc::SIGUSR1 => print_metrics(rt),
             signo => return Ok(signo),
         }
     }
@@ -116,7 +150,10 @@ fn run(args: Args) -> io::Result<()> {
     }
     // Blocked before any thread starts, so every thread inherits the mask.
     ring_rt::signal::block(&[libc::SIGINT, libc::SIGTERM, libc::SIGUSR1])?;
-    let mut builder = Runtime::builder().threads(args.threads);
+    let mut builder = Runtime::builder();
+    if args.threads > 0 {
+        builder = builder.threads(args.threads);
+    }
     if let Some(kind) = args.backend {
         builder = builder.backend(kind);
     }
@@ -135,15 +172,20 @@ fn run(args: Args) -> io::Result<()> {
         features,
         rt.backend().reason
     );
-    let (addr, reuse_port) = (args.addr, args.threads > 1);
-    rt.spawn_on_all(move |worker| serve(addr, reuse_port, (worker == 0).then(|| ready.clone())));
+    let (addr, reuse_port) = (args.addr, rt.threads() > 1);
+    if args.balance_by_load {
+        let handle = rt.handle();
+        drop(rt.spawn(async move {
+            let listener = bind(addr, false, Some(ready));
+            handle.serve_balanced(&listener, echo).await
+        }));
+    } else {
+        rt.spawn_on_all(move |worker| {
+            serve(addr, reuse_port, (worker == 0).then(|| ready.clone()))
+        });
+    }
     let signo = rt.block_on(wait_for_stop(&rt))?;
-    let m = rt.metrics();
-    let tasks = [
-        ("tasks_spawned", m.tasks_spawned),
-        ("tasks_alive", m.tasks_alive),
-    ];
-    print_metrics(m.backend, &m.io, &tasks);
+    print_metrics(&rt);
     eprintln!("echo: signal {signo}, shutting down");
     Ok(())
 }
@@ -153,7 +195,7 @@ fn main() -> ExitCode {
         Ok(a) => a,
         Err(e) => {
             eprintln!(
-                "echo: {e}\nusage: echo --addr IP:PORT [--threads N] [--backend uring|epoll] [--batch-wait-us N]"
+                "echo: {e}\nusage: echo --addr IP:PORT [--threads N] [--backend uring|epoll] [--batch-wait-us N] [--balance hash|load]"
             );
             return ExitCode::from(2);
         }

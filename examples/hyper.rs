@@ -7,6 +7,9 @@
 //! cargo run --release --example hyper -- --addr 127.0.0.1:8080
 //!     [--threads N] [--backend uring|epoll] [--header-timeout-ms N]
 //!
+//! `--threads 0` serves on one worker per CPU (one `SO_REUSEPORT` listener each); the
+//! default is 1.
+//!
 //! Routes (`ring_demo::service`, the same service as ring-bench's tokio-hyper): `GET /` says
 //! hello; `POST /echo` streams the request body back; `GET /big?n=BYTES` streams BYTES bytes
 //! (byte `i` is `i % 251`) in 64 KiB chunks.
@@ -91,7 +94,11 @@ fn parse_args() -> Result<Args, String> {
 fn run(args: Args) -> io::Result<()> {
     // Blocked before the workers start, so every thread inherits the mask.
     ring_rt::signal::block(&[libc::SIGINT, libc::SIGTERM])?;
-    let mut builder = Runtime::builder().threads(args.threads);
+    // 0: one worker per CPU (the runtime's default).
+    let mut builder = Runtime::builder();
+    if args.threads > 0 {
+        builder = builder.threads(args.threads);
+    }
     if let Some(kind) = args.backend {
         builder = builder.backend(kind);
     }
@@ -102,7 +109,7 @@ fn run(args: Args) -> io::Result<()> {
         rt.backend().kind,
         rt.threads()
     );
-    let (addr, reuse_port, header_timeout) = (args.addr, args.threads > 1, args.header_timeout);
+    let (addr, reuse_port, header_timeout) = (args.addr, rt.threads() > 1, args.header_timeout);
     rt.spawn_on_all(move |_| async move {
         let opts = ListenOptions {
             reuse_port,

@@ -79,6 +79,10 @@ fn main() {
             "cross_worker_wakes_go_by_msg_ring_where_the_kernel_has_it",
             cross_worker_wakes_go_by_msg_ring_where_the_kernel_has_it,
         ),
+        (
+            "serve_balanced_spreads_connections_by_load",
+            serve_balanced_spreads_connections_by_load,
+        ),
     ])
 }
 
@@ -557,5 +561,70 @@ fn cross_worker_wakes_go_by_msg_ring_where_the_kernel_has_it(kind: BackendKind) 
             );
         }
     }
+    Ok(Completion::Completed)
+}
+
+/// One listener on worker 0, `serve_balanced`: 20 long-lived connections are served half
+/// on each worker (the least loaded takes the next), every byte echoed intact, whether
+/// the connection stayed on worker 0 or moved to worker 1 by its fd.
+fn serve_balanced_spreads_connections_by_load(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Builder::default().threads(2));
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let counts = rt
+        .block_on(bounded(LIMIT, async {
+            let listener = ring_rt::net::TcpListener::bind("127.0.0.1:0")?;
+            let addr = listener.local_addr()?;
+            let handle = Handle::current();
+            let server = ring_rt::spawn(async move {
+                handle
+                    .serve_balanced(&listener, move |stream| {
+                        let tx = tx.clone();
+                        async move {
+                            let _ = tx.send(thread_name());
+                            let mut chunks = stream.recv_stream();
+                            while let Some(Ok(buf)) = chunks.next().await {
+                                if stream.write_all(buf).await.0.is_err() {
+                                    break;
+                                }
+                            }
+                        }
+                    })
+                    .await
+            });
+            let mut clients = Vec::new();
+            for i in 0..20u8 {
+                let client = ring_rt::net::TcpStream::connect(addr).await?;
+                client.write_all(vec![i; 100]).await.0?;
+                let mut got = Vec::new();
+                while got.len() < 100 {
+                    let (n, buf) = client.read(Vec::with_capacity(128)).await;
+                    let n = n?;
+                    if n == 0 {
+                        break;
+                    }
+                    got.extend_from_slice(&buf[..n]);
+                }
+                if got != vec![i; 100] {
+                    return Err(
+                        format!("client {i} got {} bytes back, not its own", got.len()).into(),
+                    );
+                }
+                clients.push(client);
+            }
+            let mut counts = std::collections::HashMap::<String, usize>::new();
+            for _ in 0..20 {
+                *counts
+                    .entry(rx.recv().map_err(|e| e.to_string())?)
+                    .or_default() += 1;
+            }
+            server.abort();
+            drop(clients);
+            Ok::<_, Box<dyn std::error::Error>>(counts)
+        }))?
+        .map_err(|e| e.to_string())?;
+    check!(
+        counts.len() == 2 && counts.values().all(|&n| (8..=12).contains(&n)),
+        "connections per worker: {counts:?}"
+    );
     Ok(Completion::Completed)
 }

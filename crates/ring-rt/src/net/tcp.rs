@@ -151,6 +151,28 @@ impl TcpListener {
         Ok(TcpListener { socket })
     }
 
+    /// Adopts a listening std listener on the current worker (it is switched to the
+    /// blocking mode the backend wants). The listener must already listen, as std's
+    /// `TcpListener::bind` leaves it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let std_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    /// let listener = ring_rt::net::TcpListener::from_std(std_listener)?;
+    /// let client = ring_rt::net::TcpStream::connect(listener.local_addr()?).await?;
+    /// let (_server, peer) = listener.accept().await?;
+    /// assert_eq!(peer, client.local_addr()?);
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
+    pub fn from_std(listener: std::net::TcpListener) -> io::Result<TcpListener> {
+        Ok(TcpListener {
+            socket: Socket::from_owned(Core::current_io()?, listener.into())?,
+        })
+    }
+
     /// The bound address.
     ///
     /// # Examples

@@ -10,6 +10,7 @@ use crate::buf::{IoBuf, IoBufMut};
 use crate::op::net::{MsgHdr, RecvMsg, SendMsg};
 use crate::op::unclaimed::TurnSlot;
 use crate::op::Op;
+use crate::worker::Core;
 
 fn resolve(addr: impl ToSocketAddrs) -> io::Result<SocketAddr> {
     addr.to_socket_addrs()?
@@ -60,6 +61,28 @@ impl UdpSocket {
         let socket = Socket::new(Domain::for_address(addr), Type::DGRAM)?;
         socket.with_socket2(|s| s.bind(&addr.into()))?;
         Ok(UdpSocket { socket })
+    }
+
+    /// Adopts a bound std socket on the current worker (switched to the blocking mode the
+    /// backend wants).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let std_socket = std::net::UdpSocket::bind("127.0.0.1:0")?;
+    /// let addr = std_socket.local_addr()?;
+    /// let socket = ring_rt::net::UdpSocket::from_std(std_socket)?;
+    /// socket.send_to(&b"self"[..], addr).await.0?;
+    /// let (got, _) = socket.recv_from(vec![0; 8]).await;
+    /// assert_eq!(got?.0, 4);
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
+    pub fn from_std(socket: std::net::UdpSocket) -> io::Result<UdpSocket> {
+        Ok(UdpSocket {
+            socket: Socket::from_owned(Core::current_io()?, socket.into())?,
+        })
     }
 
     /// Sets the default peer for `send`/`recv` (and filters what `recv` receives).

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use socket2::{Domain, SockAddr, Type};
 
+use super::into_fd::IntoFdError;
 use super::recv_stream::RecvStream;
 use super::socket::{socket_traits, stream_methods, Socket};
 use super::tcp::accept_one;
@@ -53,6 +54,32 @@ impl UnixListener {
             s.listen(1024)
         })?;
         Ok(UnixListener { socket })
+    }
+
+    /// Adopts a listening std listener on the current worker (switched to the blocking mode
+    /// the backend wants).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let path = std::env::temp_dir().join(format!("ring-rt-doc-ul-{}", std::process::id()));
+    /// # let _ = std::fs::remove_file(&path);
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let std_listener = std::os::unix::net::UnixListener::bind(&path)?;
+    /// let listener = ring_rt::net::UnixListener::from_std(std_listener)?;
+    /// let client = ring_rt::net::UnixStream::connect(&path).await?;
+    /// let server = listener.accept().await?;
+    /// client.write_all(&b"hi"[..]).await.0?;
+    /// let (n, _) = server.read(vec![0; 2]).await;
+    /// assert_eq!(n?, 2);
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::fs::remove_file(&path)?;
+    /// # std::io::Result::Ok(())
+    /// ```
+    pub fn from_std(listener: std::os::unix::net::UnixListener) -> io::Result<UnixListener> {
+        Ok(UnixListener {
+            socket: Socket::from_owned(Core::current_io()?, listener.into())?,
+        })
     }
 
     /// Accepts one connection (see the [type's example](UnixListener)).
@@ -114,6 +141,48 @@ impl UnixStream {
         let a = Socket::from_owned(core.clone(), a.into())?;
         let b = Socket::from_owned(core, b.into())?;
         Ok((UnixStream { socket: a }, UnixStream { socket: b }))
+    }
+
+    /// Adopts a connected std stream on the current worker (switched to the blocking mode
+    /// the backend wants).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let (a, b) = std::os::unix::net::UnixStream::pair()?;
+    /// let a = ring_rt::net::UnixStream::from_std(a)?;
+    /// a.write_all(&b"adopted"[..]).await.0?;
+    /// let mut got = [0u8; 7];
+    /// std::io::Read::read_exact(&mut &b, &mut got)?;
+    /// assert_eq!(&got, b"adopted");
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
+    pub fn from_std(stream: std::os::unix::net::UnixStream) -> io::Result<UnixStream> {
+        Ok(UnixStream {
+            socket: Socket::from_owned(Core::current_io()?, stream.into())?,
+        })
+    }
+
+    /// Gives up the fd, as [`TcpStream::into_owned_fd`](crate::net::TcpStream::into_owned_fd)
+    /// does (handing the stream back while that would lose received data).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let (a, _b) = ring_rt::net::UnixStream::pair()?;
+    /// let fd = a.into_owned_fd()?;
+    /// let std_stream = std::os::unix::net::UnixStream::from(fd);
+    /// assert!(std_stream.peer_addr().is_ok());
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
+    pub fn into_owned_fd(self) -> Result<std::os::fd::OwnedFd, IntoFdError<UnixStream>> {
+        self.socket
+            .into_owned()
+            .map_err(|(socket, error)| IntoFdError::new(UnixStream { socket }, error))
     }
 }
 

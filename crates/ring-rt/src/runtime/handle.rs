@@ -44,7 +44,7 @@ use crate::worker::Core;
 /// ```
 #[derive(Clone)]
 pub struct Handle {
-    set: Arc<WorkerSet>,
+    pub(super) set: Arc<WorkerSet>,
 }
 
 impl Handle {

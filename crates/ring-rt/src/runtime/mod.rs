@@ -2,6 +2,7 @@
 //! holds, and drops to shut them all down. Built by `builder.rs` (which imports this, not
 //! the other way round).
 
+mod balance;
 mod handle;
 
 pub use handle::{spawn_blocking, Handle};
