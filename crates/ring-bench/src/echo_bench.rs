@@ -145,6 +145,13 @@ pub fn servers(bins: &Bins) -> Vec<ServerSpec> {
         program: program.to_path_buf(),
         args: args.iter().map(|a| a.to_string()).collect(),
         has_metrics,
+        all_cpus: false,
+    };
+    // Two workers on the two cores (the load generator shares them): ring-rt's workers,
+    // one SO_REUSEPORT listener each, against tokio's two worker threads.
+    let on_all = |s: ServerSpec| ServerSpec {
+        all_cpus: true,
+        ..s
     };
     vec![
         spec("ring-uring", &bins.ring_echo, &["--backend", "uring"], true),
@@ -167,6 +174,18 @@ pub fn servers(bins: &Bins) -> Vec<ServerSpec> {
             &["--flavor", "multi_thread"],
             false,
         ),
+        on_all(spec(
+            "ring-uring-2w",
+            &bins.ring_echo,
+            &["--backend", "uring", "--threads", "2"],
+            true,
+        )),
+        on_all(spec(
+            "tokio-mt-2w",
+            &bins.tokio_echo,
+            &["--flavor", "multi_thread"],
+            false,
+        )),
     ]
 }
 
@@ -213,7 +232,13 @@ fn port_for(opts: &Options, server: usize, phase: usize) -> SocketAddr {
 
 fn start(spec: &ServerSpec, addr: SocketAddr) -> io::Result<Server> {
     let server = Server::start(spec, addr, SERVER_CPU, None)?;
-    let wanted = spec.args.last().map(String::as_str).unwrap_or("");
+    // The value after `--backend`.
+    let wanted = spec
+        .args
+        .iter()
+        .skip_while(|a| *a != "--backend")
+        .nth(1)
+        .map_or("", String::as_str);
     if spec.has_metrics && !server.listening().contains(&format!("backend={wanted}")) {
         eprintln!(
             "echo-bench: warning: {} asked for {wanted} but runs: {}",

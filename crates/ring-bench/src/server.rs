@@ -33,6 +33,9 @@ pub struct ServerSpec {
     pub args: Vec<String>,
     /// Whether it prints `metrics {...}` lines on SIGUSR1 (the ring-rt echo example does).
     pub has_metrics: bool,
+    /// Runs on every CPU this process may use (a server with a worker per core), instead
+    /// of pinned to the one CPU it is given.
+    pub all_cpus: bool,
 }
 
 /// A running server.
@@ -61,7 +64,9 @@ impl Server {
     ) -> io::Result<Server> {
         wait_port_free(addr)?;
         let mut cmd = command(spec, addr, strace_out);
-        sys::pin_to_cpu(&mut cmd, cpu);
+        if !spec.all_cpus {
+            sys::pin_to_cpu(&mut cmd, cpu);
+        }
         let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
