@@ -24,6 +24,12 @@ fn tv(t: libc::timeval) -> Duration {
     Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
 }
 
+/// The kernel's clock ticks per second (`/proc` CPU times are in these).
+pub fn clock_ticks_per_sec() -> u64 {
+    // SAFETY: sysconf takes an integer and returns one.
+    unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64
+}
+
 /// CPU time (utime + stime) of process `pid` from `/proc/<pid>/stat`.
 pub fn proc_cpu(pid: u32) -> std::io::Result<Duration> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
@@ -37,8 +43,7 @@ pub fn proc_cpu(pid: u32) -> std::io::Result<Duration> {
             .unwrap_or(0)
     };
     // utime and stime are fields 14 and 15 of the stat line: 11 and 12 after the ')'.
-    // SAFETY: sysconf takes an integer and returns one.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    let hz = clock_ticks_per_sec();
     let total = ticks(11) + ticks(12);
     Ok(Duration::from_micros(total * 1_000_000 / hz))
 }
