@@ -2,10 +2,11 @@
 //! run time.
 //!
 //! Each worker is one thread with its own ring (or epoll instance), its own tasks and
-//! timers; tasks need not be `Send`. The pieces: [`Runtime`] and [`Builder`], [`spawn`],
-//! sockets in [`net`], files in [`fs`], timers in [`time`], signals in [`signal`], owned
-//! buffers in [`buf`] and [`pool`], linked ops and op timeouts in [`op::link`], and
-//! adapters to tokio's and futures-io's I/O traits in `compat` (features below).
+//! timers; tasks need not be `Send`, and a [`Handle`] reaches every worker from any
+//! thread. The pieces: [`Runtime`] and [`Builder`], [`spawn`] and [`Handle`], sockets in
+//! [`net`], files in [`fs`], timers in [`time`], signals in [`signal`], owned buffers in
+//! [`buf`] and [`pool`], linked ops and op timeouts in [`op::link`], and adapters to
+//! tokio's and futures-io's I/O traits in `compat` (features below).
 //!
 //! An echo server (not run as a test: it serves forever; the examples on each item run,
 //! on `127.0.0.1:0`):
@@ -102,6 +103,53 @@
 //! })
 //! # }
 //! ```
+//!
+//! # Workers, and what may cross threads
+//! A runtime has one worker per CPU by default ([`Builder::threads`] sets another count);
+//! the thread that builds it is worker 0 and runs inside [`Runtime::block_on`], the others
+//! are threads of their own. Each worker has its own ring (or epoll instance), tasks and
+//! timers, and takes no lock on the I/O path: a socket, a file, a timer and the futures that
+//! use them belong to the worker that made them (`!Send`), and [`spawn`] puts a future,
+//! which need not be `Send`, on the worker it is called on.
+//!
+//! Work crosses workers through a [`Handle`] (`Send + Sync + Clone`: [`Handle::current`],
+//! [`Runtime::handle`]), usable from any thread, inside or outside the runtime:
+//! [`Handle::spawn`] a `Send` future onto the least loaded worker (or [`Handle::spawn_on`] a
+//! chosen one), [`Handle::spawn_local`] a `Send` closure that builds a `!Send` future on
+//! its worker, [`Handle::spawn_blocking`] (or [`spawn_blocking`]) a blocking closure onto
+//! the runtime's thread pool, on either backend. Every [`JoinHandle`] is `Send` when its
+//! output is, and can be awaited on any worker or thread. [`Handle::serve_balanced`]
+//! serves each connection of one listener on the least loaded worker; one
+//! `SO_REUSEPORT` listener per worker ([`net::tcp::ListenOptions`] with
+//! [`Runtime::spawn_on_all`]) lets the kernel spread them by a hash instead.
+//!
+//! Between io_uring workers a wake-up (a task woken from another worker, a spawn sent
+//! there) is an `IORING_OP_MSG_RING` CQE posted into the sleeping worker's ring (5.18+),
+//! sent with the waking worker's next submission; threads outside the runtime, the epoll
+//! backend and older kernels write the worker's eventfd.
+//!
+//! Code that wants `Send` futures (axum's handlers, for one) runs its ring-rt I/O as a
+//! task of its own worker and awaits that task's handle, which is `Send`:
+//!
+//! ```
+//! // A handler-shaped function whose future must be Send.
+//! fn handler(path: std::path::PathBuf) -> impl std::future::Future<Output = std::io::Result<Vec<u8>>> + Send {
+//!     async move {
+//!         // The read future is !Send (it belongs to this worker): it runs as a task here.
+//!         let read = ring_rt::spawn(async move { ring_rt::fs::read(path).await });
+//!         read.await?
+//!     }
+//! }
+//! # let path = std::env::temp_dir().join(format!("ring-rt-doc-send-{}", std::process::id()));
+//! # std::fs::write(&path, "bridged")?;
+//! let rt = ring_rt::Runtime::new()?;
+//! assert_eq!(rt.block_on(handler(path.clone()))?, b"bridged");
+//! # std::fs::remove_file(&path)?;
+//! # std::io::Result::Ok(())
+//! ```
+//!
+//! examples/axum.rs serves an axum `Router` this way on every worker. A tokio timer or
+//! tokio socket inside ring-rt panics ("there is no reactor running"): use ring-rt's.
 //!
 //! # Two backends, chosen at run time
 //! The runtime uses io_uring unless ring setup fails (ENOSYS: no io_uring or a seccomp
