@@ -14,7 +14,7 @@ use std::time::Duration;
 use crate::seed::report::{self, Row};
 use crate::seed::{self, Config, Variant};
 
-const USAGE: &str = "usage: seed-file [--pages 65536] [--inflight 64] [--variants std,ring-chain,ring-ordered,ring-epoll-chain,tokio-fs,tokio-fs-tasks] [--runs 1] [--blocking-threads N (0: ring-rt's default)] [--batch-wait-us N] [--strace] [--dir target/bench-files] [--json FILE]";
+const USAGE: &str = "usage: seed-file [--pages 65536] [--inflight 64] [--variants std,ring-chain,ring-ordered,ring-epoll-chain,tokio-fs,tokio-fs-tasks,raw-uring] [--runs 1] [--blocking-threads N (0: ring-rt's default)] [--batch-wait-us N] [--strace] [--dir target/bench-files] [--json FILE]";
 
 struct Args {
     config: Config,
@@ -79,16 +79,20 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Args, String> {
     Ok(a)
 }
 
+/// Runs every variant `--runs` times, interleaved run by run (v1, v2, .., v1, v2, ..), so
+/// whatever else the machine does hits them alike.
 fn bench(args: &Args) -> io::Result<Vec<Row>> {
     let exe = std::env::current_exe()?;
-    let mut rows = Vec::with_capacity(args.variants.len());
-    for &variant in &args.variants {
-        let mut runs = Vec::with_capacity(args.runs);
-        for _ in 0..args.runs {
+    let mut all_runs: Vec<Vec<seed::Run>> = args.variants.iter().map(|_| Vec::new()).collect();
+    for _ in 0..args.runs {
+        for (i, &variant) in args.variants.iter().enumerate() {
             let run = seed::run(variant, &args.config)?;
             eprintln!("{variant}: {:.0} ms", run.elapsed.as_secs_f64() * 1e3);
-            runs.push(run);
+            all_runs[i].push(run);
         }
+    }
+    let mut rows = Vec::with_capacity(args.variants.len());
+    for (&variant, runs) in args.variants.iter().zip(all_runs) {
         let traced = match args.strace {
             true => Some(report::trace(
                 &exe,

@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 pub mod cli;
+mod raw;
 pub mod report;
 mod ring;
 mod tokio_fs;
@@ -37,17 +38,20 @@ pub enum Variant {
     TokioFs,
     /// tokio::fs, `inflight` tasks at once, each with its own `File` handle.
     TokioFsTasks,
+    /// The raw io-uring crate, no runtime: `inflight` linked chains at once (the limit).
+    RawUring,
 }
 
 impl Variant {
     /// Every variant, in table order (std first: the others are compared with it).
-    pub const ALL: [Variant; 6] = [
+    pub const ALL: [Variant; 7] = [
         Variant::Std,
         Variant::RingChain,
         Variant::RingOrdered,
         Variant::RingEpollChain,
         Variant::TokioFs,
         Variant::TokioFsTasks,
+        Variant::RawUring,
     ];
 
     /// The name used on the command line and in tables.
@@ -59,6 +63,7 @@ impl Variant {
             Variant::RingEpollChain => "ring-epoll-chain",
             Variant::TokioFs => "tokio-fs",
             Variant::TokioFsTasks => "tokio-fs-tasks",
+            Variant::RawUring => "raw-uring",
         }
     }
 
@@ -66,7 +71,10 @@ impl Variant {
     pub fn depth(self, config: &Config) -> usize {
         match self {
             Variant::Std | Variant::RingOrdered | Variant::TokioFs => 1,
-            Variant::RingChain | Variant::RingEpollChain | Variant::TokioFsTasks => config.inflight,
+            Variant::RingChain
+            | Variant::RingEpollChain
+            | Variant::TokioFsTasks
+            | Variant::RawUring => config.inflight,
         }
     }
 }
@@ -189,6 +197,7 @@ fn run_on(variant: Variant, config: &Config, path: &Path) -> io::Result<u64> {
         }
         Variant::RingEpollChain => ring::run(ring_rt::BackendKind::Epoll, config, depth, path),
         Variant::TokioFs | Variant::TokioFsTasks => tokio_fs::run(config.pages, depth, path),
+        Variant::RawUring => raw::run(config, depth, path),
     }
 }
 
