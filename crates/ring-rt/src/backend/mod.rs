@@ -99,6 +99,16 @@ pub unsafe trait Operation {
     fn is_readiness_only(&self) -> bool {
         false
     }
+
+    /// Whether io_uring submits this op as soon as it starts (an `io_uring_enter` of its
+    /// own) rather than with the loop's next turn: reads and writes of an `O_DIRECT` file,
+    /// each of which goes to the device. Batched, the reads a turn submits together reach
+    /// a virtio disk together, complete together and leave it idle until the next batch
+    /// (measured: 0.75x of fio's IOPS at depth 32); submitted one by one, as fio does,
+    /// they keep its queue full (1.0x). Sockets and cached reads stay batched.
+    fn submits_at_once(&self) -> bool {
+        false
+    }
 }
 
 /// How the epoll backend performs an op without io_uring.

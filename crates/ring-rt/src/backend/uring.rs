@@ -250,6 +250,10 @@ impl Mechanism for UringBackend {
         // heap or 'static) and at its fd; the op's future keeps the op until the final CQE,
         // and its orphan (`into_orphan`) after that.
         let id = unsafe { self.driver.submit_op(sqe)? };
+        if op.submits_at_once() {
+            // Already pushed: a failed enter leaves it for the next turn to submit.
+            let _ = self.driver.submit();
+        }
         Ok(Start::Token(Token::InFlight(id)))
     }
 
@@ -265,9 +269,14 @@ impl Mechanism for UringBackend {
         if !fits || !linkable {
             return None;
         }
+        let at_once = ops.iter().any(|op| op.submits_at_once());
         let sqes: Vec<squeue::Entry> = ops.iter_mut().map(|op| op.sqe()).collect();
         // SAFETY: as in `start`, for every op of the chain; the chain's future keeps them.
-        Some(unsafe { self.driver.submit_chain(sqes) })
+        let pushed = unsafe { self.driver.submit_chain(sqes) };
+        if at_once && pushed.is_ok() {
+            let _ = self.driver.submit();
+        }
+        Some(pushed)
     }
 
     /// Pushes a multishot op whose unpolled CQEs are bounded by `queue_max` (0: unbounded).

@@ -55,6 +55,9 @@ pub struct File {
     /// The file has no position (a FIFO, a pipe, a terminal): positional I/O is `ESPIPE`
     /// on both backends (see `op::fs::no_position`).
     unpositioned: bool,
+    /// Opened `O_DIRECT`: every read and write goes to the device, so each is submitted
+    /// as soon as it starts (see `Operation::submits_at_once`).
+    is_direct: bool,
 }
 
 /// The largest offset the kernel accepts: `loff_t` is signed, and io_uring reads
@@ -97,6 +100,13 @@ fn has_no_position(fd: &OwnedFd) -> bool {
     n < 0 && espipe()
 }
 
+/// Whether `fd` was opened `O_DIRECT`.
+fn is_direct(fd: &OwnedFd) -> bool {
+    // SAFETY: F_GETFL takes and returns integers only, on an fd this caller owns.
+    let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+    flags >= 0 && flags & libc::O_DIRECT != 0
+}
+
 fn check_pos(pos: u64) -> io::Result<()> {
     if pos > POS_MAX {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
@@ -110,6 +120,7 @@ impl File {
         let is_nowait_read = core.reads_inline(raw);
         File {
             unpositioned: has_no_position(&fd),
+            is_direct: is_direct(&fd),
             fd: fd.into_raw_fd(),
             core,
             is_nowait_read,
@@ -267,6 +278,7 @@ impl File {
             pos: kernel_pos(pos),
             nowait: self.is_nowait_read,
             unpositioned: self.unpositioned,
+            at_once: self.is_direct,
         };
         Pending::new(self.core.clone(), op)
     }
@@ -298,6 +310,7 @@ impl File {
             buf,
             pos: kernel_pos(pos),
             unpositioned: self.unpositioned,
+            at_once: self.is_direct,
         };
         Pending::new(self.core.clone(), op)
     }

@@ -144,6 +144,9 @@ unsafe impl<T: OpDef> Operation for Raw<T> {
     fn returns_fd(&self) -> bool {
         self.0.returns_fd()
     }
+    fn submits_at_once(&self) -> bool {
+        self.0.submits_at_once()
+    }
 }
 
 impl<T: OpDef> OpDef for Raw<T> {

@@ -123,11 +123,17 @@ pub(crate) struct ReadAt<B> {
     pub(crate) nowait: bool,
     /// The file has no position (see [`no_position`]).
     pub(crate) unpositioned: bool,
+    /// The file is `O_DIRECT`: submitted as soon as it starts.
+    pub(crate) at_once: bool,
 }
 
 // SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
 // (its buffer, boxed addresses and headers, a CString) and at its own fd.
 unsafe impl<B: IoBufMut> Operation for ReadAt<B> {
+    fn submits_at_once(&self) -> bool {
+        self.at_once
+    }
+
     fn breaks_link(&self, cqe: &Cqe) -> bool {
         short_or_failed(cqe, len_u32(self.buf.bytes_total()) as usize)
     }
@@ -250,11 +256,17 @@ pub(crate) struct WriteAt<B> {
     pub(crate) pos: u64,
     /// The file has no position (see [`no_position`]).
     pub(crate) unpositioned: bool,
+    /// The file is `O_DIRECT`: submitted as soon as it starts.
+    pub(crate) at_once: bool,
 }
 
 // SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
 // (its buffer, boxed addresses and headers, a CString) and at its own fd.
 unsafe impl<B: IoBuf> Operation for WriteAt<B> {
+    fn submits_at_once(&self) -> bool {
+        self.at_once
+    }
+
     fn breaks_link(&self, cqe: &Cqe) -> bool {
         short_or_failed(cqe, len_u32(self.buf.bytes_init()) as usize)
     }
@@ -676,6 +688,7 @@ mod tests {
             pos: 0,
             nowait: false,
             unpositioned: false,
+            at_once: false,
         };
         let (res, buf) = op.complete(Cqe::new(0, -libc::EBADF, 0));
         assert_eq!(res.unwrap_err().raw_os_error(), Some(libc::EBADF));
