@@ -62,13 +62,14 @@ pub struct RecvStream<'a> {
     single_only: bool,
     /// The multishot recv, armed while it is between its first poll and its final CQE.
     multishot: Option<Multishot<RecvMulti>>,
-    /// The one-shot receive in flight, where multishot is not used.
-    single: Option<Op<RecvSelect>>,
+    /// The one-shot receive in flight, where multishot is not used (boxed: kernels before
+    /// 6.0 only, and a stream is part of every connection's task).
+    single: Option<Box<Op<RecvSelect>>>,
     /// The pool's return count when the current receive was started: after an ENOBUFS, a
     /// return since then means a buffer may be free again.
     epoch: u64,
-    /// Waiting for a buffer to come back after ENOBUFS.
-    starved: Option<ReturnWait>,
+    /// Waiting for a buffer to come back after ENOBUFS (boxed: rare).
+    starved: Option<Box<ReturnWait>>,
     /// The socket's receive turn, held from arming until the receive ends (between `next`
     /// calls too), by this number; another receive of the socket may take it.
     hold: Option<u64>,
@@ -216,7 +217,7 @@ impl<'a> RecvStream<'a> {
             match pool::from_cqe(&group, cqe?) {
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
                     pool::record_enobufs(&self.socket.core, &group);
-                    self.starved = Some(group.wait_return(self.epoch));
+                    self.starved = Some(Box::new(group.wait_return(self.epoch)));
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 other => return Poll::Ready(other),
@@ -240,7 +241,7 @@ impl<'a> RecvStream<'a> {
             m.disown();
         }
         if let Some(op) = self.single.take() {
-            op.disown();
+            (*op).disown();
         }
     }
 
@@ -296,10 +297,11 @@ impl<'a> RecvStream<'a> {
                     group: group.clone(),
                     unclaimed: unclaimed.clone(),
                 };
-                self.single.insert(Op::new(self.socket.core.clone(), def))
+                self.single
+                    .insert(Box::new(Op::new(self.socket.core.clone(), def)))
             }
         };
-        let cqe = ready!(Pin::new(op).poll(cx));
+        let cqe = ready!(Pin::new(&mut **op).poll(cx));
         self.single = None;
         Poll::Ready(cqe)
     }

@@ -49,7 +49,7 @@ pub(crate) struct Unclaimed {
     /// Dropped accepts whose final completion has not arrived.
     pending: Cell<u32>,
     /// Receives waiting for the turn, or accepts waiting for dropped accepts.
-    waiters: RefCell<Vec<Waker>>,
+    waiters: RefCell<Waiters>,
     /// A receive of this socket holds the turn (a live one, a dropped one finishing, or a
     /// receive stream between two `next` calls).
     turn_held: Cell<bool>,
@@ -189,7 +189,7 @@ impl Unclaimed {
     pub(crate) fn orphan_done(&self, deferred: &mut Deferred) {
         self.pending.set(self.pending.get().saturating_sub(1));
         if self.pending.get() == 0 {
-            for waker in self.waiters.borrow_mut().drain(..) {
+            for waker in self.waiters.take() {
                 deferred.wake(waker);
             }
         }
@@ -431,7 +431,7 @@ impl Unclaimed {
 
     fn wait(&self, cx: &mut Context<'_>) {
         let mut waiters = self.waiters.borrow_mut();
-        if !waiters.iter().any(|w| w.will_wake(cx.waker())) {
+        if !waiters.has(cx.waker()) {
             waiters.push(cx.waker().clone());
         }
     }
@@ -440,7 +440,7 @@ impl Unclaimed {
     /// again. A socket rarely has more than one. The wakes wait for the worker's next safe
     /// point (a waker is code that is not ours, and this may run inside an op's poll).
     fn wake_all(&self) {
-        let waiters = std::mem::take(&mut *self.waiters.borrow_mut());
+        let waiters = self.waiters.take();
         if waiters.is_empty() {
             return;
         }
@@ -515,6 +515,54 @@ impl Unclaimed {
                 _ => unreachable!("just matched a connection"),
             },
             _ => None,
+        }
+    }
+}
+
+/// The wakers waiting on a socket's turn or queue: nearly always none or one (a receive
+/// stream holding the turn), kept inline so an idle connection allocates nothing for it.
+#[derive(Default)]
+enum Waiters {
+    #[default]
+    None,
+    One(Waker),
+    Many(Vec<Waker>),
+}
+
+impl Waiters {
+    fn has(&self, waker: &Waker) -> bool {
+        match self {
+            Waiters::None => false,
+            Waiters::One(w) => w.will_wake(waker),
+            Waiters::Many(ws) => ws.iter().any(|w| w.will_wake(waker)),
+        }
+    }
+
+    fn push(&mut self, waker: Waker) {
+        *self = match std::mem::take(self) {
+            Waiters::None => Waiters::One(waker),
+            Waiters::One(first) => Waiters::Many(vec![first, waker]),
+            Waiters::Many(mut ws) => {
+                ws.push(waker);
+                Waiters::Many(ws)
+            }
+        };
+    }
+
+    fn is_empty(&self) -> bool {
+        matches!(self, Waiters::None)
+    }
+}
+
+impl IntoIterator for Waiters {
+    type Item = Waker;
+    type IntoIter = std::vec::IntoIter<Waker>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        match self {
+            Waiters::None => Vec::new().into_iter(),
+            Waiters::One(w) => vec![w].into_iter(),
+            Waiters::Many(ws) => ws.into_iter(),
         }
     }
 }
