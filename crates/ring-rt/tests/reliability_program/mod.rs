@@ -236,8 +236,10 @@ pub fn run(kind: BackendKind, data: &[u8]) -> Result<Option<Report>, String> {
     }));
     let mut ran = ran;
     // A waker the program made panicked as asked and unwound block_on: the runtime must be
-    // whole all the same. (Another such waker may fire while winding down: again.)
-    for _ in 0..8 {
+    // whole all the same. (Another such waker may fire while winding down: again. Each
+    // panics once, and a program has fewer than 512 ops; every due wake is delivered, so
+    // a program with many of them unwinds that many times.)
+    for _ in 0..512 {
         match ran {
             Err(payload) if is_injected(&*payload) => {
                 ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
