@@ -104,6 +104,7 @@ impl Socket {
                 fd: self.fd,
                 buf,
                 flags: 0,
+                all: false,
             },
         )
     }

@@ -40,6 +40,7 @@ fn send<B: IoBuf>(socket: &Socket, slice: Slice<B>) -> Op<Send<Slice<B>>> {
         fd: socket.fd(),
         buf: slice,
         flags: 0,
+        all: true,
     };
     Op::new(socket.core.clone(), op)
 }

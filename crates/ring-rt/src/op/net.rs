@@ -447,6 +447,12 @@ pub(crate) struct Send<B> {
     pub(crate) fd: RawFd,
     pub(crate) buf: B,
     pub(crate) flags: i32,
+    /// For `write_all`: on io_uring the send carries `MSG_WAITALL`, so the kernel goes on
+    /// sending a buffer larger than the socket takes at once (waiting for room itself)
+    /// instead of completing short and having the caller issue another send through a
+    /// loop turn per piece (5.19+; older kernels complete short, as without it). epoll's
+    /// non-blocking `send` ignores the flag, so it is left out there.
+    pub(crate) all: bool,
 }
 
 // SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
@@ -472,8 +478,9 @@ unsafe impl<B: IoBuf> Operation for Send<B> {
 
     fn sqe(&mut self) -> squeue::Entry {
         let len = len_u32(self.buf.bytes_init());
+        let all = if self.all { libc::MSG_WAITALL } else { 0 };
         opcode::Send::new(types::Fd(self.fd), self.buf.stable_ptr(), len)
-            .flags(self.flags | libc::MSG_NOSIGNAL)
+            .flags(self.flags | libc::MSG_NOSIGNAL | all)
             .build()
     }
 
