@@ -2,11 +2,15 @@
 # wrk against the hyper HTTP/1.1 server on ring-rt (examples/hyper.rs, uring and epoll
 # backends) and on tokio (src/bin/tokio-hyper.rs, current_thread). Every server runs one
 # thread pinned to CPU 0, wrk one thread pinned to CPU 1. Per run: requests/s, latency
-# p50/p99, transfer/s, and server CPU time per request from /proc/<pid>/stat.
+# p50/p99, transfer/s, and server CPU time per request from /proc/<pid>/stat. Small
+# responses (`/`) at each of CONNS connections, and bodies of each of BIG_SIZES bytes
+# (`/big?n=SIZE`) at BIG_CONNS connections. ROUNDS rounds, the servers interleaved round by
+# round (each round starts each server afresh); the summary gives medians with min..max.
 #
-# DURATION=10 CONNS="1 50 200" PORT=8080 crates/ring-bench/scripts/wrk-hyper.sh
+# ROUNDS=3 DURATION=10 CONNS="1 50 200" BIG_SIZES="1024 16384 65536 1048576 16777216" \
+#     BIG_CONNS=50 PORT=8080 crates/ring-bench/scripts/wrk-hyper.sh
 #
-# Writes the markdown table to stdout and to $CARGO_TARGET_DIR/wrk-hyper/wrk.md
+# Writes the markdown tables to stdout and to $CARGO_TARGET_DIR/wrk-hyper/wrk.md
 # (default target/wrk-hyper/wrk.md).
 set -euo pipefail
 
@@ -16,8 +20,9 @@ cd "$root"
 DURATION=${DURATION:-10}
 CONNS=${CONNS:-"1 50 200"}
 PORT=${PORT:-8080}
-BIG_BYTES=${BIG_BYTES:-65536}
+BIG_SIZES=${BIG_SIZES:-"1024 16384 65536 1048576 16777216"}
 BIG_CONNS=${BIG_CONNS:-50}
+ROUNDS=${ROUNDS:-3}
 target=${CARGO_TARGET_DIR:-$root/target}
 out_dir=$root/target/wrk-hyper
 addr=127.0.0.1:$PORT
@@ -134,12 +139,12 @@ measure() {
     errors=$(awk '/Socket errors|Non-2xx/ { sub(/^ */, ""); printf "%s; ", $0 }' <<<"$out")
     [[ -n $rps && -n $requests && $requests -gt 0 ]] || { echo "$out" >&2; die "no requests completed ($server, $path)"; }
     cpu_us=$(awk -v d=$((after - before)) -v hz="$clk_tck" -v n="$requests" 'BEGIN { printf "%.2f", d / hz * 1e6 / n }')
-    printf '| %s | %s | %s | %.0f | %s | %s | %s | %s | %s |\n' \
-        "$server" "$path" "$conns" "$rps" "$(to_us "$p50")" "$(to_us "$p99")" "$transfer" "$cpu_us" "${errors:-none}" \
+    printf '| %s | %s | %s | %s | %.0f | %s | %s | %s | %s | %s |\n' \
+        "$round" "$server" "$path" "$conns" "$rps" "$(to_us "$p50")" "$(to_us "$p99")" "$transfer" "$cpu_us" "${errors:-none}" \
         | tee -a "$table" >&2
 }
 
-# bench NAME CMD...: warm-up, then every connection count on /, then one /big run.
+# bench NAME CMD...: warm-up, then every connection count on /, then one /big run per size.
 bench() {
     local name=$1
     shift
@@ -148,8 +153,36 @@ bench() {
     for conns in $CONNS; do
         measure "$name" "$conns" /
     done
-    measure "$name" "$BIG_CONNS" "/big?n=$BIG_BYTES"
+    for size in $BIG_SIZES; do
+        measure "$name" "$BIG_CONNS" "/big?n=$size"
+    done
     stop
+}
+
+# Medians (min..max) over the rounds of req/s and server CPU µs/req, per server, path and
+# connection count; and each ring-rt server's ratio to tokio's.
+summarize() {
+    python3 - "$table" <<'PY'
+import statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    cells = [c.strip() for c in line.strip().strip('|').split('|')]
+    if len(cells) < 9:
+        continue
+    _, server, path, conns, rps, _, _, _, cpu = cells[:9]
+    rows.setdefault((path, int(conns)), {}).setdefault(server, []).append((float(rps), float(cpu)))
+print("| path | conns | server | req/s median (min..max) | server CPU µs/req median (min..max) | CPU/req vs tokio |")
+print("|---|---:|---|---:|---:|---:|")
+for (path, conns), servers in rows.items():
+    tokio = servers.get("tokio current_thread")
+    tokio_cpu = statistics.median(c for _, c in tokio) if tokio else None
+    for server, runs in servers.items():
+        rps = [r for r, _ in runs]
+        cpu = [c for _, c in runs]
+        ratio = f"{statistics.median(cpu) / tokio_cpu:.2f}x" if tokio_cpu else "-"
+        print(f"| {path} | {conns} | {server} | {statistics.median(rps):.0f} ({min(rps):.0f}..{max(rps):.0f}) "
+              f"| {statistics.median(cpu):.1f} ({min(cpu):.1f}..{max(cpu):.1f}) | {ratio} |")
+PY
 }
 
 main() {
@@ -160,14 +193,20 @@ main() {
     table=$log_dir/rows.md
     : >"$table"
     local hyper=$target/release/examples/hyper tokio=$target/release/tokio-hyper
-    bench "ring-rt uring" "$hyper" --addr "$addr" --threads 1 --backend uring
-    bench "ring-rt epoll" "$hyper" --addr "$addr" --threads 1 --backend epoll
-    bench "tokio current_thread" "$tokio" --addr "$addr" --flavor current_thread
+    for round in $(seq "$ROUNDS"); do
+        bench "ring-rt uring" "$hyper" --addr "$addr" --threads 1 --backend uring
+        bench "ring-rt epoll" "$hyper" --addr "$addr" --threads 1 --backend epoll
+        bench "tokio current_thread" "$tokio" --addr "$addr" --flavor current_thread
+    done
     {
-        echo "wrk -t1 -c{$CONNS} -d${DURATION}s --latency; server on CPU 0, wrk on CPU 1; $(nproc) CPUs, $(uname -r), $(date -u +%Y-%m-%dT%H:%MZ)"
+        echo "ROUNDS=$ROUNDS; wrk -t1 -c{$CONNS} -d${DURATION}s --latency on /, -c$BIG_CONNS on /big?n={$BIG_SIZES}; server on CPU 0, wrk on CPU 1; $(nproc) CPUs, $(uname -r), $(date -u +%Y-%m-%dT%H:%MZ)"
         echo
-        echo "| server | path | conns | req/s | p50 µs | p99 µs | transfer/s | server CPU µs/req | errors |"
-        echo "|---|---|---:|---:|---:|---:|---:|---:|---|"
+        summarize
+        echo
+        echo "Every run:"
+        echo
+        echo "| round | server | path | conns | req/s | p50 µs | p99 µs | transfer/s | server CPU µs/req | errors |"
+        echo "|---:|---|---|---:|---:|---:|---:|---:|---:|---|"
         cat "$table"
     } | tee "$out_dir/wrk.md"
     echo "wrk-hyper: table written to $out_dir/wrk.md" >&2
