@@ -23,10 +23,31 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
 fi
 rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 
-step "fuzz: each target for ${fuzz_seconds}s"
+step "fuzz: replay the kept corpus of each target once, then each for ${fuzz_seconds}s"
 (
     cd fuzz
     cargo +nightly fuzz build -O
+    for target in op_lifecycle buf_ring buf_group runtime_schedule; do
+        # Every input of fuzz/corpus/$target (the minimized corpus of the long runs in
+        # RELIABILITY.md, and the inputs of past findings) runs once: -runs=0 fuzzes nothing
+        # new, and any crash, panic or leak fails the step. The copy keeps the timed run
+        # below from adding to the repository's corpus.
+        max_len=1024
+        [ "$target" = runtime_schedule ] && max_len=512
+        replay=$(mktemp -d)
+        cp -r "corpus/$target/." "$replay/"
+        echo "-- replay $target: $(ls "$replay" | wc -l) inputs"
+        log=$(mktemp)
+        rc=0
+        cargo +nightly fuzz run -O "$target" "$replay" -- -runs=0 -max_len="$max_len" \
+            -timeout=30 >"$log" 2>&1 || rc=$?
+        grep -E '^#[0-9]+.*(INITED|DONE)' "$log" | tail -1 || true
+        if [ "$rc" -ne 0 ]; then
+            tail -60 "$log"
+            exit "$rc"
+        fi
+        rm -rf "$replay" "$log"
+    done
     for target in op_lifecycle buf_ring buf_group runtime_schedule; do
         max_len=1024
         [ "$target" = runtime_schedule ] && max_len=512
@@ -35,9 +56,12 @@ step "fuzz: each target for ${fuzz_seconds}s"
         # input is saved under fuzz/artifacts/$target/.
         log=$(mktemp)
         rc=0
-        cargo +nightly fuzz run -O "$target" -- \
+        scratch=$(mktemp -d)
+        cp -r "corpus/$target/." "$scratch/"
+        cargo +nightly fuzz run -O "$target" "$scratch" -- \
             -max_total_time="$fuzz_seconds" -max_len="$max_len" -timeout=30 \
             -print_final_stats=1 >"$log" 2>&1 || rc=$?
+        rm -rf "$scratch"
         grep -E '^(stat::number_of_executed_units|stat::new_units_added|Done)' "$log" || true
         if [ "$rc" -ne 0 ]; then
             tail -60 "$log"
