@@ -4,6 +4,7 @@
 
 use std::process::ExitCode;
 
+mod layers;
 mod matrix;
 mod probe;
 
@@ -11,6 +12,8 @@ const USAGE: &str = "usage: cargo xtask <command>
 
 commands:
   probe           print what io_uring offers on this kernel (and under RING_FEATURES, if set)
+  layers          check that ring-rt's modules import only their layer or below
+                  (docs/ARCHITECTURE.md) and that ring-core names nothing of ring-rt
   kernel-matrix   run the tests on the host, feature profiles, seccomp and qemu kernels
                   (`cargo xtask kernel-matrix --help` for options)
   matrix-backend  print the backend a default ring-rt runtime picks here (one line)";
@@ -21,6 +24,7 @@ fn main() -> ExitCode {
     let rest: Vec<String> = args.collect();
     match command.as_deref() {
         Some("probe") => probe::run(&rest),
+        Some("layers") => layers::run(&rest),
         Some("kernel-matrix") => matrix::run(&rest),
         Some("matrix-backend") => matrix::backend::run(&rest),
         Some("help" | "-h" | "--help") => {
