@@ -42,6 +42,10 @@ fn main() {
             "pool_exhaustion_waits_and_loses_nothing",
             pool_exhaustion_waits_and_loses_nothing,
         ),
+        (
+            "starved_streams_all_end_when_the_woken_one_hits_eof",
+            starved_streams_all_end_when_the_woken_one_hits_eof,
+        ),
         ("send_zc_round_trip", send_zc_round_trip),
         ("udp_send_to_recv_from", udp_send_to_recv_from),
         (
@@ -343,6 +347,64 @@ fn pool_exhaustion_waits_and_loses_nothing(kind: BackendKind) -> Outcome {
         "the pool never ran dry: test did not test exhaustion"
     );
     Ok(Completion::Completed)
+}
+
+/// Fuzz finding (runtime_schedule): streams starved of buffers wait for returns, and each
+/// return wakes one of them. A woken stream whose retry ends at end of stream takes no
+/// buffer; it used to keep the wake-up, and the other starved streams slept forever beside
+/// a free buffer. Two chunks held dry a pool of two; four peers close without sending; one
+/// chunk comes back: every stream must still see its end.
+fn starved_streams_all_end_when_the_woken_one_hits_eof(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Runtime::builder().recv_buffers(2, 64));
+    let rt = &rt;
+    rt.block_on(bounded(Duration::from_secs(10), async {
+        let (a0, b0) = UnixStream::pair()?;
+        let (a1, b1) = UnixStream::pair()?;
+        let (mut rx0, mut rx1) = (b0.recv_stream(), b1.recv_stream());
+        let mut held = Vec::new();
+        for (a, rx) in [(&a0, &mut rx0), (&a1, &mut rx1)] {
+            a.write_all(&b"hold"[..]).await.0?;
+            held.push(rx.next().await.ok_or("early end")??);
+        }
+        check!(rt.metrics().recv_buffers_in_use == 2, "the pool is not dry");
+        let mut peers = Vec::new();
+        let mut tasks = Vec::new();
+        for _ in 0..4 {
+            let (a, b) = UnixStream::pair()?;
+            a.shutdown(Shutdown::Write)?;
+            peers.push(a);
+            tasks.push(ring_rt::spawn(async move {
+                let mut rx = b.recv_stream();
+                let mut bytes = 0;
+                while let Some(chunk) = rx.next().await {
+                    bytes += chunk?.len();
+                }
+                Ok::<usize, std::io::Error>(bytes)
+            }));
+        }
+        sleep(Duration::from_millis(50)).await;
+        let starved = rt.metrics().io.enobufs;
+        check!(
+            starved >= 4,
+            "only {starved} ENOBUFS: the streams never starved"
+        );
+        check!(
+            tasks.iter().all(|t| !t.is_finished()),
+            "a stream ended with the pool dry"
+        );
+        // One buffer comes back: one stream is woken, finds end of stream, and the others
+        // must be woken in turn.
+        held.pop();
+        for t in tasks {
+            check!(t.await?? == 0, "a closed peer sent bytes");
+        }
+        drop(held);
+        check!(
+            rt.metrics().recv_buffers_in_use == 0,
+            "buffers not returned"
+        );
+        Ok::<_, libtest_mimic::Failed>(Completion::Completed)
+    }))?
 }
 
 fn send_zc_round_trip(kind: BackendKind) -> Outcome {

@@ -503,6 +503,15 @@ impl BufGroup {
             BufMode::Legacy | BufMode::User => Ok(()),
         }
     }
+
+    /// A woken receive will not use its return: the next waiter is woken in its place
+    /// (outside the borrow, as a waker may run code that waits again).
+    fn pass_turn(&self) {
+        let next = self.0.waiters.borrow_mut().wake_one();
+        if let Some(waker) = next {
+            waker.wake();
+        }
+    }
 }
 
 impl Group {
@@ -580,7 +589,8 @@ impl Group {
 /// instead, whoever makes it (a dropped lease, a failed CQE's recycle, an orphan's late
 /// CQE). Waits queue in order and each returned bid wakes one of them: N starved receives
 /// cost N wake-ups, not N per return. A wait dropped after it was woken but before it saw
-/// it passes the wake to the next one, so a returned bid is never left with nobody woken.
+/// it passes the wake to the next one, and so does a [`ReturnTurn`] dropped unused (the retry
+/// ended without taking a buffer), so a returned bid is never left with nobody woken.
 ///
 /// # Examples
 ///
@@ -595,7 +605,11 @@ impl Group {
 /// assert!(wait.poll(&mut cx).is_pending());
 /// // SAFETY: a User group checks every bid.
 /// unsafe { group.recycle(bid) };
-/// assert!(wait.poll(&mut cx).is_ready()); // retry the receive now
+/// // Retry the receive now, with the turn this return woke.
+/// let Poll::Ready(Some(turn)) = wait.poll(&mut cx) else { panic!("woken") };
+/// let retried = group.take(); // the retry's receive takes the returned buffer
+/// assert!(retried.is_some());
+/// turn.used();
 /// # std::io::Result::Ok(())
 /// ```
 pub struct ReturnWait {
@@ -608,12 +622,14 @@ pub struct ReturnWait {
 
 impl ReturnWait {
     /// Ready once a bid came back for this wait; otherwise `cx`'s waker is woken by the
-    /// return that is this wait's turn.
-    pub fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+    /// return that is this wait's turn. `Some(turn)` when a return's wake-up ended the wait:
+    /// the caller holds that return's turn until its retry took a buffer (see [`ReturnTurn`]).
+    /// `None` when a return had come before the wait queued: nobody was woken for it.
+    pub fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Option<ReturnTurn>> {
         let mut waiters = self.group.0.waiters.borrow_mut();
         let Some(ticket) = self.ticket else {
             if self.group.0.returns.get() != self.epoch {
-                return Poll::Ready(());
+                return Poll::Ready(None);
             }
             let ticket = waiters.next_ticket;
             waiters.next_ticket += 1;
@@ -625,7 +641,10 @@ impl ReturnWait {
             waiters.woken.swap_remove(i);
             self.ticket = None;
             self.epoch = self.group.0.returns.get();
-            return Poll::Ready(());
+            return Poll::Ready(Some(ReturnTurn {
+                group: self.group.clone(),
+                used: false,
+            }));
         }
         if let Some((_, waker)) = waiters.queue.iter_mut().find(|(t, _)| *t == ticket) {
             if !waker.will_wake(cx.waker()) {
@@ -649,12 +668,45 @@ impl Drop for ReturnWait {
         if let Some(i) = waiters.woken.iter().position(|&t| t == ticket) {
             // Woken for a bid it will not use: the next waiter gets the turn.
             waiters.woken.swap_remove(i);
-            let next = waiters.wake_one();
             drop(waiters);
-            if let Some(waker) = next {
-                waker.wake();
-            }
+            self.group.pass_turn();
         }
+    }
+}
+
+/// The turn of one returned bid, held by the receive a return woke ([`ReturnWait::poll`])
+/// while it retries. The wake-up was meant for a receive that takes the bid; if the retry
+/// ends without taking one (end of stream, an error, data queued earlier, the receive
+/// dropped), dropping the turn unused wakes the next waiter, so the bid does not sit free
+/// while other starved receives sleep. A retry that took a buffer, or found none left
+/// (ENOBUFS again: another receive took it), calls [`used`](Self::used).
+#[must_use = "dropping a turn unused wakes the next waiter"]
+pub struct ReturnTurn {
+    group: BufGroup,
+    used: bool,
+}
+
+impl ReturnTurn {
+    /// The retry took a buffer (or found the bid already gone): nobody else is woken.
+    pub fn used(mut self) {
+        self.used = true;
+    }
+}
+
+impl Drop for ReturnTurn {
+    fn drop(&mut self) {
+        if !self.used {
+            self.group.pass_turn();
+        }
+    }
+}
+
+impl fmt::Debug for ReturnTurn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReturnTurn")
+            .field("bgid", &self.group.bgid())
+            .field("used", &self.used)
+            .finish()
     }
 }
 

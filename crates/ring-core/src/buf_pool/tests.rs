@@ -120,7 +120,10 @@ fn every_return_ends_a_wait_and_moves_the_epoch() {
     let epoch = group.returns();
     drop(lease(&group, bid, 8).unwrap());
     assert_eq!((woken(), group.returns()), (1, epoch + 1));
-    assert!(wait.poll(&mut cx).is_ready());
+    let Poll::Ready(Some(turn)) = wait.poll(&mut cx) else {
+        panic!("the return woke this wait");
+    };
+    turn.used();
     // So is a recycle (an orphan's late CQE); a refused double return is not.
     let bid = group.take().unwrap();
     let mut wait = group.wait_return(group.returns());
@@ -130,13 +133,17 @@ fn every_return_ends_a_wait_and_moves_the_epoch() {
     // SAFETY: as above; this second return is refused and counted.
     unsafe { group.recycle(bid) };
     assert_eq!((woken(), group.bad_returns()), (2, 1));
-    assert!(wait.poll(&mut cx).is_ready());
-    // A return between the receive's start and its wait ends the wait at once.
+    assert!(matches!(wait.poll(&mut cx), Poll::Ready(Some(_))));
+    // A return between the receive's start and its wait ends the wait at once, with no
+    // turn: nobody was woken for that return.
     let epoch = group.returns();
     let bid = group.take().unwrap();
     // SAFETY: as above.
     unsafe { group.recycle(bid) };
-    assert!(group.wait_return(epoch).poll(&mut cx).is_ready());
+    assert!(matches!(
+        group.wait_return(epoch).poll(&mut cx),
+        Poll::Ready(None)
+    ));
 }
 
 fn counting_wakers(n: usize) -> Vec<std::sync::Arc<CountingWake>> {
@@ -181,9 +188,15 @@ fn one_return_wakes_one_waiter_in_order() {
     assert_eq!(wakes(&counters)[..3], [1, 1, 0]);
     let waker = Waker::noop();
     let mut cx = Context::from_waker(waker);
-    assert!(waits[0].poll(&mut cx).is_ready());
-    assert!(waits[1].poll(&mut cx).is_ready());
+    let turns = [waits[0].poll(&mut cx), waits[1].poll(&mut cx)];
+    assert!(turns.iter().all(|t| matches!(t, Poll::Ready(Some(_)))));
     assert!(waits[2].poll(&mut cx).is_pending());
+    for turn in turns {
+        if let Poll::Ready(Some(turn)) = turn {
+            turn.used();
+        }
+    }
+    assert_eq!(wakes(&counters)[..3], [1, 1, 0], "used turns wake nobody");
 }
 
 /// A wait that was woken and then dropped without retrying hands its turn on: the returned
@@ -209,6 +222,41 @@ fn a_dropped_woken_wait_passes_its_turn_on() {
     assert_eq!(wakes(&counters), [1, 0, 1]);
     let waker = Waker::noop();
     assert!(waits[0].poll(&mut Context::from_waker(waker)).is_ready());
+}
+
+/// Fuzz finding (runtime_schedule): a receive woken for a return whose retry ends without
+/// taking a buffer (end of stream, an error, data queued earlier) used to swallow the
+/// wake-up, and the other starved receives slept forever beside a free buffer. Its turn,
+/// dropped unused, wakes the next one.
+#[test]
+fn an_unused_turn_wakes_the_next_waiter() {
+    let group = BufGroup::new_user(4, 1, 64).unwrap();
+    let bid = group.take().unwrap();
+    let counters = counting_wakers(3);
+    let epoch = group.returns();
+    let mut waits: Vec<ReturnWait> = (0..3).map(|_| group.wait_return(epoch)).collect();
+    for (wait, c) in waits.iter_mut().zip(&counters) {
+        let waker = Waker::from(c.clone());
+        assert!(wait.poll(&mut Context::from_waker(&waker)).is_pending());
+    }
+    // SAFETY: a User group checks every bid.
+    unsafe { group.recycle(bid) };
+    assert_eq!(wakes(&counters), [1, 0, 0]);
+    let waker = Waker::noop();
+    let Poll::Ready(Some(turn)) = waits[0].poll(&mut Context::from_waker(waker)) else {
+        panic!("the first wait was woken");
+    };
+    // The retry hit end of stream: the turn goes unused.
+    drop(turn);
+    assert_eq!(wakes(&counters), [1, 1, 0]);
+    let Poll::Ready(Some(turn)) = waits[1].poll(&mut Context::from_waker(waker)) else {
+        panic!("the second wait was woken in its place");
+    };
+    // This retry took the buffer: the third sleeps on.
+    assert_eq!(group.take(), Some(bid));
+    turn.used();
+    assert_eq!(wakes(&counters), [1, 1, 0]);
+    assert!(waits[2].poll(&mut Context::from_waker(waker)).is_pending());
 }
 
 #[test]

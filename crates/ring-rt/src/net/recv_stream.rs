@@ -9,7 +9,7 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{ready, Context, Poll};
 
-use ring_core::buf_pool::{BufGroup, ReturnWait};
+use ring_core::buf_pool::{BufGroup, ReturnTurn, ReturnWait};
 use ring_core::cqe::Cqe;
 use ring_core::user_data::OpId;
 
@@ -68,8 +68,9 @@ pub struct RecvStream<'a> {
     /// The pool's return count when the current receive was started: after an ENOBUFS, a
     /// return since then means a buffer may be free again.
     epoch: u64,
-    /// Waiting for a buffer to come back after ENOBUFS (boxed: rare).
-    starved: Option<Box<ReturnWait>>,
+    /// Waiting for a buffer to come back after ENOBUFS, then holding the woken turn until
+    /// the retry shows whether it took a buffer (boxed: rare).
+    starved: Option<Box<Starved>>,
     /// The socket's receive turn, held from arming until the receive ends (between `next`
     /// calls too), by this number; another receive of the socket may take it.
     hold: Option<u64>,
@@ -176,12 +177,18 @@ impl<'a> RecvStream<'a> {
                 self.disown();
             }
             if self.hold.is_none() {
-                if let Some(wait) = &mut self.starved {
-                    ready!(wait.poll(cx));
-                    self.starved = None;
+                if let Some(starved) = &mut self.starved {
+                    if let Starved::Waiting(wait) = &mut **starved {
+                        match ready!(wait.poll(cx)) {
+                            Some(turn) => **starved = Starved::Woken(turn),
+                            None => self.starved = None,
+                        }
+                    }
                 }
                 let Some(turn) = ready!(unclaimed.poll_turn(&mut self.ticket, cx)) else {
-                    // Queued data comes first (a stream socket queues only bytes).
+                    // Queued data comes first (a stream socket queues only bytes). It took
+                    // no returned buffer: a woken turn passes on (dropped with `starved`).
+                    self.starved = None;
                     return Poll::Ready(match unclaimed.take_chunk(group.buf_len()) {
                         Some(chunk) => Ok(Some(chunk)),
                         None => Err(io::Error::other("a stream socket queued a non-byte item")),
@@ -214,14 +221,40 @@ impl<'a> RecvStream<'a> {
                 self.hold = None;
                 unclaimed.end_stream(number);
             }
-            match pool::from_cqe(&group, cqe?) {
+            let cqe = match cqe {
+                Ok(cqe) => cqe,
+                Err(e) => {
+                    // The receive failed without a buffer: a woken turn passes on.
+                    self.starved = None;
+                    return Poll::Ready(Err(e));
+                }
+            };
+            match pool::from_cqe(&group, cqe) {
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                    // None free again: the woken turn's bid went to another receive.
+                    self.used_turn();
                     pool::record_enobufs(&self.socket.core, &group);
-                    self.starved = Some(Box::new(group.wait_return(self.epoch)));
+                    let wait = group.wait_return(self.epoch);
+                    self.starved = Some(Box::new(Starved::Waiting(wait)));
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                other => return Poll::Ready(other),
+                Ok(Some(chunk)) => {
+                    self.used_turn();
+                    return Poll::Ready(Ok(Some(chunk)));
+                }
+                // End of stream or an error took no buffer: a woken turn passes on.
+                other => {
+                    self.starved = None;
+                    return Poll::Ready(other);
+                }
             }
+        }
+    }
+
+    /// The retry after a starved wait took a buffer (or found the returned one gone).
+    fn used_turn(&mut self) {
+        if let Some(starved) = self.starved.take() {
+            starved.used();
         }
     }
 
@@ -326,6 +359,23 @@ impl Drop for RecvStream<'_> {
             }
         }
         self.disown();
+    }
+}
+
+/// A receive starved of buffers: waiting for one to come back, then holding the return's
+/// turn (a woken turn dropped unused wakes the next starved receive).
+enum Starved {
+    Waiting(ReturnWait),
+    Woken(ReturnTurn),
+}
+
+impl Starved {
+    /// The retry took a buffer, or found the returned one gone: nobody else is owed a wake.
+    fn used(self) {
+        match self {
+            Starved::Waiting(_) => {}
+            Starved::Woken(turn) => turn.used(),
+        }
     }
 }
 
