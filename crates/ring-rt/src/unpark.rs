@@ -5,15 +5,16 @@
 
 use std::cell::RefCell;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex};
 
 /// What can send a MSG_RING wake-up from this thread: the io_uring worker running here.
 pub(crate) trait WakeSender {
-    /// Sends a wake-up to the ring `target` is an fd of; false if it cannot now (the
-    /// caller then writes the eventfd).
-    fn send_wake(&self, target: BorrowedFd<'_>) -> bool;
+    /// Sends a wake-up to the ring `target` is an fd of, keeping `target` open until the
+    /// kernel has taken the SQE (the number must not be reused under it); false if it
+    /// cannot now (the caller then writes the eventfd).
+    fn send_wake(&self, target: &Arc<OwnedFd>) -> bool;
 }
 
 thread_local! {
@@ -43,8 +44,11 @@ impl Drop for SenderGuard {
 #[derive(Debug)]
 pub(crate) struct Unparker {
     fd: OwnedFd,
-    /// A duplicate of the worker's ring fd (io_uring 5.18+), set once its ring exists.
-    ring: OnceLock<OwnedFd>,
+    /// A duplicate of the worker's ring fd (io_uring 5.18+), set once its ring exists and
+    /// taken away when the worker shuts down: a `Handle`, `JoinHandle` or waker that
+    /// outlives the runtime then keeps only the eventfd open, not the ring. Senders hold a
+    /// clone until their SQE is in the kernel.
+    ring: Mutex<Option<Arc<OwnedFd>>>,
 }
 
 impl Unparker {
@@ -58,25 +62,38 @@ impl Unparker {
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         Ok(Unparker {
             fd,
-            ring: OnceLock::new(),
+            ring: Mutex::new(None),
         })
     }
 
     /// Lets io_uring workers wake this one through its ring (`target`: a duplicate of its
     /// ring fd).
     pub(crate) fn set_ring(&self, target: OwnedFd) {
-        let _ = self.ring.set(target);
+        *self.ring_slot() = Some(Arc::new(target));
+    }
+
+    /// The worker is shutting down: wakes go to its eventfd from now on, and its ring
+    /// closes once no sender holds it (not when the last `Handle` goes).
+    pub(crate) fn clear_ring(&self) {
+        let ring = self.ring_slot().take();
+        drop(ring);
+    }
+
+    fn ring_slot(&self) -> std::sync::MutexGuard<'_, Option<Arc<OwnedFd>>> {
+        self.ring.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Wakes the worker: by MSG_RING when this thread runs an io_uring worker and the
-    /// target is one (its CQE goes out with the sender's next enter), else by the eventfd.
+    /// target is one (its CQE goes out with the sender's next enter, which `block_on`
+    /// makes before it returns or unwinds), else by the eventfd.
     pub(crate) fn unpark(&self) {
-        if let Some(ring) = self.ring.get() {
+        let ring = self.ring_slot().clone();
+        if let Some(ring) = ring {
             let sent = SENDER
                 .try_with(|s| {
                     s.borrow()
                         .as_ref()
-                        .is_some_and(|sender| sender.send_wake(ring.as_fd()))
+                        .is_some_and(|sender| sender.send_wake(&ring))
                 })
                 .unwrap_or(false);
             if sent {

@@ -127,7 +127,7 @@ fn the_default_is_one_worker_per_cpu(kind: BackendKind) -> Outcome {
 }
 
 /// Futures spawned through a handle run on more than one worker, and every output
-/// comes back; with worker 0 outside `block_on`, the others take them all.
+/// comes back; workers 1 and up take them all, inside `block_on` or not.
 fn handle_spawns_spread_over_the_workers(kind: BackendKind) -> Outcome {
     let rt = runtime!(kind, Builder::default().threads(3));
     let handle = rt.handle();
@@ -149,7 +149,8 @@ fn handle_spawns_spread_over_the_workers(kind: BackendKind) -> Outcome {
     let threads: HashSet<&str> = outputs.iter().map(|(_, t)| t.as_str()).collect();
     let expected: HashSet<&str> = ["ring-rt-worker-1", "ring-rt-worker-2"].into();
     check!(threads == expected, "ran on {threads:?}");
-    // Inside block_on worker 0 takes its share too.
+    // Inside block_on too: worker 0 runs only while its block_on does, so spawns that
+    // name no worker keep off it (spawn_on(0, ..) still puts a task there).
     let names = rt.block_on(bounded(LIMIT, async {
         let tasks: Vec<_> = (0..30)
             .map(|_| {
@@ -165,7 +166,14 @@ fn handle_spawns_spread_over_the_workers(kind: BackendKind) -> Outcome {
         }
         Ok::<_, String>(names)
     }))??;
-    check!(names.len() == 3, "inside block_on they ran on {names:?}");
+    let names: HashSet<&str> = names.iter().map(String::as_str).collect();
+    check!(names == expected, "inside block_on they ran on {names:?}");
+    let on_0 = rt.block_on(handle.spawn_on(0, async { thread_name() })?);
+    check!(
+        on_0.as_deref()
+            .is_ok_and(|name| !name.starts_with("ring-rt-worker")),
+        "spawn_on(0) ran on {on_0:?}"
+    );
     Ok(Completion::Completed)
 }
 

@@ -89,6 +89,16 @@ impl Deferred {
 
     /// Moves everything queued in `other` to the end of this queue.
     pub fn append(&mut self, other: &mut Deferred) {
+        // Both checks are the common case: the runtime appends after every backend call,
+        // and most queue nothing (callgrind: a third of the runtime's instructions per
+        // echo request went to moving empty queues).
+        if other.is_empty() {
+            return;
+        }
+        if self.is_empty() {
+            std::mem::swap(self, other);
+            return;
+        }
         self.wakers.append(&mut other.wakers);
         self.orphans.append(&mut other.orphans);
         self.stale.append(&mut other.stale);

@@ -419,7 +419,7 @@ impl Mechanism for EpollBackend {
     }
 
     /// Never: epoll has no ring to send from; the eventfd is written instead.
-    fn send_wake(&mut self, _target: std::os::fd::BorrowedFd<'_>) -> bool {
+    fn send_wake(&mut self, _target: &Arc<std::os::fd::OwnedFd>) -> bool {
         false
     }
 

@@ -404,9 +404,10 @@ pub(crate) trait Mechanism {
     fn wake_target(&self) -> Option<std::os::fd::OwnedFd>;
 
     /// Queues a wake-up of the worker whose [`wake_target`](Self::wake_target) `target`
-    /// is, sent with this backend's next submission; false if this backend cannot (the
-    /// caller writes that worker's eventfd instead).
-    fn send_wake(&mut self, target: std::os::fd::BorrowedFd<'_>) -> bool;
+    /// is, sent with this backend's next submission, keeping `target` open until the
+    /// kernel took the SQE; false if this backend cannot (the caller writes that worker's
+    /// eventfd instead).
+    fn send_wake(&mut self, target: &Arc<std::os::fd::OwnedFd>) -> bool;
 }
 
 /// The backend a worker runs: the one place that knows which. Every call goes to the
@@ -507,7 +508,7 @@ impl Mechanism for Backend {
     fn wake_target(&self) -> Option<std::os::fd::OwnedFd> {
         each!(self, b => b.wake_target())
     }
-    fn send_wake(&mut self, target: std::os::fd::BorrowedFd<'_>) -> bool {
+    fn send_wake(&mut self, target: &Arc<std::os::fd::OwnedFd>) -> bool {
         each!(self, b => b.send_wake(target))
     }
 }

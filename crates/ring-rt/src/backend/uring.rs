@@ -41,6 +41,9 @@ pub(crate) struct UringBackend {
     batch_wait: Duration,
     /// Op CQEs the last turn dispatched: the batch the next wait asks for.
     last_batch: usize,
+    /// The rings this worker's pushed MSG_RING wakes name, kept open until the kernel
+    /// took those SQEs (see `send_wake`).
+    wake_targets: Vec<Arc<std::os::fd::OwnedFd>>,
 }
 
 /// The most CQEs one batched wait asks for: past this, a batch saves no more enters worth
@@ -62,6 +65,7 @@ impl UringBackend {
             on_wake,
             batch_wait: Duration::ZERO,
             last_batch: 0,
+            wake_targets: Vec::new(),
         })
     }
 
@@ -137,6 +141,14 @@ impl UringBackend {
         self.driver.set_batch(batch);
     }
 
+    /// Lets go of the MSG_RING targets once the kernel has taken every pushed SQE (each
+    /// MSG_RING then holds its own reference to its target's file).
+    fn release_wake_targets(&mut self) {
+        if !self.wake_targets.is_empty() && self.driver.pending_sqes() == 0 {
+            self.wake_targets.clear();
+        }
+    }
+
     /// Submits what was pushed; whether nothing is left waiting.
     fn submitted_all(&mut self) -> bool {
         self.driver.submit().is_ok() && self.driver.pending_sqes() == 0
@@ -185,7 +197,9 @@ impl Mechanism for UringBackend {
     }
 
     fn submit(&mut self) -> io::Result<()> {
-        self.driver.submit()
+        let out = self.driver.submit();
+        self.release_wake_targets();
+        out
     }
 
     /// Blocking: the kernel waits for readiness itself. (A readiness-only op's syscall
@@ -224,8 +238,15 @@ impl Mechanism for UringBackend {
     /// the task that woke the other worker (so a wake costs no syscall of its own). Submitting
     /// at once measured as fast as the eventfd on a ping-pong but cost 2.3x the CPU per
     /// message in a stream (BENCHMARKS.md, cross_worker).
-    fn send_wake(&mut self, target: std::os::fd::BorrowedFd<'_>) -> bool {
-        self.driver.msg_ring_wake(target)
+    fn send_wake(&mut self, target: &Arc<std::os::fd::OwnedFd>) -> bool {
+        let sent = self
+            .driver
+            .msg_ring_wake(std::os::fd::AsFd::as_fd(&**target));
+        if sent {
+            // The kernel looks the number up when it takes the SQE: kept open till then.
+            self.wake_targets.push(target.clone());
+        }
+        sent
     }
 
     /// Starts `op`: its SQE is pushed (submitted by the next turn).
@@ -309,7 +330,9 @@ impl Mechanism for UringBackend {
             self.wake_op = Some(unsafe { self.driver.submit_op(poll.build())? });
         }
         self.set_batch(wait);
-        self.last_batch = self.driver.turn(wait)?;
+        let turned = self.driver.turn(wait);
+        self.release_wake_targets();
+        self.last_batch = turned?;
         if let Some(id) = self.wake_op {
             if self.driver.poll_op(id, Waker::noop()).is_ready() {
                 self.wake_op = None;

@@ -13,7 +13,7 @@ use std::pin::Pin;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Waker};
+use std::task::{Context, Poll, Waker};
 
 use slab::Slab;
 
@@ -318,22 +318,28 @@ impl Executor {
             return;
         };
         let finished = if aborted {
-            task.as_mut().cancel();
-            true
+            Poll::Ready(task.as_mut().cancel())
         } else {
             let mut cx = Context::from_waker(&waker);
-            task.as_mut().poll_task(&mut cx).is_ready()
+            task.as_mut().poll_task(&mut cx)
         };
         let mut tasks = self.tasks.borrow_mut();
-        if finished {
-            tasks.remove(key.index as usize);
-            self.shared
-                .tasks_alive
-                .store(tasks.len(), Ordering::Relaxed);
-            drop(tasks);
-            drop_task(task, waker);
-        } else if let Some(slot) = tasks.get_mut(key.index as usize) {
-            slot.task = Some((task, waker));
+        let Poll::Ready(join_waker) = finished else {
+            if let Some(slot) = tasks.get_mut(key.index as usize) {
+                slot.task = Some((task, waker));
+            }
+            return;
+        };
+        tasks.remove(key.index as usize);
+        self.shared
+            .tasks_alive
+            .store(tasks.len(), Ordering::Relaxed);
+        drop(tasks);
+        drop_task(task, waker);
+        // Last: the awaiter's waker is code that is not ours. Its panic goes to the loop's
+        // caller (like any waker's), with the task's slot already freed.
+        if let Some(join_waker) = join_waker {
+            join_waker.wake();
         }
     }
 
@@ -376,8 +382,9 @@ impl Executor {
             }
             for mut slot in slots {
                 if let Some((mut task, waker)) = slot.task.take() {
-                    task.as_mut().cancel();
+                    let join_waker = task.as_mut().cancel();
                     drop_task(task, waker);
+                    wake_quietly(join_waker);
                 }
             }
         }
@@ -392,6 +399,17 @@ fn drop_jobs(jobs: Vec<RemoteJob>) {
         if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(job))) {
             task::report_drop_panic(&payload);
         }
+    }
+}
+
+/// Wakes a JoinHandle's awaiter while the runtime shuts down, where a panic has nobody
+/// to go to but the log.
+fn wake_quietly(waker: Option<Waker>) {
+    let Some(waker) = waker else {
+        return;
+    };
+    if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| waker.wake())) {
+        task::report_drop_panic(&payload);
     }
 }
 

@@ -209,15 +209,18 @@ impl<T> JoinInner<T> {
 
     /// Stores the result and wakes whoever awaits it.
     pub(crate) fn finish(&self, result: Result<T, JoinError>) {
-        let waker = {
-            let mut state = self.state();
-            state.result = Some(result);
-            state.finished = true;
-            state.waker.take()
-        };
-        if let Some(waker) = waker {
+        if let Some(waker) = self.complete(result) {
             waker.wake();
         }
+    }
+
+    /// Stores the result; returns the waker of whoever awaits it, for the caller to wake
+    /// once its own bookkeeping is done (the waker is code that is not ours, and may panic).
+    pub(crate) fn complete(&self, result: Result<T, JoinError>) -> Option<Waker> {
+        let mut state = self.state();
+        state.result = Some(result);
+        state.finished = true;
+        state.waker.take()
     }
 }
 
@@ -329,10 +332,13 @@ impl<T> fmt::Debug for JoinHandle<T> {
 
 /// A spawned future, erased to what the executor needs.
 pub(crate) trait RawTask {
-    /// Polls the future; Ready once it finished (or panicked) and its output is stored.
-    fn poll_task(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()>;
-    /// Records cancellation for the JoinHandle; the caller then drops the task.
-    fn cancel(self: Pin<&mut Self>);
+    /// Polls the future; Ready once it finished (or panicked) and its output is stored,
+    /// with the waker of the JoinHandle's awaiter for the caller to wake after its
+    /// bookkeeping (a waker that panics must not leave the task's slot behind).
+    fn poll_task(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Waker>>;
+    /// Records cancellation for the JoinHandle, whose awaiter's waker the caller wakes;
+    /// the caller then drops the task.
+    fn cancel(self: Pin<&mut Self>) -> Option<Waker>;
 }
 
 pin_project_lite::pin_project! {
@@ -348,10 +354,10 @@ pin_project_lite::pin_project! {
 }
 
 impl<F: Future> RawTask for Task<F> {
-    fn poll_task(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+    fn poll_task(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Waker>> {
         let mut this = self.project();
         let Some(future) = this.future.as_mut().as_pin_mut() else {
-            return Poll::Ready(());
+            return Poll::Ready(None);
         };
         let result = match catch_unwind(AssertUnwindSafe(|| future.poll(cx))) {
             Ok(Poll::Pending) => return Poll::Pending,
@@ -363,21 +369,21 @@ impl<F: Future> RawTask for Task<F> {
         if let Err(payload) = drop_future(this.future) {
             report_drop_panic(&payload);
         }
-        this.state.finish(result);
-        Poll::Ready(())
+        Poll::Ready(this.state.complete(result))
     }
 
-    fn cancel(self: Pin<&mut Self>) {
+    fn cancel(self: Pin<&mut Self>) -> Option<Waker> {
         let this = self.project();
-        if this.future.is_some() {
-            // Drop the future first: its in-flight ops become orphans now. A panic in its
-            // destructor is what the task ends with.
-            let result = match drop_future(this.future) {
-                Ok(()) => Err(JoinError::Cancelled),
-                Err(payload) => Err(JoinError::Panic(payload)),
-            };
-            this.state.finish(result);
+        if this.future.is_none() {
+            return None;
         }
+        // Drop the future first: its in-flight ops become orphans now. A panic in its
+        // destructor is what the task ends with.
+        let result = match drop_future(this.future) {
+            Ok(()) => Err(JoinError::Cancelled),
+            Err(payload) => Err(JoinError::Panic(payload)),
+        };
+        this.state.complete(result)
     }
 }
 

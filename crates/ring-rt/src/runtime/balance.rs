@@ -63,7 +63,7 @@ impl Handle {
         F: Fn(TcpStream) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + 'static,
     {
-        let worker = self.set.least_loaded();
+        let worker = self.set.least_loaded_running();
         let is_here = self.set.shared(worker).is_some_and(|s| s.is_here());
         if is_here {
             drop(crate::spawn(serve(stream)));

@@ -24,8 +24,16 @@ use crate::worker::Core;
 /// | [`spawn_blocking`](Handle::spawn_blocking) | a closure on the blocking pool | a blocking closure |
 ///
 /// The least loaded worker is the one with the fewest tasks alive (spawns on their way
-/// included) among those whose loop runs: worker 0, the thread that built the runtime,
-/// runs only inside `block_on`, so while it does not the other workers take every spawn.
+/// included) among workers 1 and up. Worker 0, the thread that built the runtime, runs
+/// only inside `block_on`: a task put there from inside a `block_on` would stall once it
+/// returns, so it takes spawns that name no worker only when it is the only one (they
+/// run at its next `block_on`), and otherwise only [`spawn_on`](Handle::spawn_on)`(0, ..)`.
+///
+/// A spawn or wake for another worker is sent with this worker's next `io_uring_enter`
+/// (a MSG_RING rides along with the loop's own submission): a task that computes for
+/// long without awaiting delays it, as it delays everything else on its worker. Put such
+/// work on [`spawn_blocking`](Handle::spawn_blocking), or await
+/// [`yield_now`](crate::yield_now) in its loop.
 /// Every [`JoinHandle`] returned here is `Send` when the output is, and can be awaited on
 /// any worker or thread. After the runtime is dropped, spawns give a handle that says
 /// `Cancelled`.

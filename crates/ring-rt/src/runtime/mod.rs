@@ -269,8 +269,9 @@ impl Runtime {
     /// Shuts the runtime down, waiting at most `timeout` for the kernel to finish with
     /// the ops it cancels (dropping the runtime waits up to 5 s). Every task is dropped,
     /// every op cancelled; memory of an op the kernel has not finished with by then is
-    /// leaked rather than freed, and a blocking thread stuck in a syscall is left to end on
-    /// its own. I/O objects that outlive the runtime fail with `NotConnected` afterwards,
+    /// leaked rather than freed, and a blocking thread stuck in a syscall, or a worker
+    /// thread stuck inside a task, is left to end on its own (a worker then stops, drops
+    /// its tasks and closes its ring when that task returns). I/O objects that outlive the runtime fail with `NotConnected` afterwards,
     /// except a future whose op was abandoned that way: it never completes (completing
     /// would hand back a buffer the kernel may still write), and dropping it leaks the
     /// buffer.

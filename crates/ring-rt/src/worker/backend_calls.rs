@@ -108,7 +108,7 @@ impl Core {
 /// submission; a busy backend (a wake from inside a backend call) answers false, and the
 /// caller writes the eventfd instead.
 impl crate::unpark::WakeSender for Core {
-    fn send_wake(&self, target: std::os::fd::BorrowedFd<'_>) -> bool {
+    fn send_wake(&self, target: &std::sync::Arc<std::os::fd::OwnedFd>) -> bool {
         self.with_backend(|b| b.send_wake(target)).unwrap_or(false)
     }
 }

@@ -51,7 +51,8 @@ impl BlockingTasks {
         }
     }
 
-    /// Queues `task`; a thread is started for it unless one is idle or the cap is reached
+    /// Queues `task`; a thread is started for it unless an idle one is free for it (idle
+    /// threads not already claimed by queued tasks) or the cap is reached
     /// (it then waits for a thread to finish its task). `Err(task)` if the pool is closed
     /// (the runtime is gone), or no thread runs and none could start.
     pub(crate) fn push(&self, task: BlockingTask) -> Result<(), BlockingTask> {
@@ -60,7 +61,9 @@ impl BlockingTasks {
             return Err(task);
         }
         state.queue.push_back(task);
-        if state.idle > 0 {
+        // Each queued task needs a thread of its own: an idle thread counts as idle until
+        // it runs again, so two pushes in a row must not both count on the same one.
+        if state.queue.len() <= state.idle {
             self.inner.work.notify_one();
             return Ok(());
         }

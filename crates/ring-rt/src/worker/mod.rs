@@ -318,6 +318,9 @@ impl Core {
         let _current = CurrentGuard::set(self.clone());
         let _sender = SenderGuard::install(self.clone());
         let _running = RunningGuard::set(self);
+        // Dropped after the future (declared before it), before the sender goes: what the
+        // future's last poll and its drop queued is submitted, a MSG_RING wake included.
+        let _flush = FlushOnExit(self);
         let main_waker = Waker::from(Arc::new(Header::main(self.executor.shared.clone())));
         let mut cx = Context::from_waker(&main_waker);
         let mut future = pin!(future);
@@ -326,7 +329,6 @@ impl Core {
         loop {
             if std::mem::take(&mut woken) | self.executor.take_main_woken() {
                 if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
-                    self.flush();
                     return out;
                 }
             }
@@ -335,13 +337,19 @@ impl Core {
         }
     }
 
-    /// Submits what is queued, without waiting; then runs what waits for a safe point
-    /// (`block_on`'s future has finished: no op is half-way through a state change).
+    /// Runs what waits for a safe point (`block_on`'s future has finished: no op is
+    /// half-way through a state change), then submits what is queued, without waiting.
     fn flush(&self) {
+        self.run_deferred();
+        self.submit_queued();
+    }
+
+    /// Submits what is queued, without waiting: a MSG_RING wake pushed for another worker
+    /// must not wait for a turn that may never come.
+    fn submit_queued(&self) {
         if let Err(err) = self.with_backend(|b| b.submit()).and_then(|r| r) {
             tracing::error!(target: "ring_rt", error = %err, "submitting queued work failed");
         }
-        self.run_deferred();
     }
 
     /// One loop turn: wait for I/O (not at all if work is ready, and only after spinning
@@ -431,6 +439,8 @@ impl Core {
     /// flight by a future outside any task has its cancelled completion to collect.
     pub(crate) fn shutdown(self: &Rc<Core>, deadline: Instant) {
         let _current = CurrentGuard::set(self.clone());
+        // Handles that outlive the runtime keep the eventfd, not this ring.
+        self.executor.shared.unparker.clear_ring();
         self.executor.shutdown();
         let _ = self.with_backend(|b| b.drain(deadline));
         self.is_shut_down.set(true);
@@ -450,6 +460,22 @@ impl Drop for RequeueOnPanic<'_> {
         let mut queued = self.core.deferred.borrow_mut();
         self.batch.append(&mut queued);
         std::mem::swap(&mut *queued, self.batch);
+    }
+}
+
+/// Ends `block_on`: after the future is dropped, runs the safe-point work and submits
+/// what is queued. While unwinding (the future or a waker panicked) only the submission
+/// runs: it calls no code that is not ours, and without it a MSG_RING wake pushed for
+/// another worker would wait for this worker's next enter, which may never come.
+struct FlushOnExit<'a>(&'a Core);
+
+impl Drop for FlushOnExit<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.submit_queued();
+        } else {
+            self.0.flush();
+        }
     }
 }
 

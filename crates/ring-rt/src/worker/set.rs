@@ -50,14 +50,34 @@ impl WorkerSet {
     }
 
     /// The worker a spawn that names none goes to: the least loaded (tasks alive plus
-    /// spawns on their way) among those whose loop runs, ties taking turns. Worker 0 runs
-    /// only inside `block_on`; while it does not, the others take every spawn (and worker
-    /// 0 takes them when it is the only one: they run at its next `block_on`).
+    /// spawns on their way) of workers 1.., ties taking turns. Worker 0 runs only inside
+    /// `block_on`, so a task put there from inside one would stall once it returns: it
+    /// takes such spawns only when it is the only worker (they run at its next
+    /// `block_on`, as `ring_rt::spawn`'s do).
     pub(crate) fn least_loaded(&self) -> usize {
         let n = self.shareds.len();
-        let start = self.next.fetch_add(1, Ordering::Relaxed) % n;
+        if n == 1 {
+            return 0;
+        }
+        self.least_loaded_of(1..n).unwrap_or(1)
+    }
+
+    /// [`least_loaded`](Self::least_loaded), but worker 0 counts while its `block_on`
+    /// runs: for work that belongs to that `block_on` (`serve_balanced`'s connections,
+    /// served while its accept loop is).
+    pub(crate) fn least_loaded_running(&self) -> usize {
+        self.least_loaded_of(0..self.shareds.len()).unwrap_or(0)
+    }
+
+    /// The least loaded running worker among `range`.
+    fn least_loaded_of(&self, range: std::ops::Range<usize>) -> Option<usize> {
+        let (first, len) = (range.start, range.len());
+        if len == 0 {
+            return None;
+        }
+        let start = self.next.fetch_add(1, Ordering::Relaxed) % len;
         let mut best: Option<(usize, usize)> = None;
-        for i in (0..n).map(|k| (start + k) % n) {
+        for i in (0..len).map(|k| first + (start + k) % len) {
             let shared = &self.shareds[i];
             if !shared.is_running.load(Ordering::Relaxed) {
                 continue;
@@ -67,7 +87,7 @@ impl WorkerSet {
                 best = Some((i, load));
             }
         }
-        best.map_or(0, |(i, _)| i)
+        best.map(|(i, _)| i)
     }
 
     /// Spawns the future `make` builds, on worker `index`: built there, so it need not be
@@ -157,6 +177,12 @@ impl<F: FnOnce() -> Fut, Fut: Future + 'static> SpawnJob<F, Fut> {
             return;
         };
         self.shared.spawns_pending.fetch_sub(1, Ordering::Relaxed);
+        if self.state.is_abort_requested() {
+            // Aborted on its way: the future is never built (as a blocking job is never
+            // started).
+            self.state.finish(Err(JoinError::Cancelled));
+            return;
+        }
         match Core::current() {
             Some(core) => spawn_made(&core, make, self.state.clone()),
             // Jobs run inside the worker's loop, where its core is current.

@@ -7,10 +7,10 @@
 use std::cell::Cell;
 use std::future::Future;
 use std::io;
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::task::Poll;
 use std::thread;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::WorkerConfig;
 use crate::executor::{Shared, MAIN_KEY};
@@ -23,7 +23,52 @@ thread_local! {
 struct Worker {
     shared: Arc<Shared>,
     thread: Option<thread::JoinHandle<()>>,
+    exited: Arc<Exited>,
 }
+
+/// Set when a worker thread ends (unwinding too), so shutdown can wait for it with a
+/// deadline: `JoinHandle::join` has none.
+#[derive(Default)]
+struct Exited {
+    done: Mutex<bool>,
+    changed: Condvar,
+}
+
+impl Exited {
+    fn set(&self) {
+        *self.done.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.changed.notify_all();
+    }
+
+    /// Whether the thread ended by `deadline`.
+    fn wait_until(&self, deadline: Instant) -> bool {
+        let mut done = self.done.lock().unwrap_or_else(|e| e.into_inner());
+        while !*done {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            done = match self.changed.wait_timeout(done, left) {
+                Ok((done, _)) => done,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
+        }
+        true
+    }
+}
+
+/// Sets `Exited` when the worker thread's closure ends, however it ends.
+struct ExitSignal(Arc<Exited>);
+
+impl Drop for ExitSignal {
+    fn drop(&mut self) {
+        self.0.set();
+    }
+}
+
+/// How long past the drain deadline shutdown waits for a worker thread to end: its own
+/// drain uses the same deadline, and then closes its ring.
+const JOIN_GRACE: Duration = Duration::from_millis(200);
 
 /// The workers beyond the calling thread.
 pub(crate) struct Workers {
@@ -70,7 +115,9 @@ impl Workers {
     }
 
     /// Stops every worker and waits for its thread: each drops its tasks and drains its
-    /// ring, waiting for the kernel until `deadline`.
+    /// ring, waiting for the kernel until `deadline`. A worker still inside a task then (a
+    /// task that blocks its thread) is not waited for: it stops, drops its tasks and
+    /// closes its ring on its own once that task returns.
     pub(crate) fn shutdown(&self, deadline: Instant) {
         let mut workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());
         for worker in workers.iter() {
@@ -80,9 +127,15 @@ impl Workers {
                 shared.schedule(MAIN_KEY);
             }));
         }
-        for worker in workers.iter_mut() {
-            if let Some(thread) = worker.thread.take() {
+        let join_by = deadline.checked_add(JOIN_GRACE).unwrap_or(deadline);
+        for (i, worker) in workers.iter_mut().enumerate() {
+            let Some(thread) = worker.thread.take() else {
+                continue;
+            };
+            if worker.exited.wait_until(join_by) {
                 let _ = thread.join();
+            } else {
+                tracing::warn!(target: "ring_rt", worker = i + 1, "a worker is still inside a task at the shutdown deadline; it is left to stop on its own when that task returns");
             }
         }
     }
@@ -90,9 +143,12 @@ impl Workers {
 
 fn start_one(index: usize, config: Arc<WorkerConfig>) -> io::Result<Worker> {
     let (ready_tx, ready_rx) = mpsc::channel();
+    let exited = Arc::new(Exited::default());
+    let signal = ExitSignal(exited.clone());
     let thread = thread::Builder::new()
         .name(format!("ring-rt-worker-{index}"))
         .spawn(move || {
+            let _signal = signal;
             let core = match config.build_core(index) {
                 Ok(core) => core,
                 Err(err) => {
@@ -120,6 +176,7 @@ fn start_one(index: usize, config: Arc<WorkerConfig>) -> io::Result<Worker> {
         Ok(Ok(shared)) => Ok(Worker {
             shared,
             thread: Some(thread),
+            exited,
         }),
         Ok(Err(err)) => {
             let _ = thread.join();

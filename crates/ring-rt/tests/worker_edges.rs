@@ -1,0 +1,355 @@
+//! Several workers at their edges: a wake sent as `block_on` ends, a waker that panics,
+//! a spawn made just before `block_on` returns, handles that outlive the runtime, a worker
+//! stuck in a task at shutdown, the blocking pool under back-to-back pushes. Each test is
+//! one finding of review F (RELIABILITY.md). Both backends.
+
+#[macro_use]
+mod support;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+use libtest_mimic::Completion;
+use ring_rt::{BackendKind, Builder, Runtime};
+use support::Outcome;
+
+fn main() {
+    support::run(&[
+        (
+            "a_wake_sent_as_block_on_returns_reaches_its_worker",
+            a_wake_sent_as_block_on_returns_reaches_its_worker,
+        ),
+        (
+            "a_wake_sent_as_block_on_unwinds_reaches_its_worker",
+            a_wake_sent_as_block_on_unwinds_reaches_its_worker,
+        ),
+        (
+            "back_to_back_blocking_closures_each_get_a_thread",
+            back_to_back_blocking_closures_each_get_a_thread,
+        ),
+        (
+            "a_panicking_join_waker_still_frees_the_task",
+            a_panicking_join_waker_still_frees_the_task,
+        ),
+        (
+            "spawns_from_block_on_do_not_stall_on_worker_0",
+            spawns_from_block_on_do_not_stall_on_worker_0,
+        ),
+        (
+            "handles_that_outlive_the_runtime_keep_no_ring_open",
+            handles_that_outlive_the_runtime_keep_no_ring_open,
+        ),
+        (
+            "shutdown_timeout_bounds_a_worker_stuck_in_a_task",
+            shutdown_timeout_bounds_a_worker_stuck_in_a_task,
+        ),
+        (
+            "an_aborted_remote_spawn_never_builds_its_future",
+            an_aborted_remote_spawn_never_builds_its_future,
+        ),
+    ])
+}
+
+/// Drops `rt`. A runtime is not `Send`, so a drop that hangs (a worker that never hears
+/// the stop) cannot be waited out on another thread: a watchdog ends the whole test
+/// process with a failure after `limit` instead.
+fn drop_within(rt: Runtime, limit: Duration) -> Result<(), String> {
+    let (tx, rx) = mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        if rx.recv_timeout(limit) == Err(mpsc::RecvTimeoutError::Timeout) {
+            eprintln!("FAILED: dropping the runtime took more than {limit:?}");
+            std::process::exit(101);
+        }
+    });
+    drop(rt);
+    drop(tx);
+    watchdog
+        .join()
+        .map_err(|_| "the watchdog panicked".to_string())
+}
+
+/// A task on worker 1 awaits a channel; worker 0's `block_on` sends on it in its last
+/// poll (or as its future is dropped). The wake to worker 1 (a MSG_RING on io_uring,
+/// pushed into worker 0's ring) must go out before `block_on` returns: it used to wait
+/// for worker 0's next enter, and worker 1 slept for ever, its runtime's drop too.
+fn a_wake_sent_as_block_on_returns_reaches_its_worker(kind: BackendKind) -> Outcome {
+    for in_drop in [false, true] {
+        let rt = runtime!(kind, Builder::default().threads(2));
+        let (tx, rx) = tokio::sync::oneshot::channel::<u32>();
+        let (done_tx, done_rx) = mpsc::channel();
+        let task = rt.handle().spawn_on(1, async move {
+            let _ = done_tx.send(rx.await.ok());
+        })?;
+        // Worker 1 parks, awaiting `rx`.
+        std::thread::sleep(Duration::from_millis(50));
+        if in_drop {
+            // The future owns `tx`: it is dropped (waking the receiver) after its last poll.
+            rt.block_on(std::future::poll_fn(move |_| {
+                let _ = &tx;
+                Poll::Ready(())
+            }));
+        } else {
+            rt.block_on(async move {
+                let _ = tx.send(7);
+            });
+        }
+        let got = done_rx.recv_timeout(Duration::from_secs(5));
+        let want = if in_drop { None } else { Some(7) };
+        check!(
+            got == Ok(want),
+            "in_drop {in_drop}: worker 1's task was not woken: {got:?}"
+        );
+        // It sent before it returned: give it the moment to finish.
+        let start = Instant::now();
+        while !task.is_finished() && start.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        check!(task.is_finished(), "the task did not finish");
+        drop_within(rt, Duration::from_secs(10))?;
+    }
+    Ok(Completion::Completed)
+}
+
+/// The same wake, sent by a `block_on` whose future then panics: the unwinding `block_on`
+/// still submits it.
+fn a_wake_sent_as_block_on_unwinds_reaches_its_worker(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Builder::default().threads(2));
+    let (tx, rx) = tokio::sync::oneshot::channel::<u32>();
+    let (done_tx, done_rx) = mpsc::channel();
+    let _task = rt.handle().spawn_on(1, async move {
+        let _ = done_tx.send(rx.await.ok());
+    })?;
+    std::thread::sleep(Duration::from_millis(50));
+    let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        rt.block_on(async move {
+            let _ = tx.send(7);
+            panic!("the handler failed after replying");
+        })
+    }));
+    check!(unwound.is_err(), "block_on did not pass the panic on");
+    let got = done_rx.recv_timeout(Duration::from_secs(5));
+    check!(got == Ok(Some(7)), "worker 1's task was not woken: {got:?}");
+    drop_within(rt, Duration::from_secs(10))?;
+    Ok(Completion::Completed)
+}
+
+/// Two closures pushed back to back while one pool thread idles: the second needs a thread
+/// of its own (the first waits for it). Both used to go to the one idle thread, which ran
+/// them one after the other: a deadlock with a blocking receive.
+fn back_to_back_blocking_closures_each_get_a_thread(kind: BackendKind) -> Outcome {
+    for round in 0..10 {
+        let rt = runtime!(kind, Builder::default().threads(1));
+        let handle = rt.handle();
+        rt.block_on(handle.spawn_blocking(|| ()))
+            .map_err(|e| e.to_string())?;
+        // The pool's one thread is idle now.
+        std::thread::sleep(Duration::from_millis(5));
+        let (tx, rx) = mpsc::channel::<()>();
+        let waiter = handle.spawn_blocking(move || rx.recv_timeout(Duration::from_secs(5)).is_ok());
+        let sender = handle.spawn_blocking(move || {
+            let _ = tx.send(());
+        });
+        let met = rt.block_on(waiter).map_err(|e| e.to_string())?;
+        check!(
+            met,
+            "round {round}: the second closure never ran beside the first"
+        );
+        rt.block_on(sender).map_err(|e| e.to_string())?;
+    }
+    Ok(Completion::Completed)
+}
+
+struct PanickingWaker;
+
+impl Wake for PanickingWaker {
+    fn wake(self: Arc<Self>) {
+        panic!("the awaiter's waker panicked");
+    }
+}
+
+/// A JoinHandle polled with a waker that panics when the task finishes: the panic
+/// (reported by the worker's loop) must not leave the task's slot behind, which kept
+/// the worker counted as loaded for ever.
+fn a_panicking_join_waker_still_frees_the_task(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Builder::default().threads(2));
+    let handle = rt.handle();
+    for _ in 0..5 {
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let mut task = handle.spawn_on(1, async move {
+            let _ = rx.await;
+        })?;
+        let waker = Waker::from(Arc::new(PanickingWaker));
+        let first = std::pin::Pin::new(&mut task).poll(&mut Context::from_waker(&waker));
+        check!(first.is_pending(), "the task finished before its message");
+        let _ = tx.send(());
+        let start = Instant::now();
+        while !task.is_finished() && start.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        check!(task.is_finished(), "the task never finished");
+    }
+    let start = Instant::now();
+    let alive = loop {
+        let alive: Vec<u64> = rt.metrics().workers.iter().map(|w| w.tasks_alive).collect();
+        if alive.iter().all(|&n| n == 0) || start.elapsed() > Duration::from_secs(5) {
+            break alive;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    check!(
+        alive.iter().all(|&n| n == 0),
+        "tasks alive per worker: {alive:?}"
+    );
+    // The worker still serves.
+    let out = rt.block_on(handle.spawn_on(1, async { 5 })?);
+    check!(
+        matches!(out, Ok(5)),
+        "worker 1 no longer runs tasks: {out:?}"
+    );
+    Ok(Completion::Completed)
+}
+
+/// A plain-thread executor: polls `fut`, parking until its waker unparks, for at most
+/// `limit`.
+fn poll_on_thread<F: Future + Unpin>(mut fut: F, limit: Duration) -> Option<F::Output> {
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if let Poll::Ready(out) = std::pin::Pin::new(&mut fut).poll(&mut cx) {
+            return Some(out);
+        }
+        std::thread::park_timeout(Duration::from_millis(10));
+    }
+    None
+}
+
+/// Spawns made through a handle inside `block_on`, then awaited after it returned: worker
+/// 0 runs only inside `block_on`, so a task put there would never run.
+fn spawns_from_block_on_do_not_stall_on_worker_0(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Builder::default().threads(2));
+    let handle = rt.handle();
+    let tasks = rt.block_on(async {
+        (0..8)
+            .map(|i| handle.spawn(async move { i }))
+            .collect::<Vec<_>>()
+    });
+    for (i, task) in tasks.into_iter().enumerate() {
+        let out = poll_on_thread(task, Duration::from_secs(5));
+        check!(
+            matches!(out, Some(Ok(n)) if n == i),
+            "task {i} did not run after block_on returned: {out:?}"
+        );
+    }
+    Ok(Completion::Completed)
+}
+
+/// This process's fds that are io_uring instances or epoll instances.
+fn ring_fds() -> usize {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return 0;
+    };
+    dir.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|p| {
+            let p = p.to_string_lossy();
+            p.contains("io_uring") || p.contains("eventpoll")
+        })
+        .count()
+}
+
+/// A `Handle`, a `JoinHandle` and a task waker kept after the runtime is dropped hold its
+/// workers' wake-up eventfds, but no ring: those closed with the runtime (they used to
+/// stay open, one per worker, as long as any handle lived).
+fn handles_that_outlive_the_runtime_keep_no_ring_open(kind: BackendKind) -> Outcome {
+    let before = ring_fds();
+    let mut kept = Vec::new();
+    for _ in 0..5 {
+        let rt = runtime!(kind, Builder::default().threads(3));
+        let task = rt.handle().spawn_on(1, async { 1 })?;
+        let waker = rt.block_on(std::future::poll_fn(|cx| Poll::Ready(cx.waker().clone())));
+        rt.block_on(async {});
+        kept.push((rt.handle(), task, waker));
+        drop_within(rt, Duration::from_secs(10))?;
+    }
+    let after = ring_fds();
+    check!(
+        after == before,
+        "{} ring fds open after the runtimes were dropped (before: {before})",
+        after
+    );
+    Ok(Completion::Completed)
+}
+
+/// A worker blocked inside a task (a blocking call in async code) when
+/// `shutdown_timeout` runs: the call returns around its timeout, and the worker stops and
+/// closes its ring on its own once the task returns.
+fn shutdown_timeout_bounds_a_worker_stuck_in_a_task(kind: BackendKind) -> Outcome {
+    let before = ring_fds();
+    let rt = runtime!(kind, Builder::default().threads(2));
+    let (done_tx, done_rx) = mpsc::channel();
+    let _task = rt.handle().spawn_on(1, async move {
+        std::thread::sleep(Duration::from_millis(1500));
+        let _ = done_tx.send(());
+    })?;
+    std::thread::sleep(Duration::from_millis(50));
+    let start = Instant::now();
+    rt.shutdown_timeout(Duration::from_millis(100));
+    let took = start.elapsed();
+    check!(
+        took < Duration::from_millis(1000),
+        "shutdown_timeout(100 ms) took {took:?}"
+    );
+    check!(
+        done_rx.recv_timeout(Duration::from_secs(10)).is_ok(),
+        "the stuck task never finished"
+    );
+    // The worker stops on its own now: its ring closes.
+    let start = Instant::now();
+    while ring_fds() != before && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    check!(
+        ring_fds() == before,
+        "the left worker never closed its ring"
+    );
+    Ok(Completion::Completed)
+}
+
+/// `spawn_local_on` aborted before its worker got to it: the factory never runs (as a
+/// `spawn_blocking` closure aborted before it starts never does).
+fn an_aborted_remote_spawn_never_builds_its_future(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Builder::default().threads(2));
+    let handle = rt.handle();
+    for round in 0..10 {
+        // Worker 1 is busy for a moment: the spawn waits in its queue.
+        let _busy = handle.spawn_on(1, async {
+            std::thread::sleep(Duration::from_millis(5));
+        })?;
+        let built = Arc::new(AtomicBool::new(false));
+        let flag = built.clone();
+        let task = handle.spawn_local_on(1, move || {
+            flag.store(true, Ordering::SeqCst);
+            async {}
+        })?;
+        task.abort();
+        let out = rt.block_on(task);
+        check!(
+            out.as_ref().is_err_and(|e| e.is_cancelled()),
+            "round {round}: {out:?}"
+        );
+        check!(
+            !built.load(Ordering::SeqCst),
+            "round {round}: the aborted spawn's factory ran"
+        );
+    }
+    Ok(Completion::Completed)
+}
