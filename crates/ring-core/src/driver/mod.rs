@@ -346,9 +346,10 @@ impl Driver {
     /// ring `target` is an fd of (one from [`msg_ring_target`](Self::msg_ring_target)),
     /// waking its owner if it waits; submitted with this ring's next enter. Its own CQE is
     /// skipped on success where the kernel can (`CQE_SKIP`, 5.17+) and ignored otherwise.
-    /// The kernel looks `target` up at submission: closed by then, the op fails (ignored);
-    /// its number reused by another ring, that ring gets a spurious wake-up, which is
-    /// harmless. Returns false, pushing nothing, before 5.18.
+    /// The kernel looks `target` up when it takes the SQE (at the next enter, or when an
+    /// SQPOLL thread gets to it): the caller keeps `target` open until
+    /// [`pending_sqes`](Self::pending_sqes) is 0, so its number cannot be reused under the
+    /// SQE (ring-rt does). Returns false, pushing nothing, before 5.18.
     pub fn msg_ring_wake(&mut self, target: std::os::fd::BorrowedFd<'_>) -> bool {
         if !self.features.has(Feature::MsgRing) {
             return false;
