@@ -398,8 +398,8 @@ pub(crate) trait Mechanism {
     /// Buffers of the receive pool that are out (0 before the pool is first used).
     fn recv_buffers_in_use(&self) -> usize;
 
-    /// An fd other workers wake this one's loop through with [`send_wake`]
-    /// (Self::send_wake); `None` where the backend cannot be woken that way (epoll,
+    /// An fd other workers wake this one's loop through with
+    /// [`send_wake`](Self::send_wake); `None` where the backend cannot be woken that way (epoll,
     /// io_uring before 5.18): those are woken by their eventfd.
     fn wake_target(&self) -> Option<std::os::fd::OwnedFd>;
 
