@@ -1,6 +1,6 @@
 //! Shared fixtures of the criterion micro-benchmarks (`benches/*.rs`) and the `randread`
-//! binary: runtimes per backend, bench files under `target/bench-files`, the `O_DIRECT`
-//! probe and the random-read loop.
+//! and `fileio` binaries: runtimes per backend, bench files under `target/bench-files`, the
+//! `O_DIRECT` probe and the random-read loop.
 
 use std::fs;
 use std::io::{self, Write};
@@ -104,7 +104,7 @@ pub async fn open_for_random_reads(path: &Path) -> io::Result<(File, ReadMode)> 
     Ok((File::open(path).await?, ReadMode::Buffered))
 }
 
-/// When a random-read worker stops.
+/// When a task of the random-read loop (or of `fileio::run`) stops.
 #[derive(Clone, Copy, Debug)]
 pub enum Stop {
     /// After this many reads.
@@ -143,9 +143,9 @@ pub async fn random_reads(
     Ok(done)
 }
 
-/// Slot `slot`'s part of `n` reads shared among `depth` slots (the first ones take the
-/// remainder).
-fn share(n: u64, depth: usize, slot: usize) -> u64 {
+/// Slot `slot`'s part of `n` reads (or other ops) shared among `depth` slots (the first ones
+/// take the remainder).
+pub fn share(n: u64, depth: usize, slot: usize) -> u64 {
     let depth = depth as u64;
     n / depth + u64::from((slot as u64) < n % depth)
 }

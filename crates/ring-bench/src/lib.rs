@@ -3,6 +3,7 @@
 pub mod cell;
 pub mod crit;
 pub mod echo_bench;
+pub mod fileio;
 pub mod flavor;
 pub mod idle;
 pub mod json;

@@ -11,12 +11,24 @@ pub fn percentile_us(sorted: &[u32], p: f64) -> u32 {
     sorted[rank.min(sorted.len() - 1)]
 }
 
-/// User + system CPU time of this process so far.
+/// User + system CPU time of this process so far: every thread, including io_uring's
+/// io-wq workers and the blocking pool.
 pub fn self_cpu() -> Duration {
+    rusage_cpu(libc::RUSAGE_SELF)
+}
+
+/// User + system CPU time of the calling thread so far (`RUSAGE_THREAD`): what fio reports
+/// as its job's `usr_cpu` + `sys_cpu`, which leaves out the io-wq workers running the ops
+/// io_uring punts (buffered writes on ext4, fsyncs).
+pub fn thread_cpu() -> Duration {
+    rusage_cpu(libc::RUSAGE_THREAD)
+}
+
+fn rusage_cpu(who: libc::c_int) -> Duration {
     // SAFETY: rusage is plain data; getrusage fills it.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: valid pointer to a live rusage.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    unsafe { libc::getrusage(who, &mut ru) };
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
