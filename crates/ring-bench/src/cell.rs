@@ -4,7 +4,7 @@
 use std::io;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::json::{self, Object};
@@ -74,6 +74,37 @@ impl LoadRun {
     }
 }
 
+/// Runs `echo-load` against `addr` for `requests_per_conn` round trips on each connection,
+/// on any CPU; kills it after `timeout` (a server that stopped answering).
+pub fn run_counted(
+    echo_load: &Path,
+    addr: SocketAddr,
+    shape: Shape,
+    requests_per_conn: u64,
+    timeout: Duration,
+) -> io::Result<LoadRun> {
+    let mut cmd = Command::new(echo_load);
+    cmd.arg("--addr").arg(addr.to_string());
+    cmd.args(["--conns", &shape.conns.to_string()]);
+    cmd.args(["--len", &shape.len.to_string()]);
+    cmd.args(["--requests", &requests_per_conn.to_string(), "--json"]);
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+    let deadline = Instant::now() + timeout;
+    while child.try_wait()?.is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("echo-load still running after {} s", timeout.as_secs()),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The load generator prints one line or a few: they fit in the pipes while it runs.
+    load_result(child.wait_with_output()?)
+}
+
 /// Runs `echo-load` against `addr`, pinned to `cpu`.
 pub fn run_load(
     echo_load: &Path,
@@ -91,7 +122,11 @@ pub fn run_load(
         &shape.len.to_string(),
     ]);
     cmd.args(["--duration", &duration.as_secs_f64().to_string(), "--json"]);
-    let out = sys::pin_to_cpu(&mut cmd, cpu).output()?;
+    load_result(sys::pin_to_cpu(&mut cmd, cpu).output()?)
+}
+
+/// `echo-load`'s result line, its other lines passed on to stderr.
+fn load_result(out: Output) -> io::Result<LoadRun> {
     let stderr = String::from_utf8_lossy(&out.stderr);
     for line in stderr
         .lines()

@@ -1,6 +1,7 @@
 //! ring-bench: the echo load generator and benchmark drivers comparing ring-rt with tokio.
 
 pub mod cell;
+pub mod count;
 pub mod crit;
 pub mod echo_bench;
 pub mod fileio;

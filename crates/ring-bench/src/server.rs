@@ -1,6 +1,6 @@
-//! A server under test as a child process: started pinned to one CPU (optionally under
-//! `strace -c`), ready once it prints its `listening` line, its counters read through
-//! SIGUSR1, stopped by pid with SIGTERM.
+//! A server under test as a child process: started pinned to one CPU or not, optionally
+//! under `strace -c` or callgrind ([`Wrap`]), ready once it prints its `listening` line, its
+//! counters read through SIGUSR1, stopped by pid with SIGTERM.
 
 use std::io::{self, BufRead, BufReader};
 use std::net::{SocketAddr, TcpStream};
@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use crate::stats::{proc_cpu, proc_rss_kib};
 use crate::sys;
 
-/// How long a server may take to print its listening line, or to answer SIGUSR1.
+/// How long a server may take to print its listening line, to answer SIGUSR1, or to exit
+/// after SIGTERM (times [`Wrap::slowdown`]).
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a stopped server's port may stay busy.
 const PORT_FREE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -21,6 +22,39 @@ const PORT_FREE_TIMEOUT: Duration = Duration::from_secs(10);
 /// and an io_uring server should not.
 const TRACED_SYSCALLS: &str = "trace=io_uring_enter,epoll_wait,epoll_pwait,epoll_pwait2,\
      read,write,readv,writev,recvfrom,sendto,recvmsg,sendmsg,accept4";
+
+/// What a server runs under.
+#[derive(Clone, Copy, Debug)]
+pub enum Wrap<'a> {
+    /// Nothing: the server itself.
+    None,
+    /// `strace -f -c` counting the wait and socket I/O calls, its summary written there.
+    Strace(&'a Path),
+    /// `strace -f -c` counting every call, its summary written there.
+    StraceAll(&'a Path),
+    /// `valgrind --tool=callgrind`, its profile written there and valgrind's messages to
+    /// [`callgrind_log`]. The pid is the server's own
+    /// (valgrind runs the program in its own process), so signals reach it directly.
+    Callgrind(&'a Path),
+}
+
+impl Wrap<'_> {
+    /// How many times slower than native a server starts and stops under this wrapper.
+    fn slowdown(self) -> u32 {
+        match self {
+            Wrap::Callgrind(_) => 6,
+            _ => 1,
+        }
+    }
+
+    /// Where `strace -c` writes its summary, when tracing.
+    fn strace_out(self) -> Option<PathBuf> {
+        match self {
+            Wrap::Strace(out) | Wrap::StraceAll(out) => Some(out.to_path_buf()),
+            Wrap::None | Wrap::Callgrind(_) => None,
+        }
+    }
+}
 
 /// One server to benchmark.
 #[derive(Clone, Debug)]
@@ -51,6 +85,8 @@ pub struct Server {
     strace_out: Option<PathBuf>,
     /// The line the server printed when ready.
     listening: String,
+    /// How long it may take to start, answer and stop (see [`READY_TIMEOUT`]).
+    timeout: Duration,
 }
 
 impl Server {
@@ -62,9 +98,21 @@ impl Server {
         cpu: usize,
         strace_out: Option<&Path>,
     ) -> io::Result<Server> {
+        let wrap = strace_out.map_or(Wrap::None, Wrap::Strace);
+        Server::start_wrapped(spec, addr, (!spec.all_cpus).then_some(cpu), wrap)
+    }
+
+    /// Starts `spec` on `addr` under `wrap`, pinned to `cpu` if given, and waits for its
+    /// listening line.
+    pub fn start_wrapped(
+        spec: &ServerSpec,
+        addr: SocketAddr,
+        cpu: Option<usize>,
+        wrap: Wrap,
+    ) -> io::Result<Server> {
         wait_port_free(addr)?;
-        let mut cmd = command(spec, addr, strace_out);
-        if !spec.all_cpus {
+        let mut cmd = command(spec, addr, wrap);
+        if let Some(cpu) = cpu {
             sys::pin_to_cpu(&mut cmd, cpu);
         }
         let mut child = cmd
@@ -80,18 +128,19 @@ impl Server {
             pid: child.id(),
             child,
             metrics,
-            strace_out: strace_out.map(Path::to_path_buf),
+            strace_out: wrap.strace_out(),
             listening: String::new(),
+            timeout: READY_TIMEOUT * wrap.slowdown(),
         };
         server.wait_listening(&lines)?;
-        if strace_out.is_some() {
+        if server.strace_out.is_some() {
             server.pid = tracee_pid(server.child.id())?;
         }
         Ok(server)
     }
 
     fn wait_listening(&mut self, lines: &Receiver<String>) -> io::Result<()> {
-        match lines.recv_timeout(READY_TIMEOUT) {
+        match lines.recv_timeout(self.timeout) {
             Ok(line) if line.contains("listening") => {
                 eprintln!("[{}] {line}", self.spec.name);
                 self.listening = line;
@@ -141,15 +190,15 @@ impl Server {
         }
         while self.metrics.try_recv().is_ok() {}
         sys::kill(self.pid, libc::SIGUSR1)?;
-        match self.metrics.recv_timeout(READY_TIMEOUT) {
+        match self.metrics.recv_timeout(self.timeout) {
             Ok(line) => Ok(Some(line)),
             Err(RecvTimeoutError::Timeout) => Err(io::Error::other("no metrics line")),
             Err(RecvTimeoutError::Disconnected) => Err(io::Error::other("server exited")),
         }
     }
 
-    /// Stops the server (SIGTERM, then SIGKILL after 10 s), waits for it and for `addr` to
-    /// be free. Returns the last metrics line it printed (ring-rt prints one at shutdown)
+    /// Stops the server (SIGTERM, then SIGKILL after 10 s, 60 s under callgrind), waits for
+    /// it and for `addr` to be free. Returns the last metrics line it printed (ring-rt prints one at shutdown)
     /// and the strace summary, when tracing.
     pub fn stop(self, addr: SocketAddr) -> io::Result<Stopped> {
         let mut this = self;
@@ -168,10 +217,14 @@ impl Server {
 
     fn terminate(&mut self) -> io::Result<()> {
         sys::kill(self.pid, libc::SIGTERM)?;
-        let deadline = Instant::now() + READY_TIMEOUT;
+        let deadline = Instant::now() + self.timeout;
         while self.child.try_wait()?.is_none() {
             if Instant::now() > deadline {
-                eprintln!("[{}] no exit 10 s after SIGTERM: SIGKILL", self.spec.name);
+                let secs = self.timeout.as_secs();
+                eprintln!(
+                    "[{}] no exit {secs} s after SIGTERM: SIGKILL",
+                    self.spec.name
+                );
                 let _ = sys::kill(self.pid, libc::SIGKILL);
                 self.child.wait()?;
                 break;
@@ -202,22 +255,39 @@ pub struct Stopped {
     pub strace: Option<String>,
 }
 
-fn command(spec: &ServerSpec, addr: SocketAddr, strace_out: Option<&Path>) -> Command {
-    let mut cmd = match strace_out {
-        Some(out) => {
+fn command(spec: &ServerSpec, addr: SocketAddr, wrap: Wrap) -> Command {
+    let mut cmd = match wrap {
+        Wrap::None => Command::new(&spec.program),
+        Wrap::Strace(out) | Wrap::StraceAll(out) => {
             let mut c = Command::new("strace");
-            c.args(["-f", "-c", "-e"])
-                .arg(TRACED_SYSCALLS)
-                .arg("-o")
-                .arg(out)
-                .arg("--")
+            c.args(["-f", "-c"]);
+            if let Wrap::Strace(_) = wrap {
+                c.arg("-e").arg(TRACED_SYSCALLS);
+            }
+            c.arg("-o").arg(out).arg("--").arg(&spec.program);
+            c
+        }
+        Wrap::Callgrind(out) => {
+            // Valgrind's own messages (its unhandled-syscall warnings among them) go to a
+            // log beside the profile, so the server's stderr carries only its own lines.
+            let mut c = Command::new("valgrind");
+            c.arg("--tool=callgrind")
+                .arg(format!("--callgrind-out-file={}", out.display()))
+                .arg(format!("--log-file={}", callgrind_log(out).display()))
                 .arg(&spec.program);
             c
         }
-        None => Command::new(&spec.program),
     };
     cmd.args(&spec.args).arg("--addr").arg(addr.to_string());
     cmd
+}
+
+/// Where valgrind writes its messages for a server profiled into `profile`: beside it,
+/// `.log` appended.
+pub fn callgrind_log(profile: &Path) -> PathBuf {
+    let mut name = profile.as_os_str().to_owned();
+    name.push(".log");
+    PathBuf::from(name)
 }
 
 /// Forwards a child's output lines: all of them (stdout), or, for stderr, the payload of
