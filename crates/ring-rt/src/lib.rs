@@ -268,6 +268,8 @@ mod worker;
 pub use backend::{BackendChoice, BackendKind};
 pub use builder::Builder;
 pub use executor::task::{JoinError, JoinHandle};
+#[cfg(feature = "macros")]
+pub use ring_rt_macros::{main, test};
 pub use runtime::{
     spawn, spawn_blocking, yield_now, Handle, Runtime, RuntimeMetrics, WorkerMetrics,
 };
