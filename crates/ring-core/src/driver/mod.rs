@@ -325,8 +325,8 @@ impl Driver {
         let _ = unsafe { self.ops.orphan(id, orphan) };
     }
 
-    /// A duplicate of this ring's fd, for other threads to [`msg_ring_wake`]
-    /// (Self::msg_ring_wake) this ring with. Owning it keeps the ring (its memory, in the
+    /// A duplicate of this ring's fd, for other threads to
+    /// [`msg_ring_wake`](Self::msg_ring_wake) this ring with. Owning it keeps the ring (its memory, in the
     /// kernel) alive, so a wake sent after this driver is gone lands in a ring nobody reads
     /// instead of on whatever reused the number. `Unsupported` before 5.18.
     pub fn msg_ring_target(&self) -> io::Result<std::os::fd::OwnedFd> {
