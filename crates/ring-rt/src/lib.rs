@@ -5,8 +5,11 @@
 //! timers; tasks need not be `Send`, and a [`Handle`] reaches every worker from any
 //! thread. The pieces: [`Runtime`] and [`Builder`], [`spawn`] and [`Handle`], sockets in
 //! [`net`], files in [`fs`], timers in [`time`], signals in [`signal`], owned buffers in
-//! [`buf`] and [`pool`], linked ops and op timeouts in [`op::link`], and adapters to
-//! tokio's and futures-io's I/O traits in `compat` (features below).
+//! [`buf`] and [`pool`], linked ops and op timeouts in [`op::link`], adapters to tokio's
+//! and futures-io's I/O traits (and hyper's timer) in `compat`, and the
+//! `#[ring_rt::main]` and `#[ring_rt::test]` attributes ([`main`](macro@main),
+//! [`test`](macro@test)) (features below). Coming from tokio: [`from_tokio`] maps
+//! tokio's API to ring-rt's.
 //!
 //! An echo server (not run as a test: it serves forever; the examples on each item run,
 //! on `127.0.0.1:0`):
@@ -14,26 +17,28 @@
 //! ```no_run
 //! use ring_rt::net::TcpListener;
 //!
-//! fn main() -> std::io::Result<()> {
-//!     let rt = ring_rt::Runtime::new()?;
-//!     rt.block_on(async {
-//!         let listener = TcpListener::bind("127.0.0.1:7000")?;
-//!         let mut incoming = listener.incoming();
-//!         while let Some(stream) = incoming.next().await {
-//!             let stream = stream?;
-//!             ring_rt::spawn(async move {
-//!                 let mut rx = stream.recv_stream();
-//!                 while let Some(Ok(buf)) = rx.next().await {
-//!                     if stream.write_all(buf).await.0.is_err() {
-//!                         break;
-//!                     }
+//! #[ring_rt::main]
+//! async fn main() -> std::io::Result<()> {
+//!     let listener = TcpListener::bind("127.0.0.1:7000")?;
+//!     let mut incoming = listener.incoming();
+//!     while let Some(stream) = incoming.next().await {
+//!         let stream = stream?;
+//!         ring_rt::spawn(async move {
+//!             let mut rx = stream.recv_stream();
+//!             while let Some(Ok(buf)) = rx.next().await {
+//!                 if stream.write_all(buf).await.0.is_err() {
+//!                     break;
 //!                 }
-//!             });
-//!         }
-//!         Ok(())
-//!     })
+//!             }
+//!         });
+//!     }
+//!     Ok(())
 //! }
 //! ```
+//!
+//! `#[ring_rt::main]` builds a [`Runtime`] (one worker per CPU; the calling thread is
+//! worker 0, and this loop runs there) and runs the body with [`Runtime::block_on`];
+//! without the attribute, `ring_rt::Runtime::new()?.block_on(async { ... })` does the same.
 //!
 //! # Buffers belong to the operation
 //! A completion-based op hands the kernel a pointer and gets the result later, so the
@@ -218,6 +223,8 @@
 //! ```
 //!
 //! # Cargo features
+//! - `macros` (on by default): the `#[ring_rt::main]` and `#[ring_rt::test]` attributes,
+//!   from the ring-rt-macros crate.
 //! - `tokio-io`: `compat::Compat` implements tokio's `AsyncRead`, `AsyncBufRead` and
 //!   `AsyncWrite` (for hyper, tokio-util codecs, ...).
 //! - `futures-io`: the same for the `futures-io` traits.
@@ -226,7 +233,7 @@
 //! - `bytes`: `bytes::Bytes` and `BytesMut` are owned buffers ([`buf::IoBuf`],
 //!   [`buf::IoBufMut`]).
 //!
-//! None is on by default. With `bytes`:
+//! Only `macros` is on by default. With `bytes`:
 //!
 //! ```
 //! # #[cfg(feature = "bytes")]
@@ -255,6 +262,10 @@ mod builder;
 pub mod compat;
 mod executor;
 pub mod fs;
+// The page is docs/FROM_TOKIO.md (this file is a link to it, so that the published crate
+// has it); its examples run as this crate's doc tests.
+#[doc = include_str!("../FROM_TOKIO.md")]
+pub mod from_tokio {}
 pub mod net;
 pub mod op;
 pub mod pool;
@@ -268,6 +279,8 @@ mod worker;
 pub use backend::{BackendChoice, BackendKind};
 pub use builder::Builder;
 pub use executor::task::{JoinError, JoinHandle};
+#[cfg(feature = "macros")]
+pub use ring_rt_macros::{main, test};
 pub use runtime::{
     spawn, spawn_blocking, yield_now, Handle, Runtime, RuntimeMetrics, WorkerMetrics,
 };

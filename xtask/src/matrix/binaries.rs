@@ -22,6 +22,9 @@ pub struct TestBinary {
     pub target: String,
     /// True for `tests/*.rs` binaries; false for the lib's unit tests.
     pub is_integration: bool,
+    /// Its source uses `#[ring_rt::test]`, whose `::uring` half fails (not ignored) where
+    /// io_uring cannot run.
+    pub uses_test_macro: bool,
     pub path: PathBuf,
 }
 
@@ -126,14 +129,21 @@ pub fn parse_artifacts(package: &str, json_lines: &str) -> Vec<TestBinary> {
             } else {
                 "lib".to_string()
             };
+            let source = msg["target"]["src_path"].as_str().map(Path::new);
             Some(TestBinary {
                 package: package.to_string(),
                 target,
                 is_integration,
+                uses_test_macro: is_integration && source.is_some_and(uses_test_macro),
                 path: PathBuf::from(path),
             })
         })
         .collect()
+}
+
+/// True when the test file at `source` uses `#[ring_rt::test]` (an unreadable file: no).
+fn uses_test_macro(source: &Path) -> bool {
+    std::fs::read_to_string(source).is_ok_and(|text| text.contains("#[ring_rt::test"))
 }
 
 /// True when `rustup` lists `target` as installed, or there is no rustup to ask.
@@ -218,6 +228,26 @@ mod tests {
         assert_eq!(names, ["ring-core/lib", "ring-core/driver"]);
         assert!(found[1].is_integration && !found[0].is_integration);
         assert_eq!(found[1].path, PathBuf::from("/t/driver-2"));
+        assert!(!found[1].uses_test_macro, "no src_path, nothing read");
+    }
+
+    #[test]
+    fn binaries_written_with_the_test_macro_are_recognised() {
+        let rt = workspace_root().join("crates/ring-rt/tests");
+        let line = |name: &str| {
+            format!(
+                r#"{{"reason":"compiler-artifact","profile":{{"test":true}},"target":{{"kind":["test"],"name":"{name}","src_path":"{}"}},"executable":"/t/{name}"}}"#,
+                rt.join(format!("{name}.rs")).display()
+            )
+        };
+        let json = [line("macros"), line("tokio_users"), line("net")].join("\n");
+        let found = parse_artifacts("ring-rt", &json);
+        let with: Vec<&str> = found
+            .iter()
+            .filter(|b| b.uses_test_macro)
+            .map(|b| b.target.as_str())
+            .collect();
+        assert_eq!(with, ["macros", "tokio_users"]);
     }
 
     #[test]

@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 use super::backend::BackendLine;
 use super::libtest::{BinaryRun, Counts};
-use super::rows::Row;
+use super::rows::{Row, URING_HALVES};
 
 /// What one row produced.
 #[derive(Clone, Debug)]
@@ -160,11 +160,33 @@ pub fn details(results: &[RowResult]) -> String {
         if let Some(b) = &r.backend {
             let _ = writeln!(out, "    backend: {} ({})", b.kind, b.reason);
         }
+        let left_out = uring_halves_left_out(r);
+        if !left_out.is_empty() {
+            let _ = writeln!(
+                out,
+                "    io_uring halves left out (--skip {}, #[ring_rt::test] binaries): {}",
+                URING_HALVES,
+                left_out.join(", ")
+            );
+        }
         for note in r.notes() {
             let _ = writeln!(out, "    note: {note}");
         }
     }
     out
+}
+
+/// The binaries this row ran with `--skip ::uring`.
+fn uring_halves_left_out(r: &RowResult) -> Vec<&str> {
+    r.runs
+        .iter()
+        .filter(|run| {
+            run.args
+                .windows(2)
+                .any(|w| w[0] == "--skip" && w[1] == URING_HALVES)
+        })
+        .map(|run| run.name.as_str())
+        .collect()
 }
 
 /// The markdown file: a heading, what ran, the full table, the details.

@@ -113,6 +113,18 @@ impl Suite {
     }
 }
 
+/// The name suffix of `#[ring_rt::test]`'s io_uring tests, which rows that expect epoll
+/// pass to those binaries as `--skip`.
+pub const URING_HALVES: &str = "::uring";
+
+impl Row {
+    /// True when this row's runtime must end up on epoll (io_uring blocked, missing or too
+    /// old): `#[ring_rt::test]`'s `::uring` tests would fail here by design.
+    pub fn skips_uring_halves(&self) -> bool {
+        self.expect.backend != "uring"
+    }
+}
+
 /// Which Debian or built kernel a VM row boots.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum VmKernel {
@@ -355,6 +367,18 @@ mod tests {
         assert!(vm.suite.runs_binary("net"));
         let host = rows(&[Group::Host], "").remove(0);
         assert!(host.suite.runs_binary("reliability_scale"));
+    }
+
+    #[test]
+    fn only_rows_that_expect_epoll_skip_the_uring_halves() {
+        for row in rows(&Group::ALL, "") {
+            let blocked = row.name.contains("seccomp")
+                || row.name.contains("no io_uring")
+                || row.name.contains("disabled")
+                || row.name == "profile 5.1"
+                || row.name == "host · epoll";
+            assert_eq!(row.skips_uring_halves(), blocked, "{}", row.name);
+        }
     }
 
     #[test]

@@ -30,6 +30,87 @@
 //! Files: the adapter keeps a cursor ([`Compat::position`]), reads and writes at it, and
 //! orders a read after the write before it. Under `O_APPEND` the kernel writes at the end
 //! whatever the cursor says.
+//!
+//! # Serving HTTP with hyper
+//!
+//! hyper 1.x runs on ring-rt, with no tokio runtime, from four pieces: [`Compat`] (tokio's
+//! I/O traits over a ring-rt stream), hyper-util's `TokioIo` (tokio's traits as hyper's
+//! `rt::Read` and `rt::Write`), [`HyperTimer`] (hyper's timers, such as the header-read
+//! timeout, on ring-rt's), and hyper's `serve_connection`, one task per connection. The
+//! program needs ring-rt's `hyper` feature (it turns on `tokio-io`),
+//! `hyper = { version = "1", features = ["http1", "server"] }` and
+//! `hyper-util = { version = "0.1", default-features = false, features = ["tokio"] }`.
+//!
+//! ```
+//! # #[cfg(feature = "hyper")]
+//! # fn main() -> std::io::Result<()> {
+//! use std::convert::Infallible;
+//! use std::time::Duration;
+//!
+//! use hyper::body::Incoming;
+//! use hyper::{Request, Response};
+//! use hyper_util::rt::TokioIo;
+//! use ring_rt::compat::{Compat, HyperTimer};
+//! use ring_rt::net::{TcpListener, TcpStream};
+//!
+//! async fn hello(_req: Request<Incoming>) -> Result<Response<String>, Infallible> {
+//!     Ok(Response::new("hello from ring-rt\n".to_string()))
+//! }
+//!
+//! /// Serves one connection (keep-alive: many requests) until the client closes it.
+//! async fn serve(stream: TcpStream) -> hyper::Result<()> {
+//!     stream.set_nodelay(true).ok(); // hyper writes whole responses
+//!     let io = TokioIo::new(Compat::new(stream));
+//!     hyper::server::conn::http1::Builder::new()
+//!         .timer(HyperTimer::new())
+//!         .header_read_timeout(Duration::from_secs(30))
+//!         .serve_connection(io, hyper::service::service_fn(hello))
+//!         .await
+//! }
+//!
+//! ring_rt::Runtime::new()?.block_on(async {
+//!     let listener = TcpListener::bind("127.0.0.1:0")?;
+//!     let addr = listener.local_addr()?;
+//!     // A server loops over `listener.incoming()`, spawning `serve` for each connection;
+//!     // this one serves a single connection and ends.
+//!     let server = ring_rt::spawn(async move {
+//!         let (stream, _peer) = listener.accept().await?;
+//!         serve(stream).await.map_err(std::io::Error::other)
+//!     });
+//!
+//!     // One request by hand; `connection: close` makes hyper end the connection after it.
+//!     let client = TcpStream::connect(addr).await?;
+//!     let request = &b"GET / HTTP/1.1\r\nhost: ring-rt\r\nconnection: close\r\n\r\n"[..];
+//!     client.write_all(request).await.0?;
+//!     let mut response = Vec::new();
+//!     loop {
+//!         let (n, buf) = client.read(Vec::with_capacity(4096)).await;
+//!         if n? == 0 {
+//!             break;
+//!         }
+//!         response.extend_from_slice(&buf);
+//!     }
+//!     let response = String::from_utf8_lossy(&response);
+//!     assert!(response.starts_with("HTTP/1.1 200 OK"), "{response}");
+//!     assert!(response.ends_with("hello from ring-rt\n"), "{response}");
+//!     server.await.expect("the server task")?;
+//!     Ok(())
+//! })
+//! # }
+//! # #[cfg(not(feature = "hyper"))]
+//! # fn main() {}
+//! ```
+//!
+//! `examples/hyper.rs` is this server in full: every worker with its own `SO_REUSEPORT`
+//! listener, shutdown on SIGINT/SIGTERM (`cargo run --release --example hyper`).
+//!
+//! **axum** runs the same way: wrap the `Router` in hyper-util's `TowerToHyperService`
+//! and pass it to `serve_connection`. axum wants handlers whose futures are `Send`, and
+//! ring-rt's sockets, files and timers stay on their worker, so a handler runs its ring-rt
+//! I/O as a task on its own worker (`ring_rt::spawn`) and awaits that task's `Send`
+//! [`JoinHandle`](crate::JoinHandle) (the crate docs show it). `examples/axum.rs` serves a
+//! `Router` whose handlers read a file, sleep and call a TCP service this way
+//! (`cargo run --release --example axum`).
 
 #[cfg(feature = "futures-io")]
 mod futures_io;

@@ -1,0 +1,2 @@
+#[ring_rt_macros::main]
+fn main() {}

@@ -1,0 +1,4 @@
+#[ring_rt_macros::test]
+struct NotAFunction;
+
+fn main() {}
