@@ -424,7 +424,7 @@ fn path_ops(kind: BackendKind) -> Outcome {
 /// still work (run as direct syscalls), never fail as unsupported.
 fn path_ops_without_newer_opcodes(kind: BackendKind) -> Outcome {
     let mask = FeatureMask::parse("5.10").map_err(|e| format!("mask: {e}"))?;
-    let rt = runtime!(kind, Runtime::builder().feature_mask(mask));
+    let rt = runtime!(kind, Runtime::builder().threads(1).feature_mask(mask));
     if let Some(features) = rt.features() {
         let hidden = [
             opcode::UnlinkAt::CODE,
@@ -944,7 +944,7 @@ fn blocking_threads_caps_concurrent_syncs(kind: BackendKind) -> Outcome {
 }
 
 fn syncs_under_a_thread_cap(kind: BackendKind, cap: usize) -> Outcome {
-    let rt = runtime!(kind, Runtime::builder().blocking_threads(cap));
+    let rt = runtime!(kind, Runtime::builder().threads(1).blocking_threads(cap));
     let dir = Scratch::new("blocking-threads", kind)?;
     let name = helper_thread_name(kind);
     rt.block_on(bounded(LIMIT, async {

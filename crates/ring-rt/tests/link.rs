@@ -374,7 +374,7 @@ fn a_dropped_chain_of_two_reads_gives_the_bytes_back_in_order(kind: BackendKind)
 /// LINK_TIMEOUT are two SQEs), run op by op with the same results as on epoll. They failed
 /// with a bare EINVAL on io_uring (found by the fifth attacker review).
 fn a_chain_longer_than_the_sq_runs_op_by_op(kind: BackendKind) -> Outcome {
-    let rt = runtime!(kind, ring_rt::Builder::default().entries(1));
+    let rt = runtime!(kind, ring_rt::Builder::default().threads(1).entries(1));
     rt.block_on(support::bounded(Duration::from_secs(20), async {
         let (a, b) = UnixStream::pair()?;
         let (res, _) = b

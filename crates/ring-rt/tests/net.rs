@@ -315,7 +315,7 @@ fn idle_connections_hold_no_buffer(kind: BackendKind) -> Outcome {
 
 fn pool_exhaustion_waits_and_loses_nothing(kind: BackendKind) -> Outcome {
     // 4 buffers of 64 B for 16 streams sending 4 KiB each.
-    let rt = runtime!(kind, Runtime::builder().recv_buffers(4, 64));
+    let rt = runtime!(kind, Runtime::builder().threads(1).recv_buffers(4, 64));
     rt.block_on(bounded(Duration::from_secs(20), async {
         let mut tasks = Vec::new();
         for i in 0..16u64 {
@@ -355,7 +355,7 @@ fn pool_exhaustion_waits_and_loses_nothing(kind: BackendKind) -> Outcome {
 /// a free buffer. Two chunks held dry a pool of two; four peers close without sending; one
 /// chunk comes back: every stream must still see its end.
 fn starved_streams_all_end_when_the_woken_one_hits_eof(kind: BackendKind) -> Outcome {
-    let rt = runtime!(kind, Runtime::builder().recv_buffers(2, 64));
+    let rt = runtime!(kind, Runtime::builder().threads(1).recv_buffers(2, 64));
     let rt = &rt;
     rt.block_on(bounded(Duration::from_secs(10), async {
         let (a0, b0) = UnixStream::pair()?;
@@ -644,7 +644,7 @@ fn dropped_recv_futures_return_buffers(kind: BackendKind) -> Outcome {
 /// user-space selection before 5.7).
 fn recv_stream_next_is_cancel_safe(kind: BackendKind) -> Outcome {
     for profile in [None, Some("5.11"), Some("5.6")] {
-        let mut builder = Runtime::builder();
+        let mut builder = Runtime::builder().threads(1);
         if let Some(p) = profile {
             builder = builder.feature_mask(FeatureMask::parse(p)?);
         }
@@ -726,7 +726,7 @@ fn runtime_drop_with_ops_in_flight(kind: BackendKind) -> Outcome {
 /// failed clients, every one `ConnectionReset`), on both backends.
 fn echo_5000_concurrent_connections(kind: BackendKind) -> Outcome {
     const CONNS: usize = 5000;
-    let rt = runtime!(kind, Runtime::builder().entries(1024));
+    let rt = runtime!(kind, Runtime::builder().threads(1).entries(1024));
     rt.block_on(bounded(Duration::from_secs(120), async {
         let (l, addr) = listener()?;
         let accept_errors = Rc::new(std::cell::RefCell::new(Vec::new()));

@@ -67,7 +67,7 @@ fn main() {
 /// 4 pooled buffers of 64 B, all leased by the reader: the next chunk waits, without
 /// spinning, and arrives as soon as the buffers come back; no byte is lost.
 fn enobufs_multishot_rearms_when_buffers_return(kind: BackendKind) -> Outcome {
-    let rt = runtime!(kind, Runtime::builder().recv_buffers(4, 64));
+    let rt = runtime!(kind, Runtime::builder().threads(1).recv_buffers(4, 64));
     let rt = &rt;
     rt.block_on(bounded(LIMIT, async {
         let (a, b) = UnixStream::pair()?;
@@ -145,7 +145,7 @@ fn enobufs_multishot_rearms_when_buffers_return(kind: BackendKind) -> Outcome {
 /// still counts as free (their bids are unreaped). Another stream that hits ENOBUFS must wait
 /// for a buffer to come back, not resubmit in a loop because the count says one is free.
 fn enobufs_wait_does_not_spin_while_cqes_hold_buffers(kind: BackendKind) -> Outcome {
-    let rt = runtime!(kind, Runtime::builder().recv_buffers(4, 64));
+    let rt = runtime!(kind, Runtime::builder().threads(1).recv_buffers(4, 64));
     let rt = &rt;
     rt.block_on(bounded(LIMIT, async {
         let (a1, b1) = UnixStream::pair()?;
@@ -200,7 +200,7 @@ fn enobufs_wait_does_not_spin_while_cqes_hold_buffers(kind: BackendKind) -> Outc
 /// until the test's limit. Buffers selected in user space (epoll, io_uring before 5.7): an
 /// unpolled receive holds no buffer, so the other receive never waits.
 fn enobufs_wait_wakes_on_an_orphans_late_return(kind: BackendKind) -> Outcome {
-    let rt = runtime!(kind, Runtime::builder().recv_buffers(1, 64));
+    let rt = runtime!(kind, Runtime::builder().threads(1).recv_buffers(1, 64));
     let rt = &rt;
     rt.block_on(bounded(LIMIT, async {
         let (a1, b1) = UnixStream::pair()?;
@@ -270,7 +270,7 @@ fn sq_full_cancels_are_not_lost(kind: BackendKind) -> Outcome {
     const READS: usize = 1000;
     // One worker: the test counts one ring's ops in flight against a baseline, which
     // another worker's own ops (its wake-up op, published at its loop turns) would blur.
-    let rt = runtime!(kind, Runtime::builder().threads(1).entries(2));
+    let rt = runtime!(kind, Runtime::builder().threads(1).threads(1).entries(2));
     let rt = &rt;
     rt.block_on(bounded(LIMIT, async {
         ring_rt::yield_now().await;

@@ -82,7 +82,7 @@ fn echo_10000_concurrent_connections(kind: BackendKind) -> Outcome {
     if let Err(reason) = raise_fd_limit(CONNS as u64 + 500) {
         return Ok(Completion::ignored_with(reason));
     }
-    let rt = runtime!(kind, Runtime::builder().entries(1024));
+    let rt = runtime!(kind, Runtime::builder().threads(1).entries(1024));
     let rt = &rt;
     rt.block_on(bounded(LIMIT, async {
         let opts = ListenOptions {
@@ -199,7 +199,7 @@ fn child_echo_clients() -> Outcome {
     let mut go = String::new();
     std::io::stdin().read_line(&mut go)?;
     check!(go.trim() == "go", "no go from the server (got {go:?})");
-    let rt = runtime!(kind, Runtime::builder().entries(1024));
+    let rt = runtime!(kind, Runtime::builder().threads(1).entries(1024));
     let failures = rt.block_on(bounded(LIMIT, async {
         let tasks: Vec<_> = streams
             .into_iter()

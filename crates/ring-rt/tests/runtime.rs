@@ -256,7 +256,7 @@ fn wake_from_another_thread(kind: BackendKind) -> Outcome {
 }
 
 fn threads_run_on_every_worker(kind: BackendKind) -> Outcome {
-    let rt = runtime!(kind, Runtime::builder().threads(3));
+    let rt = runtime!(kind, Runtime::builder().threads(1).threads(3));
     check!(rt.threads() == 3, "threads() = {}", rt.threads());
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let s = seen.clone();
@@ -332,7 +332,9 @@ fn signal_wait_works_repeatedly(kind: BackendKind) -> Outcome {
 /// that arrive mid-spin, fires timers and takes wakes from other threads: the spin turns
 /// the backend and notices ready tasks and due timers instead of waiting for its end.
 fn spinning_loop_runs_io_timers_and_remote_wakes(kind: BackendKind) -> Outcome {
-    let builder = Runtime::builder().spin_before_park(Duration::from_secs(30));
+    let builder = Runtime::builder()
+        .threads(1)
+        .spin_before_park(Duration::from_secs(30));
     let rt = runtime!(kind, builder);
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     let addr = listener.local_addr()?;
@@ -390,7 +392,9 @@ async fn value_from_thread(value: u32, delay: Duration) -> u32 {
 /// parks, so the thread uses far less CPU than the wait lasts (a loop that never parked
 /// would use about all of it).
 fn spinning_loop_parks_after_its_spin(kind: BackendKind) -> Outcome {
-    let builder = Runtime::builder().spin_before_park(Duration::from_millis(2));
+    let builder = Runtime::builder()
+        .threads(1)
+        .spin_before_park(Duration::from_millis(2));
     let rt = runtime!(kind, builder);
     let (cpu_before, start) = (thread_cpu_time(), Instant::now());
     rt.block_on(sleep(Duration::from_millis(300)));
@@ -408,7 +412,7 @@ fn spinning_loop_parks_after_its_spin(kind: BackendKind) -> Outcome {
 /// would add the spin to every timer). The bound leaves 400 ms for a slow (emulated) CPU.
 fn spinning_loop_fires_timers_on_time(kind: BackendKind) -> Outcome {
     let (spin, nap) = (Duration::from_millis(800), Duration::from_secs(1));
-    let rt = runtime!(kind, Runtime::builder().spin_before_park(spin));
+    let rt = runtime!(kind, Runtime::builder().threads(1).spin_before_park(spin));
     let start = Instant::now();
     rt.block_on(sleep(nap));
     let elapsed = start.elapsed();
