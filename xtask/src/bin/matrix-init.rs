@@ -15,6 +15,10 @@ use std::time::{Duration, Instant};
 /// The run plan: one line per binary, `name \t file \t args (space-separated, - for none)
 /// \t timeout_s`.
 const PLAN: &str = "/matrix/plan";
+/// The plan of rows where ring-rt must end up on epoll, chosen by `PLAN_EPOLL_PARAM` on
+/// the kernel command line (xtask's `initramfs::PLAN_EPOLL_PARAM`).
+const PLAN_EPOLL: &str = "/matrix/plan-epoll";
+const PLAN_EPOLL_PARAM: &str = "ring_matrix.plan=epoll";
 /// The musl `xtask`, for `xtask matrix-backend`.
 const XTASK: &str = "/bin/xtask";
 
@@ -32,9 +36,15 @@ fn main() {
     }
     say(&format!("@@matrix boot kernel={}", release()));
     run_backend_report();
-    match std::fs::read_to_string(PLAN) {
-        Ok(plan) => plan.lines().filter_map(Step::parse).for_each(|s| s.run()),
-        Err(err) => say(&format!("@@matrix warn no plan at {PLAN}: {err}")),
+    let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
+    let plan = if cmdline.split_whitespace().any(|p| p == PLAN_EPOLL_PARAM) {
+        PLAN_EPOLL
+    } else {
+        PLAN
+    };
+    match std::fs::read_to_string(plan) {
+        Ok(text) => text.lines().filter_map(Step::parse).for_each(|s| s.run()),
+        Err(err) => say(&format!("@@matrix warn no plan at {plan}: {err}")),
     }
     say("@@matrix done");
     reboot_vm();

@@ -31,6 +31,10 @@ pub struct PlanStep {
     pub timeout: Duration,
 }
 
+/// The kernel command-line parameter that makes matrix-init run `/matrix/plan-epoll`
+/// instead of `/matrix/plan` (matrix-init has its own copy of this string).
+pub const PLAN_EPOLL_PARAM: &str = "ring_matrix.plan=epoll";
+
 /// The plan file matrix-init reads: `name \t /matrix/file \t args|- \t timeout_s`, the
 /// arguments separated by spaces.
 pub fn plan_text(steps: &[PlanStep]) -> String {
@@ -142,6 +146,7 @@ pub fn write(
     init: &Path,
     xtask: &Path,
     steps: &[PlanStep],
+    epoll_steps: &[PlanStep],
 ) -> io::Result<()> {
     std::fs::create_dir_all(stage)?;
     let mut cpio = Cpio::new(BufWriter::new(File::create(dest)?));
@@ -157,6 +162,14 @@ pub fn write(
         cpio.file(&format!("matrix/{}", step.file), 0o755, &data)?;
     }
     cpio.file("matrix/plan", 0o644, plan_text(steps).as_bytes())?;
+    // The same binaries with the arguments of rows where ring-rt must end up on epoll
+    // (`#[ring_rt::test]` binaries skip their io_uring halves), chosen by the kernel
+    // command line (`PLAN_EPOLL_PARAM`).
+    cpio.file(
+        "matrix/plan-epoll",
+        0o644,
+        plan_text(epoll_steps).as_bytes(),
+    )?;
     cpio.finish()?;
     Ok(())
 }

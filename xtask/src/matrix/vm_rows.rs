@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::report::RowResult;
-use super::rows::{Place, Row, VmKernel};
+use super::rows::{self, Place, Row, VmKernel};
 use super::vm::Planned;
 use super::{binaries, build_problems, check_backend, initramfs, kernels, row_slug, select};
 use super::{tools, vm};
@@ -22,6 +22,8 @@ struct VmAssets {
     initrd: PathBuf,
     /// The binaries in plan order, with their arguments.
     planned: Vec<Planned>,
+    /// The same for rows where ring-rt must end up on epoll (`/matrix/plan-epoll`).
+    planned_epoll: Vec<Planned>,
     /// Build problems, reported on each VM row.
     problems: Vec<String>,
     /// The VM's wall-clock limit: every binary's limit plus the boot allowance, so it
@@ -66,26 +68,61 @@ fn prepare(row: &Row, root: &Path, logs: &Path) -> Result<VmAssets, String> {
     binaries::ensure_musl_target().map_err(|e| e.to_string())?;
     let built = binaries::build_all(Some(binaries::MUSL), logs);
     let (xtask, init) = binaries::build_vm_tools(logs).map_err(|e| e.to_string())?;
-    let steps: Vec<initramfs::PlanStep> = select(row, &built)
-        .into_iter()
-        .map(|(bin, args)| initramfs::PlanStep {
-            name: bin.name(),
-            file: bin.file_name(),
-            source: bin.path,
-            args,
-            timeout: VM_BINARY_TIMEOUT,
-        })
-        .collect();
+    // Every VM row runs one suite; only `#[ring_rt::test]` binaries' arguments differ
+    // between rows that expect io_uring and rows that expect epoll.
+    let plan = |expect_epoll: bool| -> Vec<initramfs::PlanStep> {
+        select(row, &built)
+            .into_iter()
+            .map(|(bin, args)| initramfs::PlanStep {
+                name: bin.name(),
+                file: bin.file_name(),
+                args: uring_halves(&bin, args, expect_epoll),
+                source: bin.path,
+                timeout: VM_BINARY_TIMEOUT,
+            })
+            .collect()
+    };
+    let (steps, epoll_steps) = (plan(false), plan(true));
     let initrd = root.join("initramfs.cpio");
-    initramfs::write(&initrd, &root.join("stage"), &init, &xtask, &steps)
-        .map_err(|e| format!("writing the initramfs: {e}"))?;
+    initramfs::write(
+        &initrd,
+        &root.join("stage"),
+        &init,
+        &xtask,
+        &steps,
+        &epoll_steps,
+    )
+    .map_err(|e| format!("writing the initramfs: {e}"))?;
     let limit = vm::VM_BOOT_ALLOWANCE + VM_BINARY_TIMEOUT * steps.len() as u32;
+    let planned = |steps: Vec<initramfs::PlanStep>| -> Vec<Planned> {
+        steps.into_iter().map(|s| (s.name, s.args)).collect()
+    };
     Ok(VmAssets {
         limit,
         initrd,
-        planned: steps.into_iter().map(|s| (s.name, s.args)).collect(),
+        planned: planned(steps),
+        planned_epoll: planned(epoll_steps),
         problems: build_problems(row, &built),
     })
+}
+
+/// `args` with `--skip ::uring` for a `#[ring_rt::test]` binary exactly when the row
+/// expects epoll (whatever the row `select` was asked for had).
+fn uring_halves(bin: &binaries::TestBinary, args: Vec<String>, expect_epoll: bool) -> Vec<String> {
+    let mut out = Vec::with_capacity(args.len() + 2);
+    let mut rest = args.into_iter();
+    while let Some(arg) = rest.next() {
+        let next = rest.as_slice().first().map(String::as_str);
+        if arg == "--skip" && next == Some(rows::URING_HALVES) {
+            rest.next();
+            continue;
+        }
+        out.push(arg);
+    }
+    if bin.uses_test_macro && expect_epoll {
+        out.extend(["--skip".to_string(), rows::URING_HALVES.to_string()]);
+    }
+    out
 }
 
 fn vm_kernel(row: &Row) -> (VmKernel, &'static str) {
@@ -138,14 +175,13 @@ fn boot_row(row: &Row, image: &Path, assets: &VmAssets, logs: &Path) -> RowResul
     progress!("{} (booting)", row.name);
     let (_, cmdline) = vm_kernel(row);
     let log = logs.join(format!("{}.serial.log", row_slug(row)));
-    let out = vm::boot(
-        image,
-        &assets.initrd,
-        cmdline,
-        &log,
-        &assets.planned,
-        assets.limit,
-    );
+    let (cmdline, planned) = if row.skips_uring_halves() {
+        let param = initramfs::PLAN_EPOLL_PARAM;
+        (format!("{cmdline} {param}"), &assets.planned_epoll)
+    } else {
+        (cmdline.to_string(), &assets.planned)
+    };
+    let out = vm::boot(image, &assets.initrd, &cmdline, &log, planned, assets.limit);
     let mut problems = assets.problems.clone();
     problems.extend(out.notes);
     let mut result = RowResult {
