@@ -46,6 +46,14 @@ fn main() {
             "starved_streams_all_end_when_the_woken_one_hits_eof",
             starved_streams_all_end_when_the_woken_one_hits_eof,
         ),
+        (
+            "a_woken_stream_whose_retry_waits_passes_the_buffer_on",
+            a_woken_stream_whose_retry_waits_passes_the_buffer_on,
+        ),
+        (
+            "a_starved_stream_nobody_awaits_passes_the_buffer_on",
+            a_starved_stream_nobody_awaits_passes_the_buffer_on,
+        ),
         ("send_zc_round_trip", send_zc_round_trip),
         ("udp_send_to_recv_from", udp_send_to_recv_from),
         (
@@ -402,6 +410,105 @@ fn starved_streams_all_end_when_the_woken_one_hits_eof(kind: BackendKind) -> Out
         check!(
             rt.metrics().recv_buffers_in_use == 0,
             "buffers not returned"
+        );
+        Ok::<_, libtest_mimic::Failed>(Completion::Completed)
+    }))?
+}
+
+/// Review G: a starved stream woken for a returned buffer whose retry then waits (its
+/// bytes were taken by a `read` meanwhile) kept the return's turn, and another starved
+/// stream slept beside the free buffer until the first one's peer closed.
+fn a_woken_stream_whose_retry_waits_passes_the_buffer_on(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Runtime::builder().threads(1).recv_buffers(1, 64));
+    rt.block_on(bounded(Duration::from_secs(10), async {
+        let (a0, b0) = UnixStream::pair()?;
+        let mut rx0 = b0.recv_stream();
+        a0.write_all(&b"hold"[..]).await.0?;
+        let held = rx0.next().await.ok_or("early end")??;
+        let (a1, b1) = UnixStream::pair()?;
+        let (a2, b2) = UnixStream::pair()?;
+        let b1 = Rc::new(b1);
+        let b1_task = b1.clone();
+        // First in line: its bytes will be taken by a read before its turn comes.
+        let first = ring_rt::spawn(async move {
+            let mut rx = b1_task.recv_stream();
+            let chunk = rx.next().await;
+            chunk.map(|c| c.map(|c| c.to_vec()))
+        });
+        a1.write_all(&b"AAAA"[..]).await.0?;
+        sleep(Duration::from_millis(20)).await;
+        let second = ring_rt::spawn(async move {
+            let mut rx = b2.recv_stream();
+            rx.next().await.map(|c| c.map(|c| c.to_vec()))
+        });
+        a2.write_all(&b"BBBB"[..]).await.0?;
+        sleep(Duration::from_millis(20)).await;
+        check!(rt.metrics().io.enobufs >= 2, "the streams never starved");
+        let (n, buf) = b1.read(vec![0u8; 64]).await;
+        check!(
+            &buf[..n?] == b"AAAA",
+            "the read did not take the first stream's bytes"
+        );
+        // The one buffer comes back: the first stream is woken, finds nothing to read; the
+        // second must get the buffer.
+        drop(held);
+        let got = timeout(Duration::from_secs(2), second).await;
+        check!(
+            matches!(&got, Ok(Ok(Some(Ok(b)))) if b == b"BBBB"),
+            "the second stream slept beside a free buffer: {got:?}"
+        );
+        drop(a1);
+        let end = first.await?;
+        check!(
+            end.is_none(),
+            "the first stream got {end:?} after its peer closed"
+        );
+        Ok::<_, libtest_mimic::Failed>(Completion::Completed)
+    }))?
+}
+
+/// Review G: a starved stream whose `next()` lost a timeout, its task then awaiting
+/// something else, kept its place among the starved receives: the return woke it, nobody
+/// polled it, and another starved stream slept beside the free buffer.
+fn a_starved_stream_nobody_awaits_passes_the_buffer_on(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Runtime::builder().threads(1).recv_buffers(1, 64));
+    rt.block_on(bounded(Duration::from_secs(10), async {
+        let (a0, b0) = UnixStream::pair()?;
+        let mut rx0 = b0.recv_stream();
+        a0.write_all(&b"hold"[..]).await.0?;
+        let held = rx0.next().await.ok_or("early end")??;
+        let (a1, b1) = UnixStream::pair()?;
+        let (a2, b2) = UnixStream::pair()?;
+        let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
+        let idle = ring_rt::spawn(async move {
+            let mut rx = b1.recv_stream();
+            let early = timeout(Duration::from_millis(100), rx.next()).await;
+            // Starved, and then busy with something else for a while.
+            let _ = go_rx.await;
+            let later = rx.next().await.map(|c| c.map(|c| c.to_vec()));
+            (early.is_err(), later)
+        });
+        a1.write_all(&b"AAAA"[..]).await.0?;
+        sleep(Duration::from_millis(20)).await;
+        let second = ring_rt::spawn(async move {
+            let mut rx = b2.recv_stream();
+            rx.next().await.map(|c| c.map(|c| c.to_vec()))
+        });
+        a2.write_all(&b"BBBB"[..]).await.0?;
+        // Past the first stream's timeout.
+        sleep(Duration::from_millis(150)).await;
+        drop(held);
+        let got = timeout(Duration::from_secs(2), second).await;
+        check!(
+            matches!(&got, Ok(Ok(Some(Ok(b)))) if b == b"BBBB"),
+            "the second stream slept beside a free buffer: {got:?}"
+        );
+        let _ = go_tx.send(());
+        let (timed_out, later) = idle.await?;
+        check!(timed_out, "the first stream was not starved");
+        check!(
+            matches!(&later, Some(Ok(b)) if b == b"AAAA"),
+            "the first stream lost its bytes: {later:?}"
         );
         Ok::<_, libtest_mimic::Failed>(Completion::Completed)
     }))?

@@ -47,6 +47,10 @@ fn main() {
             shutdown_timeout_bounds_a_worker_stuck_in_a_task,
         ),
         (
+            "shutdown_timeout_bounds_a_running_blocking_closure",
+            shutdown_timeout_bounds_a_running_blocking_closure,
+        ),
+        (
             "an_aborted_remote_spawn_never_builds_its_future",
             an_aborted_remote_spawn_never_builds_its_future,
         ),
@@ -320,6 +324,31 @@ fn shutdown_timeout_bounds_a_worker_stuck_in_a_task(kind: BackendKind) -> Outcom
     check!(
         ring_fds() == before,
         "the left worker never closed its ring"
+    );
+    Ok(Completion::Completed)
+}
+
+/// Review G: `shutdown_timeout(100 ms)` with a `spawn_blocking` closure running took 5 s:
+/// the runtime it consumed shut down again when dropped, with the 5 s default.
+fn shutdown_timeout_bounds_a_running_blocking_closure(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Builder::default().threads(1));
+    let (done_tx, done_rx) = mpsc::channel();
+    let _job = rt.handle().spawn_blocking(move || {
+        std::thread::sleep(Duration::from_millis(1500));
+        let _ = done_tx.send(());
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    let start = Instant::now();
+    rt.shutdown_timeout(Duration::from_millis(100));
+    let took = start.elapsed();
+    check!(
+        took < Duration::from_millis(1000),
+        "shutdown_timeout(100 ms) took {took:?}"
+    );
+    // Let the closure end before the next test counts threads or fds.
+    check!(
+        done_rx.recv_timeout(Duration::from_secs(10)).is_ok(),
+        "the closure never finished"
     );
     Ok(Completion::Completed)
 }

@@ -185,7 +185,16 @@ impl<'a> RecvStream<'a> {
                         }
                     }
                 }
-                let Some(turn) = ready!(unclaimed.poll_turn(&mut self.ticket, cx)) else {
+                let turn = match unclaimed.poll_turn(&mut self.ticket, cx) {
+                    Poll::Ready(turn) => turn,
+                    Poll::Pending => {
+                        // Another receive of the socket holds its turn, for as long as it
+                        // likes: the returned buffer's turn goes to the next starved one.
+                        self.pass_woken_turn();
+                        return Poll::Pending;
+                    }
+                };
+                let Some(turn) = turn else {
                     // Queued data comes first (a stream socket queues only bytes). It took
                     // no returned buffer: a woken turn passes on (dropped with `starved`).
                     self.starved = None;
@@ -210,6 +219,11 @@ impl<'a> RecvStream<'a> {
                     // once nobody awaits this stream.
                     unclaimed.stream_awaited(number, true);
                     unclaimed.wait_on_hold(cx);
+                    if self.holds_woken_turn() && !self.socket.has_data_now() {
+                        // The retry waits for data that has not come: it will not take
+                        // the returned buffer soon, another starved receive may.
+                        self.pass_woken_turn();
+                    }
                     return Poll::Pending;
                 }
                 Poll::Ready(cqe) => cqe,
@@ -249,6 +263,26 @@ impl<'a> RecvStream<'a> {
                 }
             }
         }
+    }
+
+    /// Whether this stream holds a returned buffer's turn (woken after ENOBUFS, its retry
+    /// not yet done).
+    fn holds_woken_turn(&self) -> bool {
+        matches!(self.starved.as_deref(), Some(Starved::Woken(_)))
+    }
+
+    /// Gives a held turn up unused: the next starved receive is woken.
+    fn pass_woken_turn(&mut self) {
+        if self.holds_woken_turn() {
+            self.starved = None;
+        }
+    }
+
+    /// Nobody awaits this stream any more: it gives up its place among the starved
+    /// receives (a woken turn passes on), so a return never wakes a stream nobody polls.
+    /// Its next poll starts a receive again.
+    fn leave_starved(&mut self) {
+        self.starved = None;
     }
 
     /// The retry after a starved wait took a buffer (or found the returned one gone).
@@ -401,5 +435,6 @@ impl Drop for RecvNext<'_, '_> {
         if let (Some(number), Some((_, unclaimed))) = (self.stream.hold, &self.stream.group) {
             unclaimed.stream_awaited(number, false);
         }
+        self.stream.leave_starved();
     }
 }

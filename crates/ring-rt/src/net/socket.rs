@@ -64,6 +64,15 @@ impl Socket {
         f(&s)
     }
 
+    /// Whether a receive would end now: data, end of stream or an error waits (a peek
+    /// that never blocks, whatever the fd's blocking mode).
+    pub(crate) fn has_data_now(&self) -> bool {
+        let mut byte = [std::mem::MaybeUninit::<u8>::uninit()];
+        let peeked = self
+            .with_socket2(|s| s.recv_with_flags(&mut byte, libc::MSG_PEEK | libc::MSG_DONTWAIT));
+        !matches!(peeked, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+    }
+
     pub(crate) async fn connect(&self, addr: SockAddr) -> io::Result<()> {
         let op = Connect {
             fd: self.fd,

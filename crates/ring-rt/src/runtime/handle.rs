@@ -31,9 +31,12 @@ use crate::worker::Core;
 ///
 /// A spawn or wake for another worker is sent with this worker's next `io_uring_enter`
 /// (a MSG_RING rides along with the loop's own submission): a task that computes for
-/// long without awaiting delays it, as it delays everything else on its worker. Put such
-/// work on [`spawn_blocking`](Handle::spawn_blocking), or await
-/// [`yield_now`](crate::yield_now) in its loop.
+/// long without awaiting delays it, as it delays everything else on its worker, and a task
+/// that blocks its thread waiting for the other worker's answer waits for ever (on epoll,
+/// or with `FeatureMask::parse("-msg_ring")`, where the wake is an eventfd write made at
+/// once, both work, at the cost measured in BENCHMARKS.md). Put such work on
+/// [`spawn_blocking`](Handle::spawn_blocking), or await [`yield_now`](crate::yield_now) in
+/// its loop.
 /// Every [`JoinHandle`] returned here is `Send` when the output is, and can be awaited on
 /// any worker or thread. After the runtime is dropped, spawns give a handle that says
 /// `Cancelled`.
