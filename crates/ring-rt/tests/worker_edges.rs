@@ -216,27 +216,6 @@ fn a_panicking_join_waker_still_frees_the_task(kind: BackendKind) -> Outcome {
     Ok(Completion::Completed)
 }
 
-/// A plain-thread executor: polls `fut`, parking until its waker unparks, for at most
-/// `limit`.
-fn poll_on_thread<F: Future + Unpin>(mut fut: F, limit: Duration) -> Option<F::Output> {
-    struct Unpark(std::thread::Thread);
-    impl Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if let Poll::Ready(out) = std::pin::Pin::new(&mut fut).poll(&mut cx) {
-            return Some(out);
-        }
-        std::thread::park_timeout(Duration::from_millis(10));
-    }
-    None
-}
-
 /// Spawns made through a handle inside `block_on`, then awaited after it returned: worker
 /// 0 runs only inside `block_on`, so a task put there would never run.
 fn spawns_from_block_on_do_not_stall_on_worker_0(kind: BackendKind) -> Outcome {
@@ -248,7 +227,7 @@ fn spawns_from_block_on_do_not_stall_on_worker_0(kind: BackendKind) -> Outcome {
             .collect::<Vec<_>>()
     });
     for (i, task) in tasks.into_iter().enumerate() {
-        let out = poll_on_thread(task, Duration::from_secs(5));
+        let out = support::poll_on_thread(task, Duration::from_secs(5));
         check!(
             matches!(out, Some(Ok(n)) if n == i),
             "task {i} did not run after block_on returned: {out:?}"

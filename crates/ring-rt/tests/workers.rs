@@ -10,7 +10,7 @@ use std::future::Future;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
-use std::task::{Context, Poll, Wake, Waker};
+
 use std::time::{Duration, Instant};
 
 use libtest_mimic::Completion;
@@ -90,23 +90,9 @@ fn thread_name() -> String {
     std::thread::current().name().unwrap_or("?").to_string()
 }
 
-/// A minimal executor for a plain thread: polls `fut`, parking until its waker unparks.
+/// Polls `fut` on this plain thread until it finishes (a test's limit ends a hang).
 fn block_on_thread<F: Future>(fut: F) -> F::Output {
-    struct Unpark(std::thread::Thread);
-    impl Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut fut = std::pin::pin!(fut);
-    loop {
-        if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
-            return out;
-        }
-        std::thread::park_timeout(Duration::from_millis(100));
-    }
+    support::poll_on_thread(fut, Duration::from_secs(3600)).expect("finished within the hour")
 }
 
 /// `Runtime::new()` (and `Builder::new`) has one worker per CPU this process may run on.

@@ -260,3 +260,27 @@ pub fn child(name: &str, kind: BackendKind, env: &[(&str, &str)], limit: Duratio
     eprint!("{}", run.stderr);
     Ok(Completion::Completed)
 }
+
+/// A minimal executor for a plain thread (no runtime): polls `fut`, parking until its
+/// waker unparks, for at most `limit`; `None` if it did not finish by then.
+pub fn poll_on_thread<F: std::future::Future>(fut: F, limit: Duration) -> Option<F::Output> {
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut fut = std::pin::pin!(fut);
+    let start = std::time::Instant::now();
+    while start.elapsed() < limit {
+        if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
+            return Some(out);
+        }
+        std::thread::park_timeout(Duration::from_millis(10));
+    }
+    None
+}
