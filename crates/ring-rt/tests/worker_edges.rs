@@ -274,7 +274,8 @@ fn handles_that_outlive_the_runtime_keep_no_ring_open(kind: BackendKind) -> Outc
 
 /// A worker blocked inside a task (a blocking call in async code) when
 /// `shutdown_timeout` runs: the call returns around its timeout, and the worker stops and
-/// closes its ring on its own once the task returns.
+/// closes its ring on its own once the task returns, draining its ops first (it drained
+/// with the runtime's deadline, long past, and leaked its op table: CI's ASan run caught it).
 fn shutdown_timeout_bounds_a_worker_stuck_in_a_task(kind: BackendKind) -> Outcome {
     let before = ring_fds();
     let rt = runtime!(kind, Builder::default().threads(2));

@@ -141,6 +141,18 @@ impl Workers {
     }
 }
 
+/// The deadline of a stopping worker's drain: the runtime's, while its shutdown still
+/// waits; a worker that gets here after it (left inside a task at the deadline, no longer
+/// waited for) drains on its own time, as a runtime with no deadline does. Draining with
+/// a deadline already past would submit no cancel and leave the ops' memory to leak,
+/// since it may not be freed while the kernel owns it.
+fn drain_deadline(stop: Option<Instant>, now: Instant) -> Instant {
+    match stop {
+        Some(deadline) if deadline > now => deadline,
+        _ => now + crate::backend::SHUTDOWN_WAIT,
+    }
+}
+
 fn start_one(index: usize, config: Arc<WorkerConfig>) -> io::Result<Worker> {
     let (ready_tx, ready_rx) = mpsc::channel();
     let exited = Arc::new(Exited::default());
@@ -169,8 +181,7 @@ fn start_one(index: usize, config: Arc<WorkerConfig>) -> io::Result<Worker> {
                 let what = panic_message(&payload);
                 tracing::error!(target: "ring_rt", worker = index, panic = %what, "a panic escaped the worker's loop; it keeps running");
             }
-            let deadline = STOP.with(Cell::get);
-            core.shutdown(deadline.unwrap_or_else(|| Instant::now() + crate::backend::SHUTDOWN_WAIT));
+            core.shutdown(drain_deadline(STOP.with(Cell::get), Instant::now()));
         })?;
     match ready_rx.recv() {
         Ok(Ok(shared)) => Ok(Worker {
