@@ -30,13 +30,20 @@ fn main() -> ExitCode {
         .parent()
         .unwrap_or(&profile_dir)
         .join("echo-bench");
-    let opts = match Options::from_args(std::env::args().skip(1), out_dir) {
+    let mut opts = match Options::from_args(std::env::args().skip(1), out_dir) {
         Ok(o) => o,
         Err(e) => {
             eprintln!("echo-bench: {e}\n{}", echo_bench::USAGE);
             return ExitCode::from(2);
         }
     };
+    // cargo runs a bench in its package's directory (crates/ring-bench): a relative --out
+    // is taken from the workspace root, where the command was typed.
+    if opts.out_dir.is_relative() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let root = root.canonicalize().unwrap_or(root);
+        opts.out_dir = root.join(&opts.out_dir);
+    }
     let ring_echo = match build_ring_echo(&profile_dir) {
         Ok(p) => p,
         Err(e) => {
