@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 use std::time::Duration;
 
 use ring_bench::server::{Server, ServerSpec};
@@ -121,18 +121,6 @@ fn round(echo: &Path, mode: &str, port: u16, bursts: usize, n: usize) -> io::Res
     Ok((conns, cpu))
 }
 
-fn build_echo(profile_dir: &Path) -> Result<PathBuf, String> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .args(["build", "--release", "-p", "ring-rt", "--example", "echo"])
-        .status()
-        .map_err(|e| format!("cargo build --example echo: {e}"))?;
-    if !status.success() {
-        return Err(format!("cargo build --example echo: {status}"));
-    }
-    Ok(profile_dir.join("examples").join("echo"))
-}
-
 fn share(v: [f64; 2]) -> f64 {
     let total = v[0] + v[1];
     if total <= 0.0 {
@@ -165,7 +153,7 @@ fn main() -> ExitCode {
         .ok()
         .and_then(|p| p.parent()?.parent().map(Path::to_path_buf))
         .unwrap_or_else(|| PathBuf::from("target/release"));
-    let echo = match build_echo(&profile_dir) {
+    let echo = match ring_bench::server::build_echo_example(&profile_dir) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("balance: {e}");

@@ -2,23 +2,9 @@
 //! epoll backends) against tokio echo servers. See `ring_bench::echo_bench`.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 
 use ring_bench::echo_bench::{self, Bins, Options};
-
-/// Builds ring-rt's echo example with the same profile this bench was built with (cargo
-/// builds only this package's binaries for a bench target) and returns its path.
-fn build_ring_echo(profile_dir: &Path) -> Result<PathBuf, String> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .args(["build", "--release", "-p", "ring-rt", "--example", "echo"])
-        .status()
-        .map_err(|e| format!("cargo build --example echo: {e}"))?;
-    if !status.success() {
-        return Err(format!("cargo build --example echo: {status}"));
-    }
-    Ok(profile_dir.join("examples").join("echo"))
-}
 
 fn main() -> ExitCode {
     let echo_load = PathBuf::from(env!("CARGO_BIN_EXE_echo-load"));
@@ -44,7 +30,7 @@ fn main() -> ExitCode {
         let root = root.canonicalize().unwrap_or(root);
         opts.out_dir = root.join(&opts.out_dir);
     }
-    let ring_echo = match build_ring_echo(&profile_dir) {
+    let ring_echo = match ring_bench::server::build_echo_example(&profile_dir) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("echo-bench: {e}");

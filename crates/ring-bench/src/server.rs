@@ -350,3 +350,18 @@ pub fn wait_port_free(addr: SocketAddr) -> io::Result<()> {
 fn annotate(e: io::Error, what: &str) -> io::Error {
     io::Error::new(e.kind(), format!("{what}: {e}"))
 }
+
+/// Builds ring-rt's echo example in the release profile, the one a bench target runs in
+/// (cargo builds only this package's binaries for a bench), and returns its path under
+/// `profile_dir`.
+pub fn build_echo_example(profile_dir: &Path) -> Result<PathBuf, String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "--release", "-p", "ring-rt", "--example", "echo"])
+        .status()
+        .map_err(|e| format!("cargo build --example echo: {e}"))?;
+    if !status.success() {
+        return Err(format!("cargo build --example echo: {status}"));
+    }
+    Ok(profile_dir.join("examples").join("echo"))
+}
