@@ -478,7 +478,11 @@ fn hyper_sleep_polled_outside_runtime_fires(_kind: BackendKind) -> Outcome {
     let thread = std::thread::current();
     let waker = Waker::from(Arc::new(Unpark(thread)));
     while woken_at.len() < sleeps.len() {
-        for (i, sleep) in sleeps.iter_mut().enumerate() {
+        // The soon sleep is polled first: a thread descheduled past both deadlines finds
+        // both ready in one pass, and polling the later one first recorded it as firing
+        // first (the test failed once so on a loaded machine). A later sleep ready while
+        // the soon one is not still fails the check below.
+        for (i, sleep) in sleeps.iter_mut().enumerate().rev() {
             let is_new = !woken_at.iter().any(|&(j, _)| j == i);
             if is_new
                 && sleep
