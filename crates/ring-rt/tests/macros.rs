@@ -116,6 +116,39 @@ async fn should_panic_reaches_each_test() {
 }
 
 #[ring_rt::test]
+#[should_panic]
+async fn should_panic_without_a_message() {
+    panic!("any panic");
+}
+
+/// Review: a `#[should_panic]` test took the panic that reports a backend it cannot run
+/// on as the one it expected, and passed with io_uring blocked. It fails instead.
+#[test]
+fn a_should_panic_test_fails_where_its_backend_cannot_run() {
+    for name in [
+        "should_panic_without_a_message::uring",
+        "should_panic_reaches_each_test::uring",
+    ] {
+        let out = rerun(&["--exact", name, "--test-threads", "1"], true);
+        let report = text(&out);
+        assert!(
+            !out.status.success(),
+            "{name} passed with io_uring blocked:\n{report}"
+        );
+        assert!(
+            report.contains(&format!("test {name} - should panic ... FAILED")),
+            "{report}"
+        );
+        assert!(
+            report.contains("the uring backend cannot run on this machine"),
+            "{report}"
+        );
+    }
+    let out = rerun(&["--exact", "should_panic_without_a_message::epoll"], true);
+    assert!(out.status.success(), "epoll failed:\n{}", text(&out));
+}
+
+#[ring_rt::test]
 #[ignore = "checked by ignore_reaches_each_test"]
 async fn ignored_on_both() {
     // Run with --include-ignored, it passes: a test's runtime has one worker by default.

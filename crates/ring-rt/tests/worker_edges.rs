@@ -1,7 +1,7 @@
 //! Several workers at their edges: a wake sent as `block_on` ends, a waker that panics,
 //! a spawn made just before `block_on` returns, handles that outlive the runtime, a worker
 //! stuck in a task at shutdown, the blocking pool under back-to-back pushes. Each test is
-//! one finding of review F (RELIABILITY.md). Both backends.
+//! one finding of review F or H (RELIABILITY.md). Both backends.
 
 #[macro_use]
 mod support;
@@ -13,6 +13,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use libtest_mimic::Completion;
+use ring_rt::buf::IoBuf;
 use ring_rt::{BackendKind, Builder, Runtime};
 use support::Outcome;
 
@@ -53,6 +54,18 @@ fn main() {
         (
             "an_aborted_remote_spawn_never_builds_its_future",
             an_aborted_remote_spawn_never_builds_its_future,
+        ),
+        (
+            "a_task_destructor_blocking_past_the_deadline_leaks_no_op",
+            a_task_destructor_blocking_past_the_deadline_leaks_no_op,
+        ),
+        (
+            "worker_0_cancels_its_ops_when_the_deadline_has_passed",
+            worker_0_cancels_its_ops_when_the_deadline_has_passed,
+        ),
+        (
+            "spawns_after_shutdown_are_cancelled_with_a_worker_left_in_a_task",
+            spawns_after_shutdown_are_cancelled_with_a_worker_left_in_a_task,
         ),
     ])
 }
@@ -360,5 +373,161 @@ fn an_aborted_remote_spawn_never_builds_its_future(kind: BackendKind) -> Outcome
             "round {round}: the aborted spawn's factory ran"
         );
     }
+    Ok(Completion::Completed)
+}
+
+/// A write buffer that says when it is dropped: an op table leaked at shutdown never drops
+/// it (the kernel may still own it, so leaking is the safe failure, but a drain that
+/// submits its cancels never has to).
+struct Tracked {
+    data: Vec<u8>,
+    dropped: Arc<AtomicBool>,
+}
+
+// SAFETY: forwards to the Vec, whose heap buffer does not move with the struct.
+unsafe impl IoBuf for Tracked {
+    fn stable_ptr(&self) -> *const u8 {
+        self.data.stable_ptr()
+    }
+    fn bytes_init(&self) -> usize {
+        self.data.bytes_init()
+    }
+    fn bytes_total(&self) -> usize {
+        self.data.bytes_total()
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.dropped.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Sleeps in its destructor: a task holding it blocks its worker while being dropped.
+struct SlowDrop(Duration);
+
+impl Drop for SlowDrop {
+    fn drop(&mut self) {
+        std::thread::sleep(self.0);
+    }
+}
+
+/// A write that never completes: the socket's buffer is full and the peer never reads.
+/// `started` runs once the write is in flight.
+async fn pending_write(dropped: Arc<AtomicBool>, started: impl FnOnce()) {
+    let (a, b) = std::os::unix::net::UnixStream::pair().expect("socketpair");
+    a.set_nonblocking(true).expect("nonblocking");
+    while std::io::Write::write(&mut &a, &[0u8; 4096]).is_ok() {}
+    let a = ring_rt::net::UnixStream::from_std(a).expect("adopt");
+    let write = std::future::IntoFuture::into_future(a.write(Tracked {
+        data: vec![7; 65536],
+        dropped,
+    }));
+    let mut write = std::pin::pin!(write);
+    std::future::poll_fn(|cx| {
+        let _ = write.as_mut().poll(cx);
+        Poll::Ready(())
+    })
+    .await;
+    started();
+    let _ = write.await;
+    drop(b);
+}
+
+fn wait_flag(flag: &AtomicBool, limit: Duration) -> bool {
+    let start = Instant::now();
+    while !flag.load(Ordering::SeqCst) && start.elapsed() < limit {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    flag.load(Ordering::SeqCst)
+}
+
+/// Review H: a worker that heard the stop in time took the runtime's deadline for its
+/// drain, then a task's destructor blocked past it: the drain started late, submitted no
+/// cancel and leaked the op table with the pending write's buffer. The deadline is now
+/// decided after the tasks are dropped.
+fn a_task_destructor_blocking_past_the_deadline_leaks_no_op(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Builder::default().threads(2));
+    let dropped = Arc::new(AtomicBool::new(false));
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let flag = dropped.clone();
+    let _task = rt.handle().spawn_local_on(1, move || async move {
+        // Declared first, so dropped last: after the write's future, while the task goes.
+        let _blocker = SlowDrop(Duration::from_millis(800));
+        pending_write(flag, move || {
+            let _ = ready_tx.send(());
+        })
+        .await;
+    })?;
+    check!(
+        ready_rx.recv_timeout(Duration::from_secs(5)).is_ok(),
+        "the write never started"
+    );
+    let start = Instant::now();
+    rt.shutdown_timeout(Duration::from_millis(100));
+    let took = start.elapsed();
+    check!(
+        took < Duration::from_millis(1000),
+        "shutdown_timeout(100 ms) took {took:?}"
+    );
+    check!(
+        wait_flag(&dropped, Duration::from_secs(5)),
+        "the pending write's buffer was never dropped: its op was leaked"
+    );
+    Ok(Completion::Completed)
+}
+
+/// Review H: worker 0 drained after the wait for the worker threads had used the
+/// deadline up, and a drain with its deadline past never entered the kernel: not even the
+/// cancels were submitted, and worker 0's op table leaked. A drain now always takes one
+/// turn that does not wait.
+fn worker_0_cancels_its_ops_when_the_deadline_has_passed(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Builder::default().threads(2));
+    let dropped = Arc::new(AtomicBool::new(false));
+    let flag = dropped.clone();
+    rt.block_on(async move {
+        let (tx, rx) = futures_channel::oneshot::channel();
+        ring_rt::spawn(pending_write(flag, move || {
+            let _ = tx.send(());
+        }));
+        let _ = rx.await;
+    });
+    rt.shutdown_timeout(Duration::ZERO);
+    check!(
+        wait_flag(&dropped, Duration::from_secs(3)),
+        "worker 0's pending write buffer was never dropped: its op was leaked"
+    );
+    Ok(Completion::Completed)
+}
+
+/// Review H: with a worker left inside a task at the deadline, a spawn after
+/// `shutdown_timeout` returned ran on that worker; the docs say spawns after the runtime
+/// is gone say `Cancelled`.
+fn spawns_after_shutdown_are_cancelled_with_a_worker_left_in_a_task(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Builder::default().threads(2));
+    let handle = rt.handle();
+    let (done_tx, done_rx) = mpsc::channel();
+    let _stuck = rt.handle().spawn_on(1, async move {
+        std::thread::sleep(Duration::from_millis(700));
+        let _ = done_tx.send(());
+    })?;
+    std::thread::sleep(Duration::from_millis(50));
+    rt.shutdown_timeout(Duration::from_millis(100));
+    let out = support::poll_on_thread(handle.spawn(async { 42u32 }), Duration::from_secs(5));
+    let on_1 = handle
+        .spawn_on(1, async { 7u32 })
+        .map(|h| support::poll_on_thread(h, Duration::from_secs(5)));
+    check!(
+        done_rx.recv_timeout(Duration::from_secs(10)).is_ok(),
+        "the stuck task never finished"
+    );
+    check!(
+        matches!(out, Some(Err(ring_rt::JoinError::Cancelled))),
+        "a spawn after shutdown gave {out:?}"
+    );
+    check!(
+        matches!(on_1, Ok(Some(Err(ring_rt::JoinError::Cancelled)))),
+        "a spawn_on(1) after shutdown gave {on_1:?}"
+    );
     Ok(Completion::Completed)
 }

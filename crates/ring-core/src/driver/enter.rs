@@ -273,6 +273,10 @@ impl Driver {
         for id in self.ops.ids() {
             self.cancel(id);
         }
+        // One turn that does not wait, whatever the deadline: it submits the cancels and
+        // collects what completes at once (a deadline already past would otherwise leave
+        // every op, and its memory, to be leaked).
+        let _ = self.turn(Wait::No);
         drain_until(deadline, || {
             self.ops.awaiting_kernel() > 0
                 && self.turn(Wait::For(Duration::from_millis(50))).is_ok()

@@ -56,6 +56,9 @@ pub(crate) struct Shared {
     pub(crate) spawns_pending: AtomicUsize,
     /// The worker's loop runs (worker 0: inside `block_on`): a spawn sent here runs soon.
     pub(crate) is_running: AtomicBool,
+    /// The runtime is shutting this worker down: spawns sent here say `Cancelled`, even
+    /// while the worker still runs (left inside a task at the shutdown deadline).
+    is_stopping: AtomicBool,
     /// Worker-local values, published once per loop turn for readers on other threads.
     pub(crate) gauges: Gauges,
 }
@@ -95,8 +98,20 @@ impl Shared {
             tasks_alive: AtomicUsize::new(0),
             spawns_pending: AtomicUsize::new(0),
             is_running: AtomicBool::new(false),
+            is_stopping: AtomicBool::new(false),
             gauges: Gauges::default(),
         }
+    }
+
+    /// Takes no more spawns: the runtime is shutting this worker down.
+    pub(crate) fn stop_taking_spawns(&self) {
+        self.is_stopping.store(true, Ordering::Release);
+        self.is_running.store(false, Ordering::Relaxed);
+    }
+
+    /// Whether the runtime is shutting this worker down.
+    pub(crate) fn is_stopping(&self) -> bool {
+        self.is_stopping.load(Ordering::Acquire)
     }
 
     /// The load a spawn sent here would join: tasks alive plus spawns on their way.

@@ -303,7 +303,7 @@ impl Runtime {
         if let Some(workers) = self.workers.take() {
             workers.shutdown(deadline);
         }
-        self.core.shutdown(deadline);
+        self.core.shutdown(|| deadline);
         // After the workers: a task being dropped may still hand work to the pool.
         self.set.close_blocking(deadline);
     }

@@ -437,11 +437,15 @@ impl Core {
     /// waits until `deadline` for the kernel to finish with every op. Afterwards no op
     /// starts (an error says the runtime is gone) and fds close at once; an op left in
     /// flight by a future outside any task has its cancelled completion to collect.
-    pub(crate) fn shutdown(self: &Rc<Core>, deadline: Instant) {
+    ///
+    /// `deadline` is asked for once the tasks are dropped: their destructors are user code
+    /// and may block, and a drain given a deadline that passed meanwhile waits for nothing.
+    pub(crate) fn shutdown(self: &Rc<Core>, deadline: impl FnOnce() -> Instant) {
         let _current = CurrentGuard::set(self.clone());
         // Handles that outlive the runtime keep the eventfd, not this ring.
         self.executor.shared.unparker.clear_ring();
         self.executor.shutdown();
+        let deadline = deadline();
         let _ = self.with_backend(|b| b.drain(deadline));
         self.is_shut_down.set(true);
         self.run_deferred();

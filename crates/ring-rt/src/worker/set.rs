@@ -110,6 +110,10 @@ impl WorkerSet {
         })?;
         let state = JoinInner::new();
         let handle = JoinHandle::new(state.clone());
+        if shared.is_stopping() {
+            state.finish(Err(JoinError::Cancelled));
+            return Ok(handle);
+        }
         if shared.is_here() {
             // Already on that worker: no trip through its inject queue.
             if let Some(core) = Core::current() {
@@ -177,8 +181,9 @@ impl<F: FnOnce() -> Fut, Fut: Future + 'static> SpawnJob<F, Fut> {
             return;
         };
         self.shared.spawns_pending.fetch_sub(1, Ordering::Relaxed);
-        if self.state.is_abort_requested() {
-            // Aborted on its way: the future is never built (as a blocking job is never
+        if self.state.is_abort_requested() || self.shared.is_stopping() {
+            // Aborted on its way, or sent as the runtime shut the worker down (after the
+            // check in spawn_with): the future is never built (as a blocking job is never
             // started).
             self.state.finish(Err(JoinError::Cancelled));
             return;

@@ -121,6 +121,9 @@ impl Workers {
     pub(crate) fn shutdown(&self, deadline: Instant) {
         let mut workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());
         for worker in workers.iter() {
+            // Before the stop goes out: a spawn after this says Cancelled, even on a worker
+            // that is still inside a task when shutdown returns.
+            worker.shared.stop_taking_spawns();
             let shared = worker.shared.clone();
             worker.shared.push_job(Box::new(move || {
                 STOP.with(|s| s.set(Some(deadline)));
@@ -142,8 +145,9 @@ impl Workers {
 }
 
 /// The deadline of a stopping worker's drain: the runtime's, while its shutdown still
-/// waits; a worker that gets here after it (left inside a task at the deadline, no longer
-/// waited for) drains on its own time, as a runtime with no deadline does. Draining with
+/// waits; a worker that gets here after it (left inside a task at the deadline, or in a
+/// task's destructor, no longer waited for) drains on its own time, as a runtime with no
+/// deadline does. Draining with
 /// a deadline already past would submit no cancel and leave the ops' memory to leak,
 /// since it may not be freed while the kernel owns it.
 fn drain_deadline(stop: Option<Instant>, now: Instant) -> Instant {
@@ -181,7 +185,8 @@ fn start_one(index: usize, config: Arc<WorkerConfig>) -> io::Result<Worker> {
                 let what = panic_message(&payload);
                 tracing::error!(target: "ring_rt", worker = index, panic = %what, "a panic escaped the worker's loop; it keeps running");
             }
-            core.shutdown(drain_deadline(STOP.with(Cell::get), Instant::now()));
+            // Decided after the tasks are dropped: a destructor may block past the deadline.
+            core.shutdown(|| drain_deadline(STOP.with(Cell::get), Instant::now()));
         })?;
     match ready_rx.recv() {
         Ok(Ok(shared)) => Ok(Worker {
