@@ -1,7 +1,7 @@
 //! Several workers at their edges: a wake sent as `block_on` ends, a waker that panics,
 //! a spawn made just before `block_on` returns, handles that outlive the runtime, a worker
 //! stuck in a task at shutdown, the blocking pool under back-to-back pushes. Each test is
-//! one finding of review F or H (RELIABILITY.md). Both backends.
+//! one finding of review F, H or J (RELIABILITY.md). Both backends.
 
 #[macro_use]
 mod support;
@@ -66,6 +66,14 @@ fn main() {
         (
             "spawns_after_shutdown_are_cancelled_with_a_worker_left_in_a_task",
             spawns_after_shutdown_are_cancelled_with_a_worker_left_in_a_task,
+        ),
+        (
+            "a_task_spawning_and_awaiting_in_a_loop_lets_its_worker_stop",
+            a_task_spawning_and_awaiting_in_a_loop_lets_its_worker_stop,
+        ),
+        (
+            "a_waker_panicking_in_the_shutdown_drain_is_not_raised",
+            a_waker_panicking_in_the_shutdown_drain_is_not_raised,
         ),
     ])
 }
@@ -529,5 +537,84 @@ fn spawns_after_shutdown_are_cancelled_with_a_worker_left_in_a_task(kind: Backen
         matches!(on_1, Ok(Some(Err(ring_rt::JoinError::Cancelled)))),
         "a spawn_on(1) after shutdown gave {on_1:?}"
     );
+    Ok(Completion::Completed)
+}
+
+/// Review J: with every worker marked stopping at the start of shutdown, a spawn onto a
+/// stopping worker said `Cancelled` at once, so a task spawning and awaiting in a loop
+/// never yielded: its worker never heard the stop and spun for ever. Such a spawn now
+/// waits in the worker's queue like any other, and is cancelled there.
+fn a_task_spawning_and_awaiting_in_a_loop_lets_its_worker_stop(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Builder::default().threads(3));
+    let turns = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    for (on, to) in [(1, 1), (2, 1)] {
+        let turns = turns.clone();
+        rt.handle().spawn_on(on, async move {
+            let handle = ring_rt::Handle::current();
+            loop {
+                if let Ok(spawned) = handle.spawn_on(to, async {}) {
+                    let _ = spawned.await;
+                }
+                turns.fetch_add(1, Ordering::Relaxed);
+            }
+        })?;
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    let start = Instant::now();
+    rt.shutdown_timeout(Duration::from_millis(100));
+    let took = start.elapsed();
+    let before = turns.load(Ordering::Relaxed);
+    std::thread::sleep(Duration::from_millis(300));
+    let after = turns.load(Ordering::Relaxed);
+    check!(
+        before == after,
+        "the loops still ran after shutdown: {before} -> {after} turns (shutdown took {took:?})"
+    );
+    Ok(Completion::Completed)
+}
+
+/// Panics when woken.
+struct PanickingWake;
+
+impl Wake for PanickingWake {
+    fn wake(self: Arc<Self>) {
+        panic!("a waker panicked in the shutdown drain");
+    }
+}
+
+/// Review J: a read left pending with a panicking waker, its future kept aside: the drain
+/// of `shutdown_timeout(0)` delivered its cancelled completion, the wake panicked out of
+/// the shutdown, and the blocking pool was never closed (a later `spawn_blocking` ran).
+/// The panic is reported, and the shutdown goes on.
+fn a_waker_panicking_in_the_shutdown_drain_is_not_raised(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Builder::default().threads(1));
+    let (a, b) = rt.block_on(async { ring_rt::net::UnixStream::pair() })?;
+    let mut read = Box::pin(std::future::IntoFuture::into_future(
+        a.read(Vec::with_capacity(64)),
+    ));
+    // Polled once with the panicking waker, then kept, not dropped, past the shutdown: the
+    // op stays with the driver, its waker with it, and the drain completes it.
+    let pending = rt.block_on(async {
+        let waker = Waker::from(Arc::new(PanickingWake));
+        read.as_mut()
+            .poll(&mut Context::from_waker(&waker))
+            .is_pending()
+    });
+    check!(pending, "the read did not wait");
+    let handle = rt.handle();
+    let shutdown = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        rt.shutdown_timeout(Duration::ZERO)
+    }));
+    check!(
+        shutdown.is_ok(),
+        "the waker's panic came out of shutdown_timeout"
+    );
+    let late = support::poll_on_thread(handle.spawn_blocking(|| 1), Duration::from_secs(5));
+    check!(
+        matches!(late, Some(Err(ring_rt::JoinError::Cancelled))),
+        "spawn_blocking after shutdown gave {late:?}"
+    );
+    drop(read);
+    drop((a, b));
     Ok(Completion::Completed)
 }

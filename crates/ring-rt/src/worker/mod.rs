@@ -448,7 +448,16 @@ impl Core {
         let deadline = deadline();
         let _ = self.with_backend(|b| b.drain(deadline));
         self.is_shut_down.set(true);
-        self.run_deferred();
+        // The drain's wakes and releases run user code (wakers, buffer destructors). A
+        // panic there is reported, not raised: shutdown runs in `Runtime`'s drop, maybe
+        // while unwinding already, and the rest of it (the blocking pool's close, the
+        // other wakes: a panicking batch requeues its rest) must still happen.
+        while let Err(payload) =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run_deferred()))
+        {
+            let what = threads::panic_message(&*payload);
+            tracing::error!(target: "ring_rt", panic = %what, "a waker or destructor panicked while the worker shut down");
+        }
     }
 }
 

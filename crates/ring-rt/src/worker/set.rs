@@ -110,10 +110,9 @@ impl WorkerSet {
         })?;
         let state = JoinInner::new();
         let handle = JoinHandle::new(state.clone());
-        if shared.is_stopping() {
-            state.finish(Err(JoinError::Cancelled));
-            return Ok(handle);
-        }
+        // A stopping worker still gets the job, which says Cancelled when it runs there
+        // (or is dropped): a handle cancelled at once would make a task that spawns and
+        // awaits in a loop spin without ever yielding, and its worker never stop.
         if shared.is_here() {
             // Already on that worker: no trip through its inject queue.
             if let Some(core) = Core::current() {
@@ -182,9 +181,8 @@ impl<F: FnOnce() -> Fut, Fut: Future + 'static> SpawnJob<F, Fut> {
         };
         self.shared.spawns_pending.fetch_sub(1, Ordering::Relaxed);
         if self.state.is_abort_requested() || self.shared.is_stopping() {
-            // Aborted on its way, or sent as the runtime shut the worker down (after the
-            // check in spawn_with): the future is never built (as a blocking job is never
-            // started).
+            // Aborted on its way, or the runtime is shutting the worker down: the future
+            // is never built (as a blocking job is never started).
             self.state.finish(Err(JoinError::Cancelled));
             return;
         }

@@ -216,7 +216,7 @@ fn stopped() -> impl Future<Output = ()> {
 }
 
 /// A panic payload's message, if it has one.
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+pub(super) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     match (
         payload.downcast_ref::<&str>(),
         payload.downcast_ref::<String>(),
