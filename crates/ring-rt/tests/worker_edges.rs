@@ -187,6 +187,7 @@ fn back_to_back_blocking_closures_each_get_a_thread(kind: BackendKind) -> Outcom
     Ok(Completion::Completed)
 }
 
+/// Panics when woken.
 struct PanickingWaker;
 
 impl Wake for PanickingWaker {
@@ -573,15 +574,6 @@ fn a_task_spawning_and_awaiting_in_a_loop_lets_its_worker_stop(kind: BackendKind
     Ok(Completion::Completed)
 }
 
-/// Panics when woken.
-struct PanickingWake;
-
-impl Wake for PanickingWake {
-    fn wake(self: Arc<Self>) {
-        panic!("a waker panicked in the shutdown drain");
-    }
-}
-
 /// Review J: a read left pending with a panicking waker, its future kept aside: the drain
 /// of `shutdown_timeout(0)` delivered its cancelled completion, the wake panicked out of
 /// the shutdown, and the blocking pool was never closed (a later `spawn_blocking` ran).
@@ -595,7 +587,7 @@ fn a_waker_panicking_in_the_shutdown_drain_is_not_raised(kind: BackendKind) -> O
     // Polled once with the panicking waker, then kept, not dropped, past the shutdown: the
     // op stays with the driver, its waker with it, and the drain completes it.
     let pending = rt.block_on(async {
-        let waker = Waker::from(Arc::new(PanickingWake));
+        let waker = Waker::from(Arc::new(PanickingWaker));
         read.as_mut()
             .poll(&mut Context::from_waker(&waker))
             .is_pending()
