@@ -20,6 +20,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use ring_bench::server::{Server, ServerSpec};
+use ring_bench::stats::median_range;
 
 /// Per-worker CPU seconds of the server's threads, by thread name.
 fn thread_cpu(pid: u32) -> io::Result<HashMap<String, f64>> {
@@ -194,24 +195,18 @@ fn main() -> ExitCode {
     }
     for mode in ["hash", "load"] {
         let rs = results.get(mode).cloned().unwrap_or_default();
-        let mut cs: Vec<f64> = rs
-            .iter()
-            .map(|(c, _)| share([c[0] as f64, c[1] as f64]))
-            .collect();
-        let mut us: Vec<f64> = rs.iter().map(|(_, u)| share(*u)).collect();
-        cs.sort_by(f64::total_cmp);
-        us.sort_by(f64::total_cmp);
-        if cs.is_empty() {
+        if rs.is_empty() {
             continue;
         }
+        let cs = median_range(
+            rs.iter()
+                .map(|(c, _)| share([c[0] as f64, c[1] as f64]) * 100.0)
+                .collect(),
+        );
+        let us = median_range(rs.iter().map(|(_, u)| share(*u) * 100.0).collect());
         println!(
             "{mode}: busier worker's share, median (min..max): connections {:.1}% ({:.1}..{:.1}), CPU {:.1}% ({:.1}..{:.1})",
-            cs[cs.len() / 2] * 100.0,
-            cs[0] * 100.0,
-            cs[cs.len() - 1] * 100.0,
-            us[us.len() / 2] * 100.0,
-            us[0] * 100.0,
-            us[us.len() - 1] * 100.0
+            cs.0, cs.1, cs.2, us.0, us.1, us.2
         );
     }
     ExitCode::SUCCESS

@@ -21,7 +21,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use ring_bench::stats::self_cpu;
+use ring_bench::stats::{median_range, self_cpu};
 use ring_rt::{BackendKind, Builder, FeatureMask};
 
 #[derive(Clone, Copy, PartialEq)]
@@ -65,6 +65,17 @@ struct Sample {
     ops: u64,
 }
 
+impl Sample {
+    /// `ops` done since `start`, with the process's CPU time then.
+    fn since(start: Instant, cpu: Duration, ops: u32) -> Sample {
+        Sample {
+            wall: start.elapsed(),
+            cpu: self_cpu() - cpu,
+            ops: u64::from(ops),
+        }
+    }
+}
+
 fn ping_pong_ring(builder: &Builder, pings: u32) -> std::io::Result<Sample> {
     let rt = builder.build()?;
     let (to_one, mut at_one) = tokio::sync::mpsc::channel::<u32>(1);
@@ -83,11 +94,7 @@ fn ping_pong_ring(builder: &Builder, pings: u32) -> std::io::Result<Sample> {
             at_zero.recv().await.expect("the echo task answers");
         }
     });
-    let sample = Sample {
-        wall: start.elapsed(),
-        cpu: self_cpu() - cpu,
-        ops: u64::from(pings),
-    };
+    let sample = Sample::since(start, cpu, pings);
     drop(to_one);
     rt.block_on(echo).expect("the echo task ends");
     Ok(sample)
@@ -109,11 +116,7 @@ fn stream_ring(builder: &Builder, msgs: u32) -> std::io::Result<Sample> {
         }
         assert_eq!(got, msgs);
     });
-    let sample = Sample {
-        wall: start.elapsed(),
-        cpu: self_cpu() - cpu,
-        ops: u64::from(msgs),
-    };
+    let sample = Sample::since(start, cpu, msgs);
     rt.block_on(producer).expect("the producer ends");
     Ok(sample)
 }
@@ -144,11 +147,7 @@ fn ping_pong_tokio(pings: u32) -> Sample {
         }
     });
     rt.block_on(pinger).expect("the pinger ends");
-    let sample = Sample {
-        wall: start.elapsed(),
-        cpu: self_cpu() - cpu,
-        ops: u64::from(pings),
-    };
+    let sample = Sample::since(start, cpu, pings);
     rt.block_on(echo).expect("the echo task ends");
     sample
 }
@@ -170,18 +169,9 @@ fn stream_tokio(msgs: u32) -> Sample {
         got
     });
     assert_eq!(rt.block_on(consumer).expect("the consumer ends"), msgs);
-    let sample = Sample {
-        wall: start.elapsed(),
-        cpu: self_cpu() - cpu,
-        ops: u64::from(msgs),
-    };
+    let sample = Sample::since(start, cpu, msgs);
     rt.block_on(producer).expect("the producer ends");
     sample
-}
-
-fn median_range(mut v: Vec<f64>) -> (f64, f64, f64) {
-    v.sort_by(f64::total_cmp);
-    (v[v.len() / 2], v[0], v[v.len() - 1])
 }
 
 struct Args {

@@ -2,6 +2,13 @@
 
 use std::time::Duration;
 
+/// The median of `v` with its minimum and maximum, `(median, min, max)`: what the benches
+/// report per figure over their rounds. `v` must not be empty.
+pub fn median_range(mut v: Vec<f64>) -> (f64, f64, f64) {
+    v.sort_by(f64::total_cmp);
+    (v[v.len() / 2], v[0], v[v.len() - 1])
+}
+
 /// Percentile `p` (0..=100) of sorted samples, in microseconds.
 pub fn percentile_us(sorted: &[u32], p: f64) -> u32 {
     if sorted.is_empty() {

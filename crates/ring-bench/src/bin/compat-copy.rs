@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use ring_bench::stats::self_cpu;
+use ring_bench::stats::{median_range, self_cpu};
 use ring_demo::flags::Flags;
 use ring_rt::compat::Compat;
 use ring_rt::BackendKind;
@@ -102,11 +102,6 @@ fn run(variant: Variant, src: &Path, dst: &Path) -> std::io::Result<(Duration, D
         Variant::NativeUring => copy_native(src, dst)?,
     };
     Ok((start.elapsed(), self_cpu() - cpu, n))
-}
-
-fn median_range(mut v: Vec<f64>) -> (f64, f64, f64) {
-    v.sort_by(f64::total_cmp);
-    (v[v.len() / 2], v[0], v[v.len() - 1])
 }
 
 fn main() -> ExitCode {
