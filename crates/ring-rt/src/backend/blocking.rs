@@ -212,18 +212,13 @@ impl BlockingPool {
         q.closed = true;
         let unrun = std::mem::take(&mut q.jobs);
         self.inner.available.notify_all();
-        while q.threads > 0 {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            q = self
-                .inner
-                .available
-                .wait_timeout(q, left)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        q = self
+            .inner
+            .available
+            .wait_timeout_while(q, left, |q| q.threads > 0)
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
         let all_exited = q.threads == 0;
         // Decided under the results' lock: a thread reports either before this (its
         // result is taken by the drain) or after (it releases the result itself).

@@ -118,19 +118,27 @@ impl JoinError {
             JoinError::AlreadyTaken => {
                 "JoinHandle polled after it returned the task's output".into()
             }
-            JoinError::Panic(p) => self.message_of(p),
+            JoinError::Panic(p) => task_panic_message(&**p),
         }
     }
+}
 
-    fn message_of(&self, payload: &Box<dyn Any + Send>) -> String {
-        match (
-            payload.downcast_ref::<&str>(),
-            payload.downcast_ref::<String>(),
-        ) {
-            (Some(s), _) => format!("task panicked: {s}"),
-            (_, Some(s)) => format!("task panicked: {s}"),
-            _ => "task panicked".into(),
-        }
+/// What a panic payload says, when it is a string (as `panic!` makes it).
+pub(crate) fn panic_text(payload: &(dyn Any + Send)) -> Option<&str> {
+    match (
+        payload.downcast_ref::<&str>(),
+        payload.downcast_ref::<String>(),
+    ) {
+        (Some(s), _) => Some(s),
+        (_, Some(s)) => Some(s),
+        _ => None,
+    }
+}
+
+fn task_panic_message(payload: &(dyn Any + Send)) -> String {
+    match panic_text(payload) {
+        Some(s) => format!("task panicked: {s}"),
+        None => "task panicked".into(),
     }
 }
 
@@ -397,7 +405,7 @@ fn drop_future<F>(future: Pin<&mut Option<F>>) -> Result<(), Box<dyn Any + Send>
 
 /// Logs a panic that nobody else will see.
 pub(crate) fn report_drop_panic(payload: &Box<dyn Any + Send>) {
-    let message = JoinError::Panic(Box::new(())).message_of(payload);
+    let message = task_panic_message(&**payload);
     tracing::error!(target: "ring_rt", panic = %message, "a task's destructor panicked after it finished");
 }
 

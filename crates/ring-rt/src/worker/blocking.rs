@@ -103,17 +103,13 @@ impl BlockingTasks {
         for task in queued {
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(task)));
         }
-        let mut state = self.inner.lock();
-        while state.threads > 0 {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            state = match self.inner.gone.wait_timeout(state, left) {
-                Ok((state, _)) => state,
-                Err(poisoned) => poisoned.into_inner().0,
-            };
-        }
+        let state = self.inner.lock();
+        let left = deadline.saturating_duration_since(Instant::now());
+        let _ = self
+            .inner
+            .gone
+            .wait_timeout_while(state, left, |state| state.threads > 0)
+            .unwrap_or_else(|e| e.into_inner());
     }
 }
 

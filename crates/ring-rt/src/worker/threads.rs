@@ -42,18 +42,13 @@ impl Exited {
 
     /// Whether the thread ended by `deadline`.
     fn wait_until(&self, deadline: Instant) -> bool {
-        let mut done = self.done.lock().unwrap_or_else(|e| e.into_inner());
-        while !*done {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return false;
-            }
-            done = match self.changed.wait_timeout(done, left) {
-                Ok((done, _)) => done,
-                Err(poisoned) => poisoned.into_inner().0,
-            };
-        }
-        true
+        let done = self.done.lock().unwrap_or_else(|e| e.into_inner());
+        let left = deadline.saturating_duration_since(Instant::now());
+        let (done, _) = self
+            .changed
+            .wait_timeout_while(done, left, |done| !*done)
+            .unwrap_or_else(|e| e.into_inner());
+        *done
     }
 }
 
@@ -147,9 +142,8 @@ impl Workers {
 /// The deadline of a stopping worker's drain: the runtime's, while its shutdown still
 /// waits; a worker that gets here after it (left inside a task at the deadline, or in a
 /// task's destructor, no longer waited for) drains on its own time, as a runtime with no
-/// deadline does. Draining with
-/// a deadline already past would submit no cancel and leave the ops' memory to leak,
-/// since it may not be freed while the kernel owns it.
+/// deadline does. Draining with a deadline already past would wait for no cancel and
+/// leave the ops' memory to leak, since it may not be freed while the kernel owns it.
 fn drain_deadline(stop: Option<Instant>, now: Instant) -> Instant {
     match stop {
         Some(deadline) if deadline > now => deadline,
@@ -217,12 +211,7 @@ fn stopped() -> impl Future<Output = ()> {
 
 /// A panic payload's message, if it has one.
 pub(super) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    match (
-        payload.downcast_ref::<&str>(),
-        payload.downcast_ref::<String>(),
-    ) {
-        (Some(s), _) => (*s).to_string(),
-        (_, Some(s)) => s.clone(),
-        _ => "a non-string panic payload".into(),
-    }
+    crate::executor::task::panic_text(payload)
+        .unwrap_or("a non-string panic payload")
+        .to_string()
 }
