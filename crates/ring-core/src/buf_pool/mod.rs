@@ -646,11 +646,16 @@ impl ReturnWait {
                 used: false,
             }));
         }
+        let mut replaced = None;
         if let Some((_, waker)) = waiters.queue.iter_mut().find(|(t, _)| *t == ticket) {
             if !waker.will_wake(cx.waker()) {
-                *waker = cx.waker().clone();
+                replaced = Some(std::mem::replace(waker, cx.waker().clone()));
             }
         }
+        // The old waker is dropped after the borrow ends: its drop is code that is not
+        // ours, and may give a buffer back or drop another wait of this group.
+        drop(waiters);
+        drop(replaced);
         Poll::Pending
     }
 }
@@ -662,7 +667,10 @@ impl Drop for ReturnWait {
         };
         let mut waiters = self.group.0.waiters.borrow_mut();
         if let Some(i) = waiters.queue.iter().position(|(t, _)| *t == ticket) {
-            waiters.queue.remove(i);
+            // Dropped after the borrow ends, as in `poll`.
+            let removed = waiters.queue.remove(i);
+            drop(waiters);
+            drop(removed);
             return;
         }
         if let Some(i) = waiters.woken.iter().position(|&t| t == ticket) {

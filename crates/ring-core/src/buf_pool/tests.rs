@@ -386,3 +386,67 @@ proptest! {
         prop_assert_eq!(group.bad_returns(), 0);
     }
 }
+
+thread_local! {
+    static HELD_WAITS: std::cell::RefCell<Vec<ReturnWait>> = const { std::cell::RefCell::new(Vec::new()) };
+    static HELD_LEASES: std::cell::RefCell<Vec<BufLease>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A waker whose last drop releases what the thread holds of a group (as a task's last
+/// waker drops the task's future, and with it the future's leases and waits).
+struct ReleasesOnDrop;
+
+impl std::task::Wake for ReleasesOnDrop {
+    fn wake(self: std::sync::Arc<Self>) {}
+}
+
+impl Drop for ReleasesOnDrop {
+    fn drop(&mut self) {
+        HELD_WAITS.with(|w| w.borrow_mut().clear());
+        HELD_LEASES.with(|l| l.borrow_mut().clear());
+    }
+}
+
+/// Review K: a dropped wait dropped its stored waker while the group's waiters were
+/// borrowed; a waker whose drop touched the group (dropping another wait) panicked with
+/// "already borrowed".
+#[test]
+fn a_waker_dropped_with_its_wait_may_drop_another_wait() {
+    let group = BufGroup::new_user(1, 2, 64).unwrap();
+    let epoch = group.returns();
+    let mut other = group.wait_return(epoch);
+    assert!(other
+        .poll(&mut Context::from_waker(Waker::noop()))
+        .is_pending());
+    HELD_WAITS.with(|w| w.borrow_mut().push(other));
+    let mut wait = group.wait_return(epoch);
+    let waker = Waker::from(std::sync::Arc::new(ReleasesOnDrop));
+    assert!(wait.poll(&mut Context::from_waker(&waker)).is_pending());
+    drop(waker);
+    drop(wait);
+    assert!(HELD_WAITS.with(|w| w.borrow().is_empty()));
+}
+
+/// Review K: a wait polled with a new waker dropped the old one while the group's waiters
+/// were borrowed; an old waker whose drop gave a buffer back panicked.
+#[test]
+fn a_replaced_waker_may_give_a_buffer_back_as_it_drops() {
+    let group = BufGroup::new_user(1, 2, 64).unwrap();
+    let epoch = group.returns();
+    let bid = group.take().unwrap();
+    HELD_LEASES.with(|l| l.borrow_mut().push(lease(&group, bid, 1).unwrap()));
+    let mut wait = group.wait_return(epoch);
+    let waker = Waker::from(std::sync::Arc::new(ReleasesOnDrop));
+    assert!(wait.poll(&mut Context::from_waker(&waker)).is_pending());
+    drop(waker);
+    // The lease comes back as the old waker drops, which wakes this wait's ticket.
+    assert!(wait
+        .poll(&mut Context::from_waker(Waker::noop()))
+        .is_pending());
+    assert!(HELD_LEASES.with(|l| l.borrow().is_empty()));
+    let Poll::Ready(Some(turn)) = wait.poll(&mut Context::from_waker(Waker::noop())) else {
+        panic!("the return did not end the wait");
+    };
+    assert_eq!(group.take(), Some(bid));
+    turn.used();
+}
