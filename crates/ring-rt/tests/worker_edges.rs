@@ -362,9 +362,12 @@ fn an_aborted_remote_spawn_never_builds_its_future(kind: BackendKind) -> Outcome
     let rt = runtime!(kind, Builder::default().threads(2));
     let handle = rt.handle();
     for round in 0..10 {
-        // Worker 1 is busy for a moment: the spawn waits in its queue.
-        let _busy = handle.spawn_on(1, async {
-            std::thread::sleep(Duration::from_millis(5));
+        // Worker 1 is busy until the abort has been made: the spawn waits in its queue
+        // however slowly this thread runs (a sleep let a preempted test thread abort
+        // after the factory had run, on a one-vCPU VM).
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let _busy = handle.spawn_on(1, async move {
+            let _ = held.recv_timeout(Duration::from_secs(10));
         })?;
         let built = Arc::new(AtomicBool::new(false));
         let flag = built.clone();
@@ -373,6 +376,7 @@ fn an_aborted_remote_spawn_never_builds_its_future(kind: BackendKind) -> Outcome
             async {}
         })?;
         task.abort();
+        let _ = release.send(());
         let out = rt.block_on(task);
         check!(
             out.as_ref().is_err_and(|e| e.is_cancelled()),
