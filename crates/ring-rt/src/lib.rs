@@ -274,6 +274,7 @@ pub mod signal;
 mod sys;
 pub mod time;
 mod unpark;
+mod waiters;
 mod worker;
 
 pub use backend::{BackendChoice, BackendKind};

@@ -26,6 +26,7 @@ use super::blocking::{BlockingJob, BlockingPool};
 use super::{
     BackendKind, Capability, Emulation, Mechanism, Operation, RecvBuffers, RecvPool, Start, Token,
 };
+use crate::waiters::Waiters;
 
 /// epoll `data` values that are not fds.
 const TOKEN_WAKE: u64 = u64::MAX;
@@ -38,8 +39,8 @@ const EVENTS_MAX: usize = 1024;
 #[derive(Default)]
 struct Registration {
     registered: bool,
-    readers: Vec<Waker>,
-    writers: Vec<Waker>,
+    readers: Waiters,
+    writers: Waiters,
     /// Directions (`POLLIN`/`POLLOUT`) a syscall showed drained (a short stream read or
     /// write) and no event has refilled since: the next op there waits for readiness
     /// instead of trying a syscall bound to fail with EAGAIN.
@@ -187,10 +188,10 @@ impl EpollBackend {
         }
         let reg = &mut self.regs[index];
         if events & libc::POLLIN as u32 != 0 {
-            push_waker(&mut reg.readers, waker);
+            reg.readers.add(waker);
         }
         if events & libc::POLLOUT as u32 != 0 {
-            push_waker(&mut reg.writers, waker);
+            reg.writers.add(waker);
         }
         Ok(())
     }
@@ -317,14 +318,14 @@ impl EpollBackend {
         let writable = events & libc::EPOLLOUT as u32 != 0 || events & err != 0;
         if readable {
             reg.unready &= !(libc::POLLIN as u32);
-            for waker in reg.readers.drain(..) {
+            for waker in std::mem::take(&mut reg.readers) {
                 self.woken.wake(waker);
             }
         }
         let reg = &mut self.regs[index];
         if writable {
             reg.unready &= !(libc::POLLOUT as u32);
-            for waker in reg.writers.drain(..) {
+            for waker in std::mem::take(&mut reg.writers) {
                 self.woken.wake(waker);
             }
         }
@@ -576,12 +577,6 @@ impl Drop for EpollBackend {
         if self.ops.awaiting_kernel() > 0 {
             std::mem::forget(std::mem::take(&mut self.ops));
         }
-    }
-}
-
-fn push_waker(list: &mut Vec<Waker>, waker: &Waker) {
-    if !list.iter().any(|w| w.will_wake(waker)) {
-        list.push(waker.clone());
     }
 }
 

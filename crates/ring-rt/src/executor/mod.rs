@@ -198,11 +198,13 @@ impl Shared {
     }
 }
 
+/// A task in the slab: 24 bytes. Its waker is made from the header for each poll (a
+/// reference count's increment) rather than kept beside it, and its generation is the
+/// header's: every connection's task has a slot, and the slab grows by doubling.
 struct Slot {
-    generation: u32,
     header: Arc<Header>,
     /// Taken out while the task is being polled, so it can spawn or wake itself.
-    task: Option<(Pin<Box<dyn RawTask>>, Waker)>,
+    task: Option<Pin<Box<dyn RawTask>>>,
 }
 
 /// One worker's tasks.
@@ -274,9 +276,8 @@ impl Executor {
         let task = new_task(future, &header, state);
         let waker = Waker::from(header.clone());
         entry.insert(Slot {
-            generation,
-            header: header.clone(),
-            task: Some((task, waker.clone())),
+            header,
+            task: Some(task),
         });
         self.shared
             .tasks_alive
@@ -321,10 +322,11 @@ impl Executor {
         let taken = {
             let mut tasks = self.tasks.borrow_mut();
             match tasks.get_mut(key.index as usize) {
-                Some(slot) if slot.generation == key.generation => {
+                Some(slot) if slot.header.key.generation == key.generation => {
                     slot.header.scheduled.store(false, Ordering::Release);
                     let aborted = slot.header.aborted.load(Ordering::Acquire);
-                    slot.task.take().map(|t| (t, aborted))
+                    let waker = Waker::from(slot.header.clone());
+                    slot.task.take().map(|t| ((t, waker), aborted))
                 }
                 _ => None,
             }
@@ -341,7 +343,7 @@ impl Executor {
         let mut tasks = self.tasks.borrow_mut();
         let Poll::Ready(join_waker) = finished else {
             if let Some(slot) = tasks.get_mut(key.index as usize) {
-                slot.task = Some((task, waker));
+                slot.task = Some(task);
             }
             return;
         };
@@ -350,7 +352,7 @@ impl Executor {
             .tasks_alive
             .store(tasks.len(), Ordering::Relaxed);
         drop(tasks);
-        drop_task(task, waker);
+        drop_task(task);
         // Last: the awaiter's waker is code that is not ours. Its panic goes to the loop's
         // caller (like any waker's), with the task's slot already freed.
         if let Some(join_waker) = join_waker {
@@ -396,9 +398,9 @@ impl Executor {
                 break;
             }
             for mut slot in slots {
-                if let Some((mut task, waker)) = slot.task.take() {
+                if let Some(mut task) = slot.task.take() {
                     let join_waker = task.as_mut().cancel();
-                    drop_task(task, waker);
+                    drop_task(task);
                     wake_quietly(join_waker);
                 }
             }
@@ -428,13 +430,10 @@ fn wake_quietly(waker: Option<Waker>) {
     }
 }
 
-/// Frees a finished task: its box, and the output its JoinHandle no longer wants (whose
-/// destructor may panic: that stays here, logged).
-fn drop_task(task: Pin<Box<dyn RawTask>>, waker: Waker) {
-    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
-        drop(task);
-        drop(waker);
-    }));
+/// Frees a finished task: its box, and with it the output slot if the JoinHandle is gone (an
+/// output's destructor may panic: that stays here, logged).
+fn drop_task(task: Pin<Box<dyn RawTask>>) {
+    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(task)));
     if let Err(payload) = dropped {
         task::report_drop_panic(&payload);
     }

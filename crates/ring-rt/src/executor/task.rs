@@ -357,13 +357,50 @@ pin_project_lite::pin_project! {
         // place then, so its in-flight ops become orphans at once.
         #[pin]
         future: Option<F>,
-        state: Arc<JoinInner<F::Output>>,
+        // `None` once nobody can read the output: the handle was dropped (a detached
+        // task, as every connection's task is), so the slot is freed at the next poll
+        // rather than kept for the task's whole life.
+        state: Option<Arc<JoinInner<F::Output>>>,
+    }
+}
+
+impl<F: Future> Task<F> {
+    /// Lets the output slot go if this task holds the only reference to it. Nobody else
+    /// can take a new one then: references come only from clones of existing ones.
+    fn release_unread_state(state: &mut Option<Arc<JoinInner<F::Output>>>) {
+        if state.as_ref().is_some_and(|s| Arc::strong_count(s) == 1) {
+            // It may hold a waker the handle was last polled with: code that is not ours.
+            drop_quietly(state.take());
+        }
+    }
+
+    /// Stores the result for the handle, if one can still read it.
+    fn complete(
+        state: &Option<Arc<JoinInner<F::Output>>>,
+        result: Result<F::Output, JoinError>,
+    ) -> Option<Waker> {
+        match state {
+            Some(state) => state.complete(result),
+            None => {
+                drop_quietly(result);
+                None
+            }
+        }
+    }
+}
+
+/// Drops what may run code that is not ours (an output nobody reads, a slot holding a
+/// stale waker) with its panic caught and logged: it must not unwind through the executor.
+fn drop_quietly<T>(value: T) {
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(value))) {
+        report_drop_panic(&payload);
     }
 }
 
 impl<F: Future> RawTask for Task<F> {
     fn poll_task(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Waker>> {
         let mut this = self.project();
+        Self::release_unread_state(this.state);
         let Some(future) = this.future.as_mut().as_pin_mut() else {
             return Poll::Ready(None);
         };
@@ -377,7 +414,8 @@ impl<F: Future> RawTask for Task<F> {
         if let Err(payload) = drop_future(this.future) {
             report_drop_panic(&payload);
         }
-        Poll::Ready(this.state.complete(result))
+        // An output nobody reads (the handle is gone) is dropped here, after the future.
+        Poll::Ready(Self::complete(this.state, result))
     }
 
     fn cancel(self: Pin<&mut Self>) -> Option<Waker> {
@@ -391,7 +429,7 @@ impl<F: Future> RawTask for Task<F> {
             Ok(()) => Err(JoinError::Cancelled),
             Err(payload) => Err(JoinError::Panic(payload)),
         };
-        this.state.complete(result)
+        Self::complete(this.state, result)
     }
 }
 
@@ -418,6 +456,6 @@ pub(crate) fn new_task<F: Future + 'static>(
     state.attach(header);
     Box::pin(Task {
         future: Some(future),
-        state,
+        state: Some(state),
     })
 }

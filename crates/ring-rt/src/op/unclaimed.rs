@@ -29,6 +29,7 @@ use ring_core::user_data::OpId;
 use socket2::SockAddr;
 
 use crate::pool::PooledBuf;
+use crate::waiters::Waiters;
 use crate::worker::Core;
 
 /// One thing a dropped receive got.
@@ -45,7 +46,10 @@ pub(crate) enum Item {
 /// and their orphans.
 #[derive(Default)]
 pub(crate) struct Unclaimed {
-    items: RefCell<VecDeque<Item>>,
+    /// What dropped receives got and the receives waiting in line: both empty on nearly
+    /// every socket, so they live in a box made on first use and freed once both are empty
+    /// again (an idle connection carries 16 B for them instead of 80).
+    lines: RefCell<Option<Box<Lines>>>,
     /// Dropped accepts whose final completion has not arrived.
     pending: Cell<u32>,
     /// Receives waiting for the turn, or accepts waiting for dropped accepts.
@@ -57,10 +61,23 @@ pub(crate) struct Unclaimed {
     stream: RefCell<Option<StreamHold>>,
     /// Numbers the stream holds, so a stream can tell its hold was taken.
     holds: Cell<u64>,
+    tickets: Cell<u64>,
+}
+
+/// A socket's queues, boxed in [`Unclaimed`] while either has an entry.
+#[derive(Default)]
+struct Lines {
+    /// What dropped receives got, oldest first.
+    items: VecDeque<Item>,
     /// Receives waiting for the turn (or for queued data), first come first served: a
     /// receive stream that keeps re-arming cannot starve a receive that asked before.
-    queue: RefCell<VecDeque<u64>>,
-    tickets: Cell<u64>,
+    queue: VecDeque<u64>,
+}
+
+impl Lines {
+    fn is_empty(&self) -> bool {
+        self.items.is_empty() && self.queue.is_empty()
+    }
 }
 
 /// A receive's place in its socket's queue; dropping it (the receive got its turn or data,
@@ -197,7 +214,7 @@ impl Unclaimed {
 
     /// Keeps what a dropped receive got.
     pub(crate) fn push(&self, item: Item) {
-        self.items.borrow_mut().push_back(item);
+        self.add_to_lines(|lines| lines.items.push_back(item));
     }
 
     /// Gives back what an ended receive of a dropped chain got, ahead of everything
@@ -205,7 +222,38 @@ impl Unclaimed {
     /// while the chain held the turn, when nothing could be queued). A chain gives its
     /// ended receives back last to first.
     pub(crate) fn push_front(&self, item: Item) {
-        self.items.borrow_mut().push_front(item);
+        self.add_to_lines(|lines| lines.items.push_front(item));
+    }
+
+    fn add_to_lines(&self, add: impl FnOnce(&mut Lines)) {
+        add(self.lines.borrow_mut().get_or_insert_with(Box::default));
+    }
+
+    /// Runs `take` on the queues if there are any, freeing them once both are empty. What
+    /// it takes is returned, never dropped under the borrow (an item's drop may be a
+    /// pooled buffer's return, which wakes).
+    fn take_from_lines<R>(&self, take: impl FnOnce(&mut Lines) -> Option<R>) -> Option<R> {
+        let mut slot = self.lines.borrow_mut();
+        let lines = slot.as_mut()?;
+        let taken = take(lines);
+        if lines.is_empty() {
+            *slot = None;
+        }
+        taken
+    }
+
+    fn has_items(&self) -> bool {
+        self.lines
+            .borrow()
+            .as_ref()
+            .is_some_and(|lines| !lines.items.is_empty())
+    }
+
+    fn first_in_line(&self) -> Option<u64> {
+        self.lines
+            .borrow()
+            .as_ref()
+            .and_then(|lines| lines.queue.front().copied())
     }
 
     /// Ready once no dropped accept is still finishing; then the next accept may start
@@ -221,14 +269,14 @@ impl Unclaimed {
     /// True when an accept has something to do before it starts (take what is here, or
     /// wait for a dropped one to finish).
     pub(crate) fn is_busy(&self) -> bool {
-        self.pending.get() > 0 || !self.items.borrow().is_empty()
+        self.pending.get() > 0 || self.has_items()
     }
 
     /// Why the socket cannot be given up as a plain fd now: bytes, datagrams or connections
     /// a dropped receive got are queued here, or a dropped receive is still in the kernel
     /// (what it gets would come here, after the fd had a new owner).
     pub(crate) fn busy_reason(&self) -> Option<&'static str> {
-        if !self.items.borrow().is_empty() {
+        if self.has_items() {
             Some("a dropped receive's data is queued on the socket: read it first")
         } else if self.turn_held.get() || self.pending.get() > 0 {
             Some("a dropped receive is still finishing: try again after the runtime runs a turn (yield_now)")
@@ -240,7 +288,7 @@ impl Unclaimed {
     /// True when a receive could go to the kernel now: nothing is queued here, no
     /// receive holds the turn, none waits for it.
     pub(crate) fn turn_is_free(&self) -> bool {
-        !self.turn_held.get() && self.items.borrow().is_empty() && self.queue.borrow().is_empty()
+        !self.turn_held.get() && self.lines.borrow().is_none()
     }
 
     /// The turn, if [`turn_is_free`](Self::turn_is_free).
@@ -261,9 +309,15 @@ impl Unclaimed {
         ticket: &mut Option<TurnTicket>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<RecvTurn>> {
+        if ticket.is_none() && self.turn_is_free() {
+            // Nobody is in line, nothing is queued: the turn, without a place in line
+            // (whose box an idle connection would otherwise keep).
+            self.turn_held.set(true);
+            return Poll::Ready(Some(RecvTurn(Some(self.clone()))));
+        }
         let number = ticket.get_or_insert_with(|| self.join_queue()).number;
-        if self.queue.borrow().front() == Some(&number) {
-            if !self.items.borrow().is_empty() {
+        if self.first_in_line() == Some(number) {
+            if self.has_items() {
                 *ticket = None;
                 return Poll::Ready(None);
             }
@@ -281,7 +335,7 @@ impl Unclaimed {
     fn join_queue(self: &Rc<Self>) -> TurnTicket {
         let number = self.tickets.get() + 1;
         self.tickets.set(number);
-        self.queue.borrow_mut().push_back(number);
+        self.add_to_lines(|lines| lines.queue.push_back(number));
         TurnTicket {
             unclaimed: self.clone(),
             number,
@@ -289,12 +343,13 @@ impl Unclaimed {
     }
 
     fn leave_queue(&self, number: u64) {
-        let was_first = {
-            let mut queue = self.queue.borrow_mut();
-            let first = queue.front() == Some(&number);
-            queue.retain(|&n| n != number);
-            first
-        };
+        let was_first = self
+            .take_from_lines(|lines| {
+                let first = lines.queue.front() == Some(&number);
+                lines.queue.retain(|&n| n != number);
+                Some(first)
+            })
+            .unwrap_or(false);
         if was_first {
             // The next in line may go now.
             self.wake_all();
@@ -356,7 +411,7 @@ impl Unclaimed {
                 hold.awaited = awaited;
             }
         }
-        if !awaited && !self.queue.borrow().is_empty() {
+        if !awaited && self.first_in_line().is_some() {
             self.take_from_stream();
         }
     }
@@ -411,9 +466,7 @@ impl Unclaimed {
     #[cfg(any(feature = "tokio-io", feature = "futures-io"))]
     pub(crate) fn unread(&self, bytes: Vec<u8>) {
         if !bytes.is_empty() {
-            self.items
-                .borrow_mut()
-                .push_front(Item::Bytes(PooledBuf::owned(bytes)));
+            self.push_front(Item::Bytes(PooledBuf::owned(bytes)));
             self.wake_all();
         }
     }
@@ -430,10 +483,7 @@ impl Unclaimed {
     }
 
     fn wait(&self, cx: &mut Context<'_>) {
-        let mut waiters = self.waiters.borrow_mut();
-        if !waiters.has(cx.waker()) {
-            waiters.push(cx.waker().clone());
-        }
+        self.waiters.borrow_mut().add(cx.waker());
     }
 
     /// Wakes every waiter: the first to run takes the turn (or the data), the others wait
@@ -459,110 +509,67 @@ impl Unclaimed {
     /// # Safety
     /// `dst` must be valid for writes of `len` bytes.
     pub(crate) unsafe fn take_bytes(&self, dst: *mut u8, len: usize) -> usize {
-        let mut items = self.items.borrow_mut();
-        let Some(Item::Bytes(buf)) = items.front_mut() else {
-            return 0;
-        };
-        let n = buf.len().min(len);
-        // SAFETY: `buf` holds `buf.len() >= n` initialised bytes; `dst` is writable for
-        // `len >= n` bytes by the caller's contract; they cannot overlap (`dst` is the
-        // caller's own buffer, `buf` ours).
-        unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), dst, n) };
-        if n == buf.len() {
-            items.pop_front();
-        } else {
-            buf.consume(n);
-        }
+        let (n, emptied) = self
+            .take_from_lines(|lines| {
+                let Some(Item::Bytes(buf)) = lines.items.front_mut() else {
+                    return None;
+                };
+                let n = buf.len().min(len);
+                // SAFETY: `buf` holds `buf.len() >= n` initialised bytes; `dst` is writable
+                // for `len >= n` bytes by the caller's contract; they cannot overlap (`dst`
+                // is the caller's own buffer, `buf` ours).
+                unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), dst, n) };
+                if n == buf.len() {
+                    Some((n, lines.items.pop_front()))
+                } else {
+                    buf.consume(n);
+                    Some((n, None))
+                }
+            })
+            .unwrap_or((0, None));
+        // Dropped out of the borrow: a pooled buffer's return wakes.
+        drop(emptied);
         n
     }
 
     /// The first unclaimed chunk of stream bytes, at most `max` bytes of it (pooled
     /// receives promise chunks no longer than the pool's buffers).
     pub(crate) fn take_chunk(&self, max: usize) -> Option<PooledBuf> {
-        let mut items = self.items.borrow_mut();
-        let Some(Item::Bytes(buf)) = items.front_mut() else {
-            return None;
-        };
-        if buf.len() > max {
-            let piece = PooledBuf::owned(buf[..max].to_vec());
-            buf.consume(max);
-            return Some(piece);
-        }
-        match items.pop_front() {
-            Some(Item::Bytes(buf)) => Some(buf),
-            _ => unreachable!("just matched a chunk"),
-        }
+        self.take_from_lines(|lines| {
+            let Some(Item::Bytes(buf)) = lines.items.front_mut() else {
+                return None;
+            };
+            if buf.len() > max {
+                let piece = PooledBuf::owned(buf[..max].to_vec());
+                buf.consume(max);
+                return Some(piece);
+            }
+            match lines.items.pop_front() {
+                Some(Item::Bytes(buf)) => Some(buf),
+                _ => unreachable!("just matched a chunk"),
+            }
+        })
     }
 
     /// The first unclaimed datagram.
     pub(crate) fn take_datagram(&self) -> Option<(Vec<u8>, Option<SockAddr>)> {
-        let mut items = self.items.borrow_mut();
-        match items.front() {
-            Some(Item::Datagram(..)) => match items.pop_front() {
+        self.take_from_lines(|lines| match lines.items.front() {
+            Some(Item::Datagram(..)) => match lines.items.pop_front() {
                 Some(Item::Datagram(data, from)) => Some((data, from)),
                 _ => unreachable!("just matched a datagram"),
             },
             _ => None,
-        }
+        })
     }
 
     /// The first unclaimed connection, with its peer address if known.
     pub(crate) fn take_conn(&self) -> Option<(OwnedFd, Option<SockAddr>)> {
-        let mut items = self.items.borrow_mut();
-        match items.front() {
-            Some(Item::Conn(..)) => match items.pop_front() {
+        self.take_from_lines(|lines| match lines.items.front() {
+            Some(Item::Conn(..)) => match lines.items.pop_front() {
                 Some(Item::Conn(fd, peer)) => Some((fd, peer)),
                 _ => unreachable!("just matched a connection"),
             },
             _ => None,
-        }
-    }
-}
-
-/// The wakers waiting on a socket's turn or queue: nearly always none or one (a receive
-/// stream holding the turn), kept inline so an idle connection allocates nothing for it.
-#[derive(Default)]
-enum Waiters {
-    #[default]
-    None,
-    One(Waker),
-    Many(Vec<Waker>),
-}
-
-impl Waiters {
-    fn has(&self, waker: &Waker) -> bool {
-        match self {
-            Waiters::None => false,
-            Waiters::One(w) => w.will_wake(waker),
-            Waiters::Many(ws) => ws.iter().any(|w| w.will_wake(waker)),
-        }
-    }
-
-    fn push(&mut self, waker: Waker) {
-        *self = match std::mem::take(self) {
-            Waiters::None => Waiters::One(waker),
-            Waiters::One(first) => Waiters::Many(vec![first, waker]),
-            Waiters::Many(mut ws) => {
-                ws.push(waker);
-                Waiters::Many(ws)
-            }
-        };
-    }
-
-    fn is_empty(&self) -> bool {
-        matches!(self, Waiters::None)
-    }
-}
-
-impl IntoIterator for Waiters {
-    type Item = Waker;
-    type IntoIter = std::vec::IntoIter<Waker>;
-
-    fn into_iter(self) -> Self::IntoIter {
-        match self {
-            Waiters::None => Vec::new().into_iter(),
-            Waiters::One(w) => vec![w].into_iter(),
-            Waiters::Many(ws) => ws.into_iter(),
-        }
+        })
     }
 }
