@@ -31,6 +31,10 @@ fn main() {
             tcp_write_to_reset_peer_errors,
         ),
         ("tcp_addrs_and_nodelay", tcp_addrs_and_nodelay),
+        (
+            "a_recv_stream_chunk_wakes_its_task_once",
+            a_recv_stream_chunk_wakes_its_task_once,
+        ),
         ("tcp_connect_timeout", tcp_connect_timeout),
         ("incoming_accepts_many", incoming_accepts_many),
         ("recv_pooled_and_stream", recv_pooled_and_stream),
@@ -1010,4 +1014,62 @@ fn a_reset_connection_a_dropped_accept_took_is_still_accepted(kind: BackendKind)
         );
         Ok(Completion::Completed)
     }))?
+}
+
+/// Counts its wakes.
+struct CountingWaker(std::sync::atomic::AtomicUsize);
+
+impl std::task::Wake for CountingWaker {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &std::sync::Arc<Self>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// A chunk that arrives for a waiting receive stream wakes its task once. A one-shot
+/// receive (epoll; io_uring before 6.0) gave the socket's receive turn up with every chunk
+/// and woke the stream's own task again through it: a wasted poll per chunk.
+fn a_recv_stream_chunk_wakes_its_task_once(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(async {
+        let (a, b) = UnixStream::pair()?;
+        let mut rx = b.recv_stream();
+        for round in 0..3 {
+            let counter = std::sync::Arc::new(CountingWaker(Default::default()));
+            let waker = std::task::Waker::from(counter.clone());
+            let wakes = || counter.0.load(std::sync::atomic::Ordering::SeqCst);
+            let first = rx.poll_next(&mut std::task::Context::from_waker(&waker));
+            check!(first.is_pending(), "round {round}: data before it was sent");
+            a.write_all(vec![round as u8; 16]).await.0?;
+            for _ in 0..1000 {
+                if wakes() > 0 {
+                    break;
+                }
+                ring_rt::yield_now().await;
+            }
+            check!(
+                wakes() == 1,
+                "round {round}: {} wakes for the data",
+                wakes()
+            );
+            let chunk = rx.poll_next(&mut std::task::Context::from_waker(&waker));
+            check!(
+                matches!(&chunk, Poll::Ready(Some(Ok(c))) if c[..] == [round as u8; 16]),
+                "round {round}: {chunk:?}"
+            );
+            // The wakes a receive defers run at the loop's next safe points.
+            for _ in 0..10 {
+                ring_rt::yield_now().await;
+            }
+            check!(
+                wakes() == 1,
+                "round {round}: the chunk woke the stream's task {} times",
+                wakes()
+            );
+        }
+        Ok(Completion::Completed)
+    })
 }

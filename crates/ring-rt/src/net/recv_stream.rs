@@ -229,21 +229,34 @@ impl<'a> RecvStream<'a> {
                 Poll::Ready(cqe) => cqe,
             };
             unclaimed.stream_awaited(number, false);
-            if cqe.as_ref().map_or(true, |cqe| !cqe.is_more()) {
-                // The receive is over: the turn passes on (this stream takes it again
-                // next time, after anything queued).
-                self.hold = None;
-                unclaimed.end_stream(number);
+            let over = cqe.as_ref().map_or(true, |cqe| !cqe.is_more());
+            // A multishot receive that is over passes the turn on (this stream takes it
+            // again next time, after anything queued). A one-shot receive that brings a
+            // chunk keeps it for the stream's next receive, as an armed multishot one does:
+            // giving it up and taking it back woke this task again for every chunk, and
+            // another receive takes it from the idle stream all the same.
+            let single_over = over && !self.multishot_ok;
+            if over && self.multishot_ok {
+                self.end_hold(&unclaimed, number);
             }
             let cqe = match cqe {
                 Ok(cqe) => cqe,
                 Err(e) => {
                     // The receive failed without a buffer: a woken turn passes on.
                     self.starved = None;
+                    if single_over {
+                        self.end_hold(&unclaimed, number);
+                    }
                     return Poll::Ready(Err(e));
                 }
             };
-            match pool::from_cqe(&group, cqe) {
+            let got = pool::from_cqe(&group, cqe);
+            if single_over && !matches!(got, Ok(Some(_))) {
+                // End of stream, an error, or ENOBUFS (whose wait for a returned buffer
+                // runs without the turn).
+                self.end_hold(&unclaimed, number);
+            }
+            match got {
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
                     // None free again: the woken turn's bid went to another receive.
                     self.used_turn();
@@ -263,6 +276,12 @@ impl<'a> RecvStream<'a> {
                 }
             }
         }
+    }
+
+    /// The stream's receive is over and it lets the turn go.
+    fn end_hold(&mut self, unclaimed: &Unclaimed, number: u64) {
+        self.hold = None;
+        unclaimed.end_stream(number);
     }
 
     /// Whether this stream holds a returned buffer's turn (woken after ENOBUFS, its retry
