@@ -225,7 +225,7 @@ impl Driver {
             chain.push(if i < last { link(sqe) } else { sqe });
             ids.push(id);
         }
-        self.push_group(chain);
+        self.push_group(&chain);
         self.note_in_flight();
         Ok(ids)
     }
@@ -238,7 +238,7 @@ impl Driver {
     /// memory, so it must point at none (a `CLOSE`, a `NOP`, a cancel) or at memory that
     /// outlives the ring.
     pub unsafe fn push(&mut self, sqe: squeue::Entry) {
-        self.push_group(vec![sqe]);
+        self.push_group(std::slice::from_ref(&sqe));
     }
 
     /// Bounds how many CQEs multishot op `id` may queue unpolled before the driver cancels
@@ -250,6 +250,7 @@ impl Driver {
     /// Moves the wakers to wake and the finished orphans to drop that dispatch and orphaning
     /// produced into `out`. Run it once the driver is no longer borrowed: a waker, or the
     /// destructor of a buffer an orphan kept, may call back into the driver's owner.
+    #[inline]
     pub fn take_deferred(&mut self, out: &mut Deferred) {
         self.ops.take_deferred(out);
     }
@@ -401,15 +402,17 @@ impl Driver {
         self.ops.len()
     }
 
-    fn push_group(&mut self, group: Vec<squeue::Entry>) {
-        if self.backlog.is_empty() && self.try_push(&group) {
+    fn push_group(&mut self, group: &[squeue::Entry]) {
+        if self.backlog.is_empty() && self.try_push(group) {
             return;
         }
         Metrics::bump(&self.metrics.sq_full);
-        if self.backlog.is_empty() && self.submit_now().is_ok() && self.try_push(&group) {
+        if self.backlog.is_empty() && self.submit_now().is_ok() && self.try_push(group) {
             return;
         }
-        self.backlog.push_back(group);
+        // Copied only when parked: the common push allocates nothing (a `Vec` per SQE
+        // was one malloc and free per op).
+        self.backlog.push_back(group.to_vec());
     }
 
     /// Pushes the whole group or nothing.

@@ -80,6 +80,7 @@ impl Deferred {
     }
 
     /// True when nothing is queued.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.wakers.is_empty()
             && self.orphans.is_empty()
@@ -88,13 +89,18 @@ impl Deferred {
     }
 
     /// Moves everything queued in `other` to the end of this queue.
+    #[inline]
     pub fn append(&mut self, other: &mut Deferred) {
-        // Both checks are the common case: the runtime appends after every backend call,
-        // and most queue nothing (callgrind: a third of the runtime's instructions per
-        // echo request went to moving empty queues).
-        if other.is_empty() {
-            return;
+        // Inline, and the check first: the runtime appends after every backend call, and
+        // most queue nothing (callgrind: a third of the runtime's instructions per echo
+        // request once went to moving empty queues, then 5 calls per request to find them
+        // empty).
+        if !other.is_empty() {
+            self.append_queued(other);
         }
+    }
+
+    fn append_queued(&mut self, other: &mut Deferred) {
         if self.is_empty() {
             std::mem::swap(self, other);
             return;

@@ -202,6 +202,7 @@ impl OpTable {
     /// Moves the wakers to wake and the finished orphans to drop that the calls since the
     /// last take produced into `out`. Run `out` once this table is no longer borrowed: a
     /// waker or a destructor may call back into its owner.
+    #[inline]
     pub fn take_deferred(&mut self, out: &mut Deferred) {
         out.append(&mut self.deferred);
     }
