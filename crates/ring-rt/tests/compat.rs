@@ -23,6 +23,14 @@ fn main() {
     support::run(&[
         ("tokio_round_trip_over_tcp", tokio_round_trip_over_tcp),
         (
+            "a_large_write_with_room_goes_straight_to_the_socket",
+            a_large_write_with_room_goes_straight_to_the_socket,
+        ),
+        (
+            "writes_past_a_full_socket_buffer_keep_their_order",
+            writes_past_a_full_socket_buffer_keep_their_order,
+        ),
+        (
             "tokio_lines_codec_framed_read",
             tokio_lines_codec_framed_read,
         ),
@@ -429,6 +437,79 @@ fn a_huge_read_capacity_is_out_of_memory(kind: BackendKind) -> Outcome {
                 "a read with capacity {cap} gave {res:?}"
             );
         }
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// A 64 KiB write on a socket with room for it: the adapter sends it from the caller's
+/// bytes at once (no copy, no op left in flight), as a poll-based runtime would; it used
+/// to copy the bytes into a write op that waited for the loop's next turn.
+fn a_large_write_with_room_goes_straight_to_the_socket(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(bounded(LIMIT, async {
+        let (a, b) = UnixStream::pair()?;
+        let data = pattern(11, 64 * 1024);
+        let mut io = Compat::new(a);
+        let written = std::future::poll_fn(|cx| {
+            tokio::io::AsyncWrite::poll_write(std::pin::Pin::new(&mut io), cx, &data)
+        })
+        .await?;
+        check!(written == data.len(), "wrote {written} of {}", data.len());
+        let state = format!("{io:?}");
+        check!(
+            state.contains("write_in_flight: false"),
+            "the bytes went into an op: {state}"
+        );
+        let mut got = Vec::new();
+        while got.len() < data.len() {
+            let (n, buf) = b.read(Vec::with_capacity(data.len())).await;
+            check!(n? > 0, "end of stream after {} bytes", got.len());
+            got.extend_from_slice(&buf);
+        }
+        check!(got == data, "the peer read other bytes");
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// Writes of every size, small and large, through a socket whose buffer the reader lets
+/// fill up: the ones sent straight from the caller's bytes and the ones copied into an op
+/// (once the buffer is full) arrive whole and in order.
+fn writes_past_a_full_socket_buffer_keep_their_order(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(bounded(LIMIT, async {
+        let (a, b) = UnixStream::pair()?;
+        let data = pattern(13, 6 << 20);
+        let sizes = [1usize, 100, 4096, 16 * 1024, 64 * 1024, 300 * 1024, 5];
+        let sent = data.clone();
+        let writer = ring_rt::spawn(async move {
+            let mut io = Compat::new(a);
+            let (mut at, mut i) = (0, 0);
+            while at < sent.len() {
+                let end = (at + sizes[i % sizes.len()]).min(sent.len());
+                io.write_all(&sent[at..end]).await?;
+                at = end;
+                i += 1;
+            }
+            io.shutdown().await
+        });
+        // Let the writer fill the socket's buffer before reading anything.
+        sleep(Duration::from_millis(20)).await;
+        let mut got = Vec::with_capacity(data.len());
+        loop {
+            let (n, buf) = b.read(Vec::with_capacity(256 * 1024)).await;
+            if n? == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf);
+        }
+        writer.await??;
+        check!(
+            got.len() == data.len(),
+            "read {} of {} bytes",
+            got.len(),
+            data.len()
+        );
+        check!(got == data, "bytes arrived out of order");
         Ok(Completion::Completed)
     }))?
 }

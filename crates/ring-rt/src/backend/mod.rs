@@ -303,6 +303,10 @@ pub(crate) enum Capability {
     /// A send that does not copy the buffer (io_uring 6.0+; epoll sends the same bytes
     /// with a plain `send`).
     SendZc,
+    /// Sends go to the kernel in batches, several per syscall (io_uring: with the loop's
+    /// next enter). Small borrowed bytes are then cheaper copied into an op than sent with
+    /// a syscall of their own; epoll makes one syscall per send whichever way.
+    BatchedSends,
 }
 
 /// The one interface both backends implement, each in its own file with the same method

@@ -169,6 +169,7 @@ impl Mechanism for UringBackend {
             Capability::MultishotAccept => Feature::MultishotAccept,
             Capability::MultishotRecv => Feature::MultishotRecv,
             Capability::SendZc => Feature::SendZc,
+            Capability::BatchedSends => return true,
         };
         self.driver.features().has(feature)
     }

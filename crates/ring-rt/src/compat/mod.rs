@@ -7,13 +7,20 @@
 //!
 //! - **read**: one read op into the adapter's buffer (up to `read_cap` bytes, 64 KiB by
 //!   default) is in flight at a time; its bytes are handed out on later polls.
-//! - **write**: `poll_write` copies up to `write_cap` bytes (64 KiB by default) into the
-//!   adapter's buffer, starts a write-all of it and returns at once; the next
-//!   `poll_write` (or `poll_flush`) waits for that write to finish. A failed write's error
-//!   is returned by the next `poll_write`/`poll_flush`/`poll_shutdown`.
+//! - **write**: on a stream with no write in flight, `poll_write` first sends what the
+//!   socket's buffer takes at once (up to `write_cap` bytes) straight from the caller's
+//!   bytes with a nonblocking `sendmsg`, as a poll-based runtime does: no copy, no op. On
+//!   io_uring only writes of 16 KiB and more go this way (smaller ones are cheaper copied
+//!   into an op that joins the loop's next batched submission than sent with a syscall of
+//!   their own). Otherwise (a file, a full socket buffer, a small write on io_uring) it
+//!   copies up to `write_cap` bytes (64 KiB by default) into the adapter's buffer, starts
+//!   a write-all of it and returns at once; the next `poll_write` (or `poll_flush`) waits
+//!   for that write to finish. A failed write's error is returned by the next
+//!   `poll_write`/`poll_flush`/`poll_shutdown`.
 //!
-//! **What it costs**: one `memcpy` through the internal buffer each way, one boxed future
-//! per op, and at most one op in flight per direction. Over loopback TCP
+//! **What it costs**: one `memcpy` through the internal buffer for reads and for the
+//! writes that take an op, one boxed future per op, and at most one op in flight per
+//! direction. Over loopback TCP
 //! (`examples/compat-bench.rs`, numbers in its header), with buffers as large as the
 //! transfers (64 KiB to 1 MiB) the adapter moved 5-20% fewer MB/s than ring-rt's own
 //! owned-buffer `read`/`write_all`, and the copy cost about 20-40 µs of CPU per MiB on
@@ -515,6 +522,16 @@ impl<S: CompatIo> Compat<S> {
         if S::IS_POSITIONED {
             ready!(self.poll_read_settled(cx));
         }
+        // Nothing in flight: what the socket takes now (up to `write_cap`, as a copy
+        // would) goes straight from the caller's bytes, with no copy and no op, as a
+        // poll-based runtime writes. A full buffer takes the op's way, which waits for room.
+        match self.io.write_now(&capped(bufs, self.write_cap)) {
+            Some(Ok(n)) => return Poll::Ready(Ok(n)),
+            Some(Err(e))
+                if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => {}
+            Some(Err(e)) => return Poll::Ready(Err(e)),
+            None => {}
+        }
         let WriteState::Idle(mut buf) = mem::replace(&mut self.write, WriteState::Idle(Vec::new()))
         else {
             unreachable!("poll_write_idle left no write in flight")
@@ -563,6 +580,24 @@ impl<S: CompatIo> Compat<S> {
         }
         Poll::Ready(Ok(()))
     }
+}
+
+/// The first `cap` bytes of `bufs` (all of them, borrowed as they are, when they fit).
+fn capped<'a>(bufs: &'a [IoSlice<'a>], cap: usize) -> std::borrow::Cow<'a, [IoSlice<'a>]> {
+    if bufs.iter().map(|b| b.len()).sum::<usize>() <= cap {
+        return std::borrow::Cow::Borrowed(bufs);
+    }
+    let mut room = cap;
+    let mut out = Vec::new();
+    for b in bufs {
+        if room == 0 {
+            break;
+        }
+        let take = room.min(b.len());
+        out.push(IoSlice::new(&b[..take]));
+        room -= take;
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 impl<S: CompatIo + fmt::Debug> fmt::Debug for Compat<S> {

@@ -2,7 +2,7 @@
 //! the object alive themselves (through an `Rc`), so the adapter can hold them in flight.
 
 use std::future::Future;
-use std::io;
+use std::io::{self, IoSlice};
 use std::net::Shutdown;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -63,7 +63,21 @@ pub trait CompatIo: sealed::Sealed + 'static {
     /// receive returns them first; a file keeps them where they are anyway.
     #[doc(hidden)]
     fn unread(&self, bytes: Vec<u8>);
+
+    /// Writes what it can of `bufs` at once, from the caller's memory, where that is
+    /// cheaper than copying them into a write op: `None` to take the op's way. Streams
+    /// send with a plain nonblocking `sendmsg` (`WouldBlock` when the socket's buffer is
+    /// full); files always take the op's way.
+    #[doc(hidden)]
+    fn write_now(&self, bufs: &[IoSlice<'_>]) -> Option<io::Result<usize>>;
 }
+
+/// From how many bytes a stream's adapter sends borrowed bytes with a syscall of their
+/// own on a backend that batches sends (io_uring): below it the copy into a batched op
+/// costs less than the syscall; above it the copy costs more (a `memcpy` of the whole
+/// body, on top of the kernel's own copy). epoll sends every write directly: it would
+/// make the same syscall from the op's copy.
+const DIRECT_SEND_MIN: usize = 16 * 1024;
 
 /// A stream socket: reads and writes at its current position, shutdown ends its writes.
 macro_rules! stream_compat_io {
@@ -87,6 +101,14 @@ macro_rules! stream_compat_io {
 
             fn unread(&self, bytes: Vec<u8>) {
                 <$stream>::unread(self, bytes);
+            }
+
+            fn write_now(&self, bufs: &[IoSlice<'_>]) -> Option<io::Result<usize>> {
+                let len: usize = bufs.iter().map(|b| b.len()).sum();
+                if len < DIRECT_SEND_MIN && self.batches_sends() {
+                    return None;
+                }
+                Some(self.send_now(bufs))
             }
         }
     )+};
@@ -113,4 +135,10 @@ impl CompatIo for File {
     }
 
     fn unread(&self, _bytes: Vec<u8>) {}
+
+    /// A file write takes the op's way: a buffered write may block (ext4 refuses
+    /// `RWF_NOWAIT` for buffered writes), and it must stay ordered with the adapter's reads.
+    fn write_now(&self, _bufs: &[IoSlice<'_>]) -> Option<io::Result<usize>> {
+        None
+    }
 }

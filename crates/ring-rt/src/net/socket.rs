@@ -64,6 +64,15 @@ impl Socket {
         f(&s)
     }
 
+    /// Sends what of `bufs` the socket's buffer takes now, straight from the caller's
+    /// memory: a plain nonblocking `sendmsg`, which leaves nothing with the kernel once it
+    /// returns. `WouldBlock` when the buffer is full.
+    pub(crate) fn send_now(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        self.with_socket2(|s| {
+            s.send_vectored_with_flags(bufs, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
+        })
+    }
+
     /// Whether a receive would end now: data, end of stream or an error waits (a peek
     /// that never blocks, whatever the fd's blocking mode).
     pub(crate) fn has_data_now(&self) -> bool {
@@ -212,6 +221,23 @@ macro_rules! stream_methods {
         #[cfg(any(feature = "tokio-io", feature = "futures-io"))]
         pub(crate) fn unread(&self, bytes: Vec<u8>) {
             self.socket.unclaimed().unread(bytes);
+        }
+
+        /// Sends what of `bufs` the socket's buffer takes now, from the caller's memory
+        /// (an adapter's write, which has the bytes only for the call); `WouldBlock` when
+        /// the buffer is full.
+        #[cfg(any(feature = "tokio-io", feature = "futures-io"))]
+        pub(crate) fn send_now(&self, bufs: &[std::io::IoSlice<'_>]) -> io::Result<usize> {
+            self.socket.send_now(bufs)
+        }
+
+        /// Whether this stream's sends go to the kernel in batches (see
+        /// `Capability::BatchedSends`).
+        #[cfg(any(feature = "tokio-io", feature = "futures-io"))]
+        pub(crate) fn batches_sends(&self) -> bool {
+            self.socket
+                .core
+                .supports(crate::backend::Capability::BatchedSends)
         }
 
         /// Reads into `buf` (from its start, up to its capacity); returns the count and the
