@@ -75,6 +75,14 @@ fn main() {
             "a_waker_panicking_in_the_shutdown_drain_is_not_raised",
             a_waker_panicking_in_the_shutdown_drain_is_not_raised,
         ),
+        (
+            "a_stale_join_waker_whose_panic_panics_again_is_contained",
+            a_stale_join_waker_whose_panic_panics_again_is_contained,
+        ),
+        (
+            "a_detached_output_whose_panic_panics_again_is_contained",
+            a_detached_output_whose_panic_panics_again_is_contained,
+        ),
     ])
 }
 
@@ -607,5 +615,105 @@ fn a_waker_panicking_in_the_shutdown_drain_is_not_raised(kind: BackendKind) -> O
     );
     drop(read);
     drop((a, b));
+    Ok(Completion::Completed)
+}
+
+/// Panics as it is dropped: a panic payload whose own drop panics.
+struct PanicsAgain;
+
+impl Drop for PanicsAgain {
+    fn drop(&mut self) {
+        panic!("the panic's payload panicked as it was dropped");
+    }
+}
+
+/// A waker that does nothing, and whose drop panics with a `PanicsAgain` payload.
+struct DropPanicsTwice;
+
+impl Wake for DropPanicsTwice {
+    fn wake(self: Arc<Self>) {}
+}
+
+impl Drop for DropPanicsTwice {
+    fn drop(&mut self) {
+        std::panic::panic_any(PanicsAgain);
+    }
+}
+
+/// Panics as it is dropped (a task's future still alive when something else unwinds
+/// would make this a panic during a panic: an abort).
+struct FutureDropPanics;
+
+impl Drop for FutureDropPanics {
+    fn drop(&mut self) {
+        panic!("the future panicked as it was dropped");
+    }
+}
+
+/// Review L: a JoinHandle polled with a waker whose drop panics with a payload that panics
+/// again, then dropped: the task lets the handle's slot (and that waker) go at its next
+/// poll. The payload's second panic escaped the catch, unwinding through the executor
+/// with the task out of its slot (counted alive for ever) and, with the task's future
+/// alive and panicking in its own drop, aborting the process.
+fn a_stale_join_waker_whose_panic_panics_again_is_contained(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let out = support::expecting_panics(|| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            rt.block_on(async {
+                let mut task = ring_rt::spawn(async {
+                    let guard = FutureDropPanics;
+                    ring_rt::time::sleep(Duration::from_millis(5)).await;
+                    std::mem::forget(guard);
+                    7u32
+                });
+                ring_rt::yield_now().await;
+                let waker = Waker::from(Arc::new(DropPanicsTwice));
+                let first = std::pin::Pin::new(&mut task).poll(&mut Context::from_waker(&waker));
+                drop(waker);
+                drop(task);
+                ring_rt::time::sleep(Duration::from_millis(20)).await;
+                first.is_pending()
+            })
+        }))
+    });
+    check!(
+        matches!(out, Ok(true)),
+        "the stale waker's panic escaped the runtime: {:?}",
+        out.map_err(|_| "panicked")
+    );
+    let alive = rt.metrics().workers[0].tasks_alive;
+    check!(alive == 0, "{alive} tasks left alive");
+    Ok(Completion::Completed)
+}
+
+/// An output whose drop panics with a payload that panics again, of a task whose handle
+/// is gone: the task drops it as it finishes, and neither panic leaves the runtime.
+fn a_detached_output_whose_panic_panics_again_is_contained(kind: BackendKind) -> Outcome {
+    struct Output;
+    impl Drop for Output {
+        fn drop(&mut self) {
+            std::panic::panic_any(PanicsAgain);
+        }
+    }
+    let rt = runtime!(kind);
+    let out = support::expecting_panics(|| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            rt.block_on(async {
+                drop(ring_rt::spawn(async {
+                    ring_rt::yield_now().await;
+                    Output
+                }));
+                ring_rt::time::sleep(Duration::from_millis(10)).await;
+                ring_rt::spawn(async { 5u32 }).await.ok()
+            })
+        }))
+    });
+    check!(
+        matches!(out, Ok(Some(5))),
+        "the output's panic escaped the runtime: {:?}",
+        out.map_err(|_| "panicked")
+    );
+    let alive = rt.metrics().workers[0].tasks_alive;
+    check!(alive == 0, "{alive} tasks left alive");
     Ok(Completion::Completed)
 }

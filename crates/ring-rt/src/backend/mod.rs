@@ -305,7 +305,9 @@ pub(crate) enum Capability {
     SendZc,
     /// Sends go to the kernel in batches, several per syscall (io_uring: with the loop's
     /// next enter). Small borrowed bytes are then cheaper copied into an op than sent with
-    /// a syscall of their own; epoll makes one syscall per send whichever way.
+    /// a syscall of their own; epoll makes one syscall per send whichever way. (Asked by
+    /// the compat adapter only.)
+    #[cfg_attr(not(any(feature = "tokio-io", feature = "futures-io")), allow(dead_code))]
     BatchedSends,
 }
 

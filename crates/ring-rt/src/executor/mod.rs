@@ -414,7 +414,7 @@ impl Executor {
 fn drop_jobs(jobs: Vec<RemoteJob>) {
     for job in jobs {
         if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(job))) {
-            task::report_drop_panic(&payload);
+            task::report_drop_panic(payload);
         }
     }
 }
@@ -426,7 +426,7 @@ fn wake_quietly(waker: Option<Waker>) {
         return;
     };
     if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| waker.wake())) {
-        task::report_drop_panic(&payload);
+        task::report_drop_panic(payload);
     }
 }
 
@@ -435,7 +435,7 @@ fn wake_quietly(waker: Option<Waker>) {
 fn drop_task(task: Pin<Box<dyn RawTask>>) {
     let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(task)));
     if let Err(payload) = dropped {
-        task::report_drop_panic(&payload);
+        task::report_drop_panic(payload);
     }
 }
 

@@ -393,7 +393,7 @@ impl<F: Future> Task<F> {
 /// stale waker) with its panic caught and logged: it must not unwind through the executor.
 fn drop_quietly<T>(value: T) {
     if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(value))) {
-        report_drop_panic(&payload);
+        report_drop_panic(payload);
     }
 }
 
@@ -412,7 +412,7 @@ impl<F: Future> RawTask for Task<F> {
         // The output (or the poll's panic) is what the task produced; a panic while
         // dropping the finished future after it has nobody to report to but the log.
         if let Err(payload) = drop_future(this.future) {
-            report_drop_panic(&payload);
+            report_drop_panic(payload);
         }
         // An output nobody reads (the handle is gone) is dropped here, after the future.
         Poll::Ready(Self::complete(this.state, result))
@@ -441,10 +441,20 @@ fn drop_future<F>(future: Pin<&mut Option<F>>) -> Result<(), Box<dyn Any + Send>
     catch_unwind(AssertUnwindSafe(|| future.set(None)))
 }
 
-/// Logs a panic that nobody else will see.
-pub(crate) fn report_drop_panic(payload: &Box<dyn Any + Send>) {
-    let message = task_panic_message(&**payload);
+/// Logs a panic that nobody else will see, then gets rid of its payload.
+pub(crate) fn report_drop_panic(payload: Box<dyn Any + Send>) {
+    let message = task_panic_message(&*payload);
     tracing::error!(target: "ring_rt", panic = %message, "a task's destructor panicked after it finished");
+    discard_payload(payload);
+}
+
+/// Drops a caught panic's payload, whose own destructor is code that is not ours: one that
+/// panics as it drops is leaked rather than let unwind (through the executor with a task
+/// out of its slot, or out of a destructor during another unwind, which aborts).
+pub(crate) fn discard_payload(payload: Box<dyn Any + Send>) {
+    if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+        std::mem::forget(again);
+    }
 }
 
 /// Builds a task around `future` whose output goes to `state` (its `JoinHandle`'s).

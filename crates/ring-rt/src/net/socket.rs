@@ -67,6 +67,7 @@ impl Socket {
     /// Sends what of `bufs` the socket's buffer takes now, straight from the caller's
     /// memory: a plain nonblocking `sendmsg`, which leaves nothing with the kernel once it
     /// returns. `WouldBlock` when the buffer is full.
+    #[cfg(any(feature = "tokio-io", feature = "futures-io"))]
     pub(crate) fn send_now(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
         self.with_socket2(|s| {
             s.send_vectored_with_flags(bufs, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)

@@ -7,6 +7,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::executor::task::discard_payload;
+
 /// A closure for the pool.
 pub(crate) type BlockingTask = Box<dyn FnOnce() + Send + 'static>;
 
@@ -101,7 +103,11 @@ impl BlockingTasks {
         };
         self.inner.work.notify_all();
         for task in queued {
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(task)));
+            if let Err(payload) =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(task)))
+            {
+                discard_payload(payload);
+            }
         }
         let state = self.inner.lock();
         let left = deadline.saturating_duration_since(Instant::now());
@@ -125,7 +131,10 @@ impl Inner {
             if let Some(task) = state.queue.pop_front() {
                 drop(state);
                 // A panic belongs to the task (its handle reports it); the thread goes on.
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(task));
+                if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(task)) {
+                    // Its payload too: one that panics as it drops must not end the thread.
+                    discard_payload(payload);
+                }
                 state = self.lock();
                 continue;
             }
