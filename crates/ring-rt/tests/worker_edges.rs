@@ -6,7 +6,7 @@
 #[macro_use]
 mod support;
 
-use std::future::Future;
+use std::future::{Future, IntoFuture};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::task::{Context, Poll, Wake, Waker};
@@ -82,6 +82,14 @@ fn main() {
         (
             "a_detached_output_whose_panic_panics_again_is_contained",
             a_detached_output_whose_panic_panics_again_is_contained,
+        ),
+        (
+            "a_wake_whose_panic_panics_again_leaves_the_worker_serving",
+            a_wake_whose_panic_panics_again_leaves_the_worker_serving,
+        ),
+        (
+            "a_stale_op_waker_whose_panic_panics_again_leaves_shutdown_quiet",
+            a_stale_op_waker_whose_panic_panics_again_leaves_shutdown_quiet,
         ),
     ])
 }
@@ -715,5 +723,83 @@ fn a_detached_output_whose_panic_panics_again_is_contained(kind: BackendKind) ->
     );
     let alive = rt.metrics().workers[0].tasks_alive;
     check!(alive == 0, "{alive} tasks left alive");
+    Ok(Completion::Completed)
+}
+
+/// A waker whose wake panics with a `PanicsAgain` payload.
+struct WakePanicsTwice;
+
+impl Wake for WakePanicsTwice {
+    fn wake(self: Arc<Self>) {
+        std::panic::panic_any(PanicsAgain);
+    }
+}
+
+/// Review M: a read on worker 1 polled once with a waker whose wake panics with a payload
+/// that panics again; the completion's wake runs in worker 1's loop, whose catch reported
+/// the panic and then dropped the payload outside it: the worker's thread died, its tasks
+/// with it.
+fn a_wake_whose_panic_panics_again_leaves_the_worker_serving(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Builder::default().threads(2));
+    // The wake's panic is raised on worker 1 as soon as the data arrives.
+    support::expecting_panics(|| wake_panics_twice_on_worker_1(rt))
+}
+
+fn wake_panics_twice_on_worker_1(rt: Runtime) -> Outcome {
+    let handle = rt.handle();
+    let task = handle.spawn_local_on(1, || async {
+        let (a, b) = ring_rt::net::UnixStream::pair()?;
+        let mut read = std::pin::pin!(b.read(Vec::with_capacity(8)).into_future());
+        let waker = Waker::from(Arc::new(WakePanicsTwice));
+        let first = read.as_mut().poll(&mut Context::from_waker(&waker));
+        drop(waker);
+        a.write_all(b"x".to_vec()).await.0?;
+        ring_rt::time::sleep(Duration::from_millis(30)).await;
+        std::io::Result::Ok(first.is_pending())
+    })?;
+    let out = support::poll_on_thread(task, Duration::from_secs(5));
+    check!(
+        matches!(out, Some(Ok(Ok(true)))),
+        "the task on worker 1 did not finish: {out:?}"
+    );
+    let next = support::poll_on_thread(handle.spawn_on(1, async { 5u32 })?, Duration::from_secs(5));
+    check!(
+        matches!(next, Some(Ok(5))),
+        "worker 1 stopped serving: {next:?}"
+    );
+    drop_within(rt, Duration::from_secs(10))?;
+    Ok(Completion::Completed)
+}
+
+/// Review M: a task left pending at shutdown holds a read polled with a waker whose drop
+/// panics with a payload that panics again: the shutdown drain's catch dropped the payload
+/// outside it, so the runtime's drop panicked (and aborted the process when it ran during
+/// another unwind).
+fn a_stale_op_waker_whose_panic_panics_again_leaves_shutdown_quiet(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let out = support::expecting_panics(|| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            rt.block_on(async {
+                let (a, b) = ring_rt::net::UnixStream::pair()?;
+                drop(ring_rt::spawn(async move {
+                    let mut read = std::pin::pin!(b.read(Vec::with_capacity(8)).into_future());
+                    let waker = Waker::from(Arc::new(DropPanicsTwice));
+                    let _ = read.as_mut().poll(&mut Context::from_waker(&waker));
+                    drop(waker);
+                    std::future::pending::<()>().await;
+                }));
+                ring_rt::time::sleep(Duration::from_millis(10)).await;
+                drop(a);
+                std::io::Result::Ok(())
+            })?;
+            drop(rt);
+            std::io::Result::Ok(())
+        }))
+    });
+    check!(
+        matches!(out, Ok(Ok(()))),
+        "dropping the runtime panicked: {:?}",
+        out.map_err(|_| "panicked")
+    );
     Ok(Completion::Completed)
 }

@@ -134,7 +134,19 @@ impl Deferred {
     fn reap(&mut self, orphan: &mut dyn Orphan, cqe: &Cqe) {
         let caught = std::panic::catch_unwind(AssertUnwindSafe(|| orphan.reap(cqe, self)));
         if let Err(payload) = caught {
-            self.panic.get_or_insert(payload);
+            match self.panic {
+                None => self.panic = Some(payload),
+                // Only the first is raised. A later one's payload is dropped here, in a
+                // catch of its own: its destructor is code that is not ours, and a panic
+                // from it would unwind through the op table mid-dispatch (one that panics
+                // is leaked instead).
+                Some(_) => {
+                    if let Err(again) = std::panic::catch_unwind(AssertUnwindSafe(|| drop(payload)))
+                    {
+                        std::mem::forget(again);
+                    }
+                }
+            }
         }
     }
 }

@@ -327,3 +327,47 @@ fn queued_counts_unpolled_cqes() {
     assert!(poll(&mut op, &waker).is_ready());
     assert_eq!(op.queued(), 1);
 }
+
+/// Two panicking `reap`s whose payloads panic again as they drop: the first is kept for
+/// `run`, the second's payload is dropped in a catch of its own (and leaked when it
+/// panics), so neither unwinds out of `on_cqe`, where the table is mid-dispatch (review M).
+#[test]
+#[cfg_attr(miri, ignore = "leaks, by design, the payloads that panic as they drop")]
+fn a_second_reap_panic_whose_payload_panics_stays_inside() {
+    struct PanicsAgain;
+    impl Drop for PanicsAgain {
+        fn drop(&mut self) {
+            panic!("the payload panicked as it was dropped");
+        }
+    }
+    struct PanicOnReap;
+    impl Orphan for PanicOnReap {
+        fn reap(&mut self, _cqe: &Cqe, _deferred: &mut Deferred) {
+            std::panic::panic_any(PanicsAgain);
+        }
+    }
+    let mut deferred = Deferred::default();
+    let mut op = Lifecycle::Submitted;
+    assert_eq!(
+        op.on_drop(Box::new(PanicOnReap), &mut deferred),
+        OnDrop::NeedsCancel
+    );
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let cqes = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: the orphan releases nothing real.
+        let more = unsafe { op.on_cqe(cqe(1, F_MORE), &mut deferred) };
+        // SAFETY: as above.
+        let last = unsafe { op.on_cqe(cqe(-libc::ECANCELED, 0), &mut deferred) };
+        (more, last)
+    }));
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| deferred.run()));
+    std::panic::set_hook(previous);
+    assert_eq!(
+        cqes.ok(),
+        Some((OnCqe::Reaped, OnCqe::ReapedFinal)),
+        "a reap's panic unwound out of on_cqe"
+    );
+    // The first payload comes out of `run`; the test leaks it (it panics as it drops).
+    std::mem::forget(ran.expect_err("the first panic was swallowed"));
+}

@@ -307,7 +307,10 @@ pub(crate) enum Capability {
     /// next enter). Small borrowed bytes are then cheaper copied into an op than sent with
     /// a syscall of their own; epoll makes one syscall per send whichever way. (Asked by
     /// the compat adapter only.)
-    #[cfg_attr(not(any(feature = "tokio-io", feature = "futures-io")), allow(dead_code))]
+    #[cfg_attr(
+        not(any(feature = "tokio-io", feature = "futures-io")),
+        allow(dead_code)
+    )]
     BatchedSends,
 }
 

@@ -582,15 +582,19 @@ impl<S: CompatIo> Compat<S> {
     }
 }
 
-/// The first `cap` bytes of `bufs` (all of them, borrowed as they are, when they fit).
+/// How many slices one `sendmsg` takes (Linux's `UIO_MAXIOV`; more is `EMSGSIZE`).
+const IOV_MAX: usize = 1024;
+
+/// The first `cap` bytes of `bufs`, in at most `IOV_MAX` non-empty slices (all of them,
+/// borrowed as they are, when they fit), as std's `write_vectored` caps what it passes on.
 fn capped<'a>(bufs: &'a [IoSlice<'a>], cap: usize) -> std::borrow::Cow<'a, [IoSlice<'a>]> {
-    if bufs.iter().map(|b| b.len()).sum::<usize>() <= cap {
+    if bufs.len() <= IOV_MAX && bufs.iter().map(|b| b.len()).sum::<usize>() <= cap {
         return std::borrow::Cow::Borrowed(bufs);
     }
     let mut room = cap;
     let mut out = Vec::new();
-    for b in bufs {
-        if room == 0 {
+    for b in bufs.iter().filter(|b| !b.is_empty()) {
+        if room == 0 || out.len() == IOV_MAX {
             break;
         }
         let take = room.min(b.len());

@@ -380,7 +380,11 @@ impl Executor {
         let mut panic = None;
         for job in jobs {
             if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)) {
-                panic.get_or_insert(payload);
+                match panic {
+                    None => panic = Some(payload),
+                    // Later ones go unraised: their payloads may panic as they drop.
+                    Some(_) => task::discard_payload(payload),
+                }
             }
         }
         if let Some(payload) = panic {

@@ -457,6 +457,7 @@ impl Core {
         {
             let what = threads::panic_message(&*payload);
             tracing::error!(target: "ring_rt", panic = %what, "a waker or destructor panicked while the worker shut down");
+            crate::executor::task::discard_payload(payload);
         }
     }
 }

@@ -178,6 +178,8 @@ fn start_one(index: usize, config: Arc<WorkerConfig>) -> io::Result<Worker> {
             {
                 let what = panic_message(&payload);
                 tracing::error!(target: "ring_rt", worker = index, panic = %what, "a panic escaped the worker's loop; it keeps running");
+                // Its payload may panic as it drops, too: that must not end the thread.
+                crate::executor::task::discard_payload(payload);
             }
             // Decided after the tasks are dropped: a destructor may block past the deadline.
             core.shutdown(|| drain_deadline(STOP.with(Cell::get), Instant::now()));
