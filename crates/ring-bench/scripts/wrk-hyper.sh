@@ -10,6 +10,10 @@
 # ROUNDS=3 DURATION=10 CONNS="1 50 200" BIG_SIZES="1024 16384 65536 1048576 16777216" \
 #     BIG_CONNS=50 PORT=8080 crates/ring-bench/scripts/wrk-hyper.sh
 #
+# BASELINE_HYPER=path/to/another/build/examples/hyper adds that build's uring and epoll
+# servers to every round ("baseline uring", "baseline epoll"), interleaved with the others:
+# a change measured side by side against the build before it.
+#
 # Writes the markdown tables to stdout and to $CARGO_TARGET_DIR/wrk-hyper/wrk.md
 # (default target/wrk-hyper/wrk.md).
 set -euo pipefail
@@ -196,10 +200,14 @@ main() {
     for round in $(seq "$ROUNDS"); do
         bench "ring-rt uring" "$hyper" --addr "$addr" --threads 1 --backend uring
         bench "ring-rt epoll" "$hyper" --addr "$addr" --threads 1 --backend epoll
+        if [[ -n ${BASELINE_HYPER:-} ]]; then
+            bench "baseline uring" "$BASELINE_HYPER" --addr "$addr" --threads 1 --backend uring
+            bench "baseline epoll" "$BASELINE_HYPER" --addr "$addr" --threads 1 --backend epoll
+        fi
         bench "tokio current_thread" "$tokio" --addr "$addr" --flavor current_thread
     done
     {
-        echo "ROUNDS=$ROUNDS; wrk -t1 -c{$CONNS} -d${DURATION}s --latency on /, -c$BIG_CONNS on /big?n={$BIG_SIZES}; server on CPU 0, wrk on CPU 1; $(nproc) CPUs, $(uname -r), $(date -u +%Y-%m-%dT%H:%MZ)"
+        echo "ROUNDS=$ROUNDS${BASELINE_HYPER:+; baseline: $BASELINE_HYPER}; wrk -t1 -c{$CONNS} -d${DURATION}s --latency on /, -c$BIG_CONNS on /big?n={$BIG_SIZES}; server on CPU 0, wrk on CPU 1; $(nproc) CPUs, $(uname -r), $(date -u +%Y-%m-%dT%H:%MZ)"
         echo
         summarize
         echo
