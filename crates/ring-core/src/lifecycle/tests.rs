@@ -332,7 +332,10 @@ fn queued_counts_unpolled_cqes() {
 /// `run`, the second's payload is dropped in a catch of its own (and leaked when it
 /// panics), so neither unwinds out of `on_cqe`, where the table is mid-dispatch (review M).
 #[test]
-#[cfg_attr(miri, ignore = "leaks, by design, the payloads that panic as they drop")]
+#[cfg_attr(
+    miri,
+    ignore = "leaks, by design, the payloads that panic as they drop"
+)]
 fn a_second_reap_panic_whose_payload_panics_stays_inside() {
     struct PanicsAgain;
     impl Drop for PanicsAgain {
