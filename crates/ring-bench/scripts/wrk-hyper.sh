@@ -5,7 +5,8 @@
 # p50/p99, transfer/s, and server CPU time per request from /proc/<pid>/stat. Small
 # responses (`/`) at each of CONNS connections, and bodies of each of BIG_SIZES bytes
 # (`/big?n=SIZE`) at BIG_CONNS connections. ROUNDS rounds, the servers interleaved round by
-# round (each round starts each server afresh); the summary gives medians with min..max.
+# round (each round starts each server afresh, and one server later than the round before);
+# the summary gives medians with min..max.
 #
 # ROUNDS=3 DURATION=10 CONNS="1 50 200" BIG_SIZES="1024 16384 65536 1048576 16777216" \
 #     BIG_CONNS=50 PORT=8080 crates/ring-bench/scripts/wrk-hyper.sh
@@ -197,14 +198,23 @@ main() {
     table=$log_dir/rows.md
     : >"$table"
     local hyper=$target/release/examples/hyper tokio=$target/release/tokio-hyper
+    local servers=(uring epoll)
+    [[ -n ${BASELINE_HYPER:-} ]] && servers+=(baseline-uring baseline-epoll)
+    servers+=(tokio)
+    local n=${#servers[@]}
     for round in $(seq "$ROUNDS"); do
-        bench "ring-rt uring" "$hyper" --addr "$addr" --threads 1 --backend uring
-        bench "ring-rt epoll" "$hyper" --addr "$addr" --threads 1 --backend epoll
-        if [[ -n ${BASELINE_HYPER:-} ]]; then
-            bench "baseline uring" "$BASELINE_HYPER" --addr "$addr" --threads 1 --backend uring
-            bench "baseline epoll" "$BASELINE_HYPER" --addr "$addr" --threads 1 --backend epoll
-        fi
-        bench "tokio current_thread" "$tokio" --addr "$addr" --flavor current_thread
+        # Each round starts one server later: the first of a round read up to 20% more
+        # CPU per request here (the same code, measured first and later), so no server
+        # keeps that place.
+        for i in $(seq 0 $((n - 1))); do
+            case ${servers[$(((i + round - 1) % n))]} in
+                uring) bench "ring-rt uring" "$hyper" --addr "$addr" --threads 1 --backend uring ;;
+                epoll) bench "ring-rt epoll" "$hyper" --addr "$addr" --threads 1 --backend epoll ;;
+                baseline-uring) bench "baseline uring" "$BASELINE_HYPER" --addr "$addr" --threads 1 --backend uring ;;
+                baseline-epoll) bench "baseline epoll" "$BASELINE_HYPER" --addr "$addr" --threads 1 --backend epoll ;;
+                tokio) bench "tokio current_thread" "$tokio" --addr "$addr" --flavor current_thread ;;
+            esac
+        done
     done
     {
         echo "ROUNDS=$ROUNDS${BASELINE_HYPER:+; baseline: $BASELINE_HYPER}; wrk -t1 -c{$CONNS} -d${DURATION}s --latency on /, -c$BIG_CONNS on /big?n={$BIG_SIZES}; server on CPU 0, wrk on CPU 1; $(nproc) CPUs, $(uname -r), $(date -u +%Y-%m-%dT%H:%MZ)"

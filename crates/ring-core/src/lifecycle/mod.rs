@@ -138,17 +138,23 @@ impl Deferred {
                 None => self.panic = Some(payload),
                 // Only the first is raised. A later one's payload is dropped here, in a
                 // catch of its own: its destructor is code that is not ours, and a panic
-                // from it would unwind through the op table mid-dispatch (one that panics
-                // is leaked instead).
-                Some(_) => {
-                    if let Err(again) = std::panic::catch_unwind(AssertUnwindSafe(|| drop(payload)))
-                    {
-                        std::mem::forget(again);
-                    }
-                }
+                // from it would unwind through the op table mid-dispatch.
+                Some(_) => discard(payload),
             }
         }
     }
+}
+
+/// Drops a caught panic's payload in a catch of its own, and the payload of the panic that
+/// drop raises the same way, a few links deep; a longer chain is leaked.
+fn discard(mut payload: Box<dyn Any + Send>) {
+    for _ in 0..8 {
+        match std::panic::catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+            Ok(()) => return,
+            Err(next) => payload = next,
+        }
+    }
+    std::mem::forget(payload);
 }
 
 impl fmt::Debug for Deferred {

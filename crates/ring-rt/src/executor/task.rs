@@ -448,14 +448,23 @@ pub(crate) fn report_drop_panic(payload: Box<dyn Any + Send>) {
     discard_payload(payload);
 }
 
-/// Drops a caught panic's payload, whose own destructor is code that is not ours: one that
-/// panics as it drops is leaked rather than let unwind (through the executor with a task
-/// out of its slot, or out of a destructor during another unwind, which aborts).
-pub(crate) fn discard_payload(payload: Box<dyn Any + Send>) {
-    if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
-        std::mem::forget(again);
+/// Drops a caught panic's payload, whose own destructor is code that is not ours and may
+/// panic in turn (with a payload of its own, dropped the same way), never letting that
+/// unwind: through the executor with a task out of its slot, or out of a destructor during
+/// another unwind, which aborts. A chain longer than `PAYLOAD_DROPS` is leaked.
+pub(crate) fn discard_payload(mut payload: Box<dyn Any + Send>) {
+    for _ in 0..PAYLOAD_DROPS {
+        match catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+            Ok(()) => return,
+            Err(next) => payload = next,
+        }
     }
+    std::mem::forget(payload);
 }
+
+/// How many payloads, each panicking as it drops, `discard_payload` follows before it
+/// leaks the last (a panic's payload is almost always a string; two is already contrived).
+const PAYLOAD_DROPS: usize = 8;
 
 /// Builds a task around `future` whose output goes to `state` (its `JoinHandle`'s).
 pub(crate) fn new_task<F: Future + 'static>(
