@@ -139,16 +139,18 @@ impl Deferred {
                 // Only the first is raised. A later one's payload is dropped here, in a
                 // catch of its own: its destructor is code that is not ours, and a panic
                 // from it would unwind through the op table mid-dispatch.
-                Some(_) => discard(payload),
+                Some(_) => discard_payload(payload),
             }
         }
     }
 }
 
-/// Drops a caught panic's payload in a catch of its own, and the payload of the panic that
-/// drop raises the same way, a few links deep; a longer chain is leaked.
-fn discard(mut payload: Box<dyn Any + Send>) {
-    for _ in 0..8 {
+/// Drops a caught panic's payload, whose own destructor is code that is not ours and may
+/// panic in turn (with a payload of its own, dropped the same way), never letting that
+/// unwind: out of the op table mid-dispatch, through an executor, or out of a destructor
+/// during another unwind, which aborts. A chain longer than `PAYLOAD_DROPS` is leaked.
+pub fn discard_payload(mut payload: Box<dyn Any + Send>) {
+    for _ in 0..PAYLOAD_DROPS {
         match std::panic::catch_unwind(AssertUnwindSafe(move || drop(payload))) {
             Ok(()) => return,
             Err(next) => payload = next,
@@ -156,6 +158,10 @@ fn discard(mut payload: Box<dyn Any + Send>) {
     }
     std::mem::forget(payload);
 }
+
+/// How many payloads, each panicking as it drops, `discard_payload` follows before it
+/// leaks the last (a panic's payload is almost always a string; two is already contrived).
+const PAYLOAD_DROPS: usize = 8;
 
 impl fmt::Debug for Deferred {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

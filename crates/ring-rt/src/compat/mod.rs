@@ -585,16 +585,15 @@ impl<S: CompatIo> Compat<S> {
     }
 }
 
-/// How many slices one `sendmsg` takes (Linux's `UIO_MAXIOV`; more is `EMSGSIZE`).
-const IOV_MAX: usize = 1024;
-
-/// `bufs` in at most `IOV_MAX` non-empty slices (all of them, borrowed as they are, when
-/// there are few enough), as std's `write_vectored` caps what it passes on.
+/// `bufs` in at most `UIO_MAXIOV` (1,024) non-empty slices, what one `sendmsg` takes (more
+/// is `EMSGSIZE`); all of them, borrowed as they are, when there are few enough. std's
+/// `write_vectored` caps what it passes on the same way.
 fn capped<'a>(bufs: &'a [IoSlice<'a>]) -> std::borrow::Cow<'a, [IoSlice<'a>]> {
-    if bufs.len() <= IOV_MAX {
+    let max = libc::UIO_MAXIOV as usize;
+    if bufs.len() <= max {
         return std::borrow::Cow::Borrowed(bufs);
     }
-    let out = bufs.iter().filter(|b| !b.is_empty()).take(IOV_MAX);
+    let out = bufs.iter().filter(|b| !b.is_empty()).take(max);
     std::borrow::Cow::Owned(out.map(|b| IoSlice::new(b)).collect())
 }
 

@@ -325,8 +325,8 @@ impl Executor {
                 Some(slot) if slot.header.key.generation == key.generation => {
                     slot.header.scheduled.store(false, Ordering::Release);
                     let aborted = slot.header.aborted.load(Ordering::Acquire);
-                    let waker = Waker::from(slot.header.clone());
-                    slot.task.take().map(|t| ((t, waker), aborted))
+                    let task = slot.task.take();
+                    task.map(|t| ((t, Waker::from(slot.header.clone())), aborted))
                 }
                 _ => None,
             }
@@ -416,11 +416,7 @@ impl Executor {
 /// Drops jobs nobody will run, catching their destructors' panics (code that is not ours
 /// may run there: a waker of whoever awaits a spawn's handle).
 fn drop_jobs(jobs: Vec<RemoteJob>) {
-    for job in jobs {
-        if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(job))) {
-            task::report_drop_panic(payload);
-        }
-    }
+    jobs.into_iter().for_each(task::drop_quietly);
 }
 
 /// Wakes a JoinHandle's awaiter while the runtime shuts down, where a panic has nobody
@@ -437,10 +433,7 @@ fn wake_quietly(waker: Option<Waker>) {
 /// Frees a finished task: its box, and with it the output slot if the JoinHandle is gone (an
 /// output's destructor may panic: that stays here, logged).
 fn drop_task(task: Pin<Box<dyn RawTask>>) {
-    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(task)));
-    if let Err(payload) = dropped {
-        task::report_drop_panic(payload);
-    }
+    task::drop_quietly(task);
 }
 
 impl Drop for Entered<'_> {

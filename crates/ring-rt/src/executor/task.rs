@@ -390,8 +390,9 @@ impl<F: Future> Task<F> {
 }
 
 /// Drops what may run code that is not ours (an output nobody reads, a slot holding a
-/// stale waker) with its panic caught and logged: it must not unwind through the executor.
-fn drop_quietly<T>(value: T) {
+/// stale waker, a finished task, a job nobody will run) with its panic caught and logged:
+/// it must not unwind through the executor.
+pub(crate) fn drop_quietly<T>(value: T) {
     if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(value))) {
         report_drop_panic(payload);
     }
@@ -448,23 +449,9 @@ pub(crate) fn report_drop_panic(payload: Box<dyn Any + Send>) {
     discard_payload(payload);
 }
 
-/// Drops a caught panic's payload, whose own destructor is code that is not ours and may
-/// panic in turn (with a payload of its own, dropped the same way), never letting that
-/// unwind: through the executor with a task out of its slot, or out of a destructor during
-/// another unwind, which aborts. A chain longer than `PAYLOAD_DROPS` is leaked.
-pub(crate) fn discard_payload(mut payload: Box<dyn Any + Send>) {
-    for _ in 0..PAYLOAD_DROPS {
-        match catch_unwind(AssertUnwindSafe(move || drop(payload))) {
-            Ok(()) => return,
-            Err(next) => payload = next,
-        }
-    }
-    std::mem::forget(payload);
-}
-
-/// How many payloads, each panicking as it drops, `discard_payload` follows before it
-/// leaks the last (a panic's payload is almost always a string; two is already contrived).
-const PAYLOAD_DROPS: usize = 8;
+/// ring-core's: drops a caught panic's payload in a catch of its own, and so on down the
+/// chain of payloads that panic as they drop.
+pub(crate) use ring_core::lifecycle::discard_payload;
 
 /// Builds a task around `future` whose output goes to `state` (its `JoinHandle`'s).
 pub(crate) fn new_task<F: Future + 'static>(
