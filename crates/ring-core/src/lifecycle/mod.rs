@@ -149,7 +149,7 @@ impl Deferred {
 /// panic in turn (with a payload of its own, dropped the same way), never letting that
 /// unwind: out of the op table mid-dispatch, through an executor, or out of a destructor
 /// during another unwind, which aborts. A chain longer than `PAYLOAD_DROPS` is leaked.
-pub fn discard_payload(mut payload: Box<dyn Any + Send>) {
+fn discard_payload(mut payload: Box<dyn Any + Send>) {
     for _ in 0..PAYLOAD_DROPS {
         match std::panic::catch_unwind(AssertUnwindSafe(move || drop(payload))) {
             Ok(()) => return,

@@ -449,9 +449,25 @@ pub(crate) fn report_drop_panic(payload: Box<dyn Any + Send>) {
     discard_payload(payload);
 }
 
-/// ring-core's: drops a caught panic's payload in a catch of its own, and so on down the
-/// chain of payloads that panic as they drop.
-pub(crate) use ring_core::lifecycle::discard_payload;
+/// Drops a caught panic's payload, whose own destructor is code that is not ours and may
+/// panic in turn (with a payload of its own, dropped the same way), never letting that
+/// unwind: through the executor with a task out of its slot, or out of a destructor during
+/// another unwind, which aborts. A chain longer than `PAYLOAD_DROPS` is leaked. (ring-core
+/// keeps the same loop for `Deferred::reap`, privately: a public one there would make the
+/// packaged ring-rt need a ring-core release it cannot name yet.)
+pub(crate) fn discard_payload(mut payload: Box<dyn Any + Send>) {
+    for _ in 0..PAYLOAD_DROPS {
+        match catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+            Ok(()) => return,
+            Err(next) => payload = next,
+        }
+    }
+    std::mem::forget(payload);
+}
+
+/// How many payloads, each panicking as it drops, `discard_payload` follows before it
+/// leaks the last (a panic's payload is almost always a string; two is already contrived).
+const PAYLOAD_DROPS: usize = 8;
 
 /// Builds a task around `future` whose output goes to `state` (its `JoinHandle`'s).
 pub(crate) fn new_task<F: Future + 'static>(
