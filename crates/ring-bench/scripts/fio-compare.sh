@@ -36,8 +36,11 @@
 # issue's goal to the medians (CPU: the thread figures).
 #
 # Env: FILE (target/bench-files/fileio-256m.bin), SECS (5), ROUNDS (3), SIZE_MIB (256),
-# BS (4096), BACKEND (uring), ROWS (the matrix above), CARGO_TARGET_DIR (target). Every
-# run's result is kept in target/fio-compare/runs.tsv; each run's line goes to stderr.
+# BS (4096), BACKEND (uring), ROWS (the matrix above), CARGO_TARGET_DIR (target),
+# BASELINE_FILEIO (another build's fileio binary, e.g. from a worktree of an older commit:
+# run in every round right after this build's, with the same arguments, and reported in
+# two more columns, for before/after figures from one interleaved run). Every run's result
+# is kept in target/fio-compare/runs.tsv; each run's line goes to stderr.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
@@ -49,6 +52,11 @@ rounds="${ROUNDS:-3}"
 bs="${BS:-4096}"
 backend="${BACKEND:-uring}"
 target_dir="${CARGO_TARGET_DIR:-target}"
+baseline="${BASELINE_FILEIO:-}"
+if [[ -n $baseline && ! -x $baseline ]]; then
+    echo "fio-compare: BASELINE_FILEIO=$baseline is not an executable" >&2
+    exit 2
+fi
 default_rows="randread:1:1:0 randread:8:1:0 randread:32:1:0 randread:128:1:0"
 for rw in randwrite write; do
     for depth in 1 32; do
@@ -103,15 +111,24 @@ iops, ios = side["iops"], max(side["total_ios"], 1)
 thread_s = (job["usr_cpu"] + job["sys_cpu"]) / 100 * job["job_runtime"] / 1000
 print(f"{iops:.0f}\t{thread_s * 1e6 / ios:.2f}\t{process_s * 1e6 / ios:.2f}")'
 
-# One ring-rt run of row $2 in round $1: appends "round row ring-rt iops thread_us process_us".
+# One run of row $2 in round $1 by this build's fileio (and then BASELINE_FILEIO's, if set).
 run_ring() {
-    local round=$1 row=$2 rw depth direct fsync line
+    run_fileio "$fileio" ring-rt "$1" "$2"
+    if [[ -n $baseline ]]; then
+        run_fileio "$baseline" baseline "$1" "$2"
+    fi
+}
+
+# One run of row $4 in round $3 by fileio binary $1: appends "round row $2 iops thread_us
+# process_us".
+run_fileio() {
+    local bin=$1 engine=$2 round=$3 row=$4 rw depth direct fsync line
     IFS=: read -r rw depth direct fsync <<<"$row"
     sync "$file"
-    line="$("$fileio" --file "$file" --rw "$rw" --bs "$bs" --depth "$depth" --direct "$direct" \
+    line="$("$bin" --file "$file" --rw "$rw" --bs "$bs" --depth "$depth" --direct "$direct" \
         --fsync "$fsync" --secs "$secs" --backend "$backend" --size-mib "$size_mib")"
-    echo "round $round: $line" >&2
-    printf '%s\t%s\tring-rt\t%s\t%s\t%s\n' "$round" "$row" \
+    echo "round $round: $engine $line" >&2
+    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$row" "$engine" \
         "$(sed -n 's/.* iops=\([0-9.]*\).*/\1/p' <<<"$line")" \
         "$(sed -n 's/.* thread_cpu_us_per_op=\([0-9.]*\).*/\1/p' <<<"$line")" \
         "$(sed -n 's/.* cpu_us_per_op=\([0-9.]*\).*/\1/p' <<<"$line")" >>"$runs"
@@ -159,7 +176,8 @@ for ((round = 1; round <= rounds; round++)); do
 done
 
 echo "fileio vs fio: $rounds round(s) of ${secs} s per cell, bs=$bs, ring-rt backend=$backend," \
-    "file $file (${size_mib} MiB), $(nproc) CPUs, $(uname -r), $(date -u +%Y-%m-%dT%H:%MZ)"
+    "file $file (${size_mib} MiB), $(nproc) CPUs, $(uname -r), $(date -u +%Y-%m-%dT%H:%MZ)" \
+    "${baseline:+, baseline $baseline}"
 echo
 python3 - "$runs" "$rows" <<'EOF'
 import csv, statistics, sys
@@ -208,14 +226,18 @@ def goal(row):
         return f"≥ sync: {'met' if ring >= sync else 'not met'}"
     return f"≥ io_uring: {'met' if ring >= uring else 'not met'}"
 
+has_baseline = any(engine == "baseline" for _, engine in cells)
+extra_head = " | baseline IOPS | baseline CPU µs/op" if has_baseline else ""
 print("| row | ring-rt IOPS | fio io_uring IOPS | fio sync IOPS | ring-rt / io_uring"
       " | ring-rt / sync | CPU µs/op thread / process: ring-rt | fio io_uring | fio sync"
-      " | goal |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+      f"{extra_head} | goal |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if has_baseline else "")
+      + "---|")
 for row in rows:
     ring = median(row, "ring-rt", 0)
+    extra = f" | {iops(row, 'baseline')} | {cpu(row, 'baseline')}" if has_baseline else ""
     print(f"| {name(row)} | {iops(row, 'ring-rt')} | {iops(row, 'fio-io_uring')}"
           f" | {iops(row, 'fio-sync')} | {ratio(ring, median(row, 'fio-io_uring', 0))}"
           f" | {ratio(ring, median(row, 'fio-sync', 0))} | {cpu(row, 'ring-rt')}"
-          f" | {cpu(row, 'fio-io_uring')} | {cpu(row, 'fio-sync')} | {goal(row)} |")
+          f" | {cpu(row, 'fio-io_uring')} | {cpu(row, 'fio-sync')}{extra} | {goal(row)} |")
 EOF

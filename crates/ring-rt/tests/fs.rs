@@ -51,6 +51,14 @@ fn main() {
         ("errors_carry_os_codes", errors_carry_os_codes),
         ("o_direct_with_aligned_buf", o_direct_with_aligned_buf),
         (
+            "o_direct_reads_one_at_a_time_enter_once_each",
+            o_direct_reads_one_at_a_time_enter_once_each,
+        ),
+        (
+            "o_direct_reads_of_one_turn_reach_the_kernel_as_they_start",
+            o_direct_reads_of_one_turn_reach_the_kernel_as_they_start,
+        ),
+        (
             "huge_write_is_clamped_not_wrapped",
             huge_write_is_clamped_not_wrapped,
         ),
@@ -591,6 +599,106 @@ async fn direct_io(f: File) -> Outcome {
         "misaligned: {err:?}"
     );
     Ok(Completion::Completed)
+}
+
+/// Opens an `O_DIRECT` file of `len` written bytes in the temporary or the current
+/// directory, whichever filesystem takes `O_DIRECT`; `Err` with the skip otherwise.
+async fn direct_file(dirs: &[Scratch], len: usize) -> Result<File, Outcome> {
+    let mut refused = Vec::new();
+    for dir in dirs {
+        let path = dir.path("f");
+        std::fs::write(&path, pattern(12, len)).map_err(|e| Err(e.into()))?;
+        match OpenOptions::new().read(true).direct(true).open(&path).await {
+            Ok(f) => return Ok(f),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => refused.push(dir.0.clone()),
+            Err(e) => return Err(Err(format!("O_DIRECT open of {path:?}: {e}").into())),
+        }
+    }
+    Err(Ok(Completion::ignored_with(format!(
+        "O_DIRECT refused (EINVAL) by the filesystems of {refused:?}"
+    ))))
+}
+
+fn direct_scratch(name: &str, kind: BackendKind) -> io::Result<Vec<Scratch>> {
+    let parents = [std::env::temp_dir(), std::env::current_dir()?];
+    parents
+        .iter()
+        .map(|parent| Scratch::new_in(parent, name, kind))
+        .collect()
+}
+
+/// One task reading an `O_DIRECT` file one block at a time (fio's depth 1) costs one
+/// kernel entry per read: the read's submission and the wait for it go in the same enter.
+/// (A read of an `O_DIRECT` file is submitted early only when other tasks are ready to run,
+/// which is what the next test checks; here none are.)
+fn o_direct_reads_one_at_a_time_enter_once_each(kind: BackendKind) -> Outcome {
+    const READS: u64 = 200;
+    let rt = runtime!(kind);
+    let counters = rt.metrics_handle();
+    let dirs = direct_scratch("direct-depth1", kind)?;
+    rt.block_on(bounded(LIMIT, async {
+        let f = match direct_file(&dirs, 64 << 10).await {
+            Ok(f) => Rc::new(f),
+            Err(outcome) => return outcome,
+        };
+        // A task, as fio's job and the fileio bench run it: block_on's own future is
+        // polled outside the run queue.
+        let reader = ring_rt::spawn(async move {
+            let mut buf = AlignedBuf::with_alignment(4096, 4096)?;
+            let before = counters.snapshot().enters;
+            for i in 0..READS {
+                let (res, back) = f.read_exact_at(buf, (i % 16) * 4096).await;
+                res?;
+                buf = back;
+            }
+            io::Result::Ok(counters.snapshot().enters - before)
+        });
+        let enters = reader.await??;
+        check!(
+            enters <= READS + 4,
+            "{READS} reads one after another entered the kernel {enters} times"
+        );
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// Reads of an `O_DIRECT` file that tasks start in one loop turn reach the kernel as each
+/// starts, not together at the end of the turn: together they would reach the disk at once
+/// and leave it idle until the next batch (measured: 0.75x of fio's IOPS at depth 32).
+/// Checked by a second task, run after the reading task in the same turn, finding the read
+/// already submitted.
+fn o_direct_reads_of_one_turn_reach_the_kernel_as_they_start(kind: BackendKind) -> Outcome {
+    if kind == BackendKind::Epoll {
+        return Ok(Completion::ignored_with(
+            "the epoll backend has no submission queue: a file read goes to its helper \
+             thread when it starts",
+        ));
+    }
+    let rt = runtime!(kind);
+    let counters = rt.metrics_handle();
+    let dirs = direct_scratch("direct-turn", kind)?;
+    rt.block_on(bounded(LIMIT, async {
+        let f = match direct_file(&dirs, 64 << 10).await {
+            Ok(f) => Rc::new(f),
+            Err(outcome) => return outcome,
+        };
+        let before = counters.snapshot().sqes_submitted;
+        let reader = {
+            let f = f.clone();
+            ring_rt::spawn(async move {
+                let buf = AlignedBuf::with_alignment(4096, 4096)?;
+                f.read_exact_at(buf, 0).await.0
+            })
+        };
+        let checker = ring_rt::spawn(async move { counters.snapshot().sqes_submitted });
+        let submitted = checker.await? - before;
+        reader.await??;
+        check!(
+            submitted >= 1,
+            "the task after the reader found {submitted} SQEs submitted"
+        );
+        Ok(Completion::Completed)
+    }))?
 }
 
 /// A buffer longer than u32::MAX is written up to the kernel's limit, not by its length

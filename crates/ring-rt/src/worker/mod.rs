@@ -331,8 +331,10 @@ impl Core {
                 if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
                     return out;
                 }
+                self.submit_early();
             }
-            self.executor.run_ready(TASKS_PER_TURN);
+            self.executor
+                .run_ready(TASKS_PER_TURN, || self.submit_early());
             self.turn();
         }
     }
@@ -349,6 +351,18 @@ impl Core {
     fn submit_queued(&self) {
         if let Err(err) = self.with_backend(|b| b.submit()).and_then(|r| r) {
             tracing::error!(target: "ring_rt", error = %err, "submitting queued work failed");
+        }
+    }
+
+    /// Submits an op that goes to a device (`Backend::needs_early_submit`) now if another
+    /// task runs before the turn: with none, the turn's enter is next and takes it along
+    /// with its wait, one syscall where submitting here would make two.
+    fn submit_early(&self) {
+        let needs = self
+            .backend_ref(|b| b.needs_early_submit())
+            .unwrap_or(false);
+        if needs && self.executor.has_ready() {
+            self.submit_queued();
         }
     }
 
