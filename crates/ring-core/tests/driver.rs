@@ -26,6 +26,10 @@ fn main() {
     let tests = vec![
         trial("nops_batch_into_few_enters", nops_batch_into_few_enters),
         trial(
+            "an_op_submitted_waiting_wakes_its_waker_once",
+            an_op_submitted_waiting_wakes_its_waker_once,
+        ),
+        trial(
             "cq_overflow_loses_no_completion",
             cq_overflow_loses_no_completion,
         ),
@@ -114,6 +118,56 @@ fn nops_batch_into_few_enters() -> Outcome {
         delta.enters
     );
     check!(driver.in_flight() == 0, "ops left in flight");
+    Ok(Completion::Completed)
+}
+
+/// Counts its wakes.
+struct CountWakes(std::sync::atomic::AtomicUsize);
+
+impl std::task::Wake for CountWakes {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &std::sync::Arc<Self>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// `submit_op_waiting` registers the poller's waker with the op: the CQE wakes it (once,
+/// through the deferred queue) with no poll in between, and the op's result is then there.
+fn an_op_submitted_waiting_wakes_its_waker_once() -> Outcome {
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+    let features = match features() {
+        Ok(f) => f,
+        Err(skip) => return Ok(skip),
+    };
+    let mut driver = driver_with(features, 8, 0);
+    let count = Arc::new(CountWakes(Default::default()));
+    let waker = std::task::Waker::from(count.clone());
+    // SAFETY: a NOP points at no memory.
+    let id = unsafe { driver.submit_op_waiting(nop(), &waker) }?;
+    check!(
+        count.0.load(Ordering::Relaxed) == 0,
+        "woken before the op was submitted"
+    );
+    let mut deferred = ring_core::lifecycle::Deferred::default();
+    turn_until(&mut driver, Duration::from_secs(5), |d| {
+        d.take_deferred(&mut deferred);
+        deferred.run();
+        count.0.load(Ordering::Relaxed) > 0
+    })?;
+    check!(
+        count.0.load(Ordering::Relaxed) == 1,
+        "woken {} times",
+        count.0.load(Ordering::Relaxed)
+    );
+    let polled = driver.poll_op(id, std::task::Waker::noop());
+    check!(
+        matches!(polled, std::task::Poll::Ready(Ok(ref cqe)) if cqe.res == 0),
+        "the NOP's result after the wake: {polled:?}"
+    );
+    check!(driver.in_flight() == 0, "the op's slot stayed");
     Ok(Completion::Completed)
 }
 

@@ -198,10 +198,37 @@ impl Driver {
     pub unsafe fn submit_op(&mut self, sqe: squeue::Entry) -> io::Result<OpId> {
         self.provide_queued();
         let id = self.ops.insert()?;
+        // SAFETY: the caller's contract for `sqe`.
+        unsafe { self.push_op(id, sqe) };
+        Ok(id)
+    }
+
+    /// [`submit_op`](Self::submit_op) for a future that waits on `waker` right after: the
+    /// op's first CQE wakes it, with no [`poll_op`](Self::poll_op) in between (one op-table
+    /// lookup less per op).
+    ///
+    /// # Safety
+    /// As for [`submit_op`](Self::submit_op).
+    pub unsafe fn submit_op_waiting(
+        &mut self,
+        sqe: squeue::Entry,
+        waker: &Waker,
+    ) -> io::Result<OpId> {
+        self.provide_queued();
+        let id = self.ops.insert_waiting(waker)?;
+        // SAFETY: the caller's contract for `sqe`.
+        unsafe { self.push_op(id, sqe) };
+        Ok(id)
+    }
+
+    /// Pushes the SQE of op `id`, just inserted.
+    ///
+    /// # Safety
+    /// As for [`submit_op`](Self::submit_op).
+    unsafe fn push_op(&mut self, id: OpId, sqe: squeue::Entry) {
         // SAFETY: the caller's contract for `sqe`; the user_data is the driver's own.
         unsafe { self.push(sqe.user_data(id.to_user_data())) };
         self.note_in_flight();
-        Ok(id)
     }
 
     /// Inserts one op per SQE and pushes them as one `IO_LINK` chain, contiguously in the

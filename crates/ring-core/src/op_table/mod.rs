@@ -89,6 +89,16 @@ impl OpTable {
 
     /// Registers a new op in the `Submitted` state; its id goes into the SQE's `user_data`.
     pub fn insert(&mut self) -> io::Result<OpId> {
+        self.insert_in(Lifecycle::Submitted)
+    }
+
+    /// Registers a new op whose future already waits on `waker` (as if polled once): its
+    /// first CQE wakes it, and the future need not poll between starting the op and that.
+    pub fn insert_waiting(&mut self, waker: &Waker) -> io::Result<OpId> {
+        self.insert_in(Lifecycle::Waiting(waker.clone()))
+    }
+
+    fn insert_in(&mut self, state: Lifecycle) -> io::Result<OpId> {
         if self.slots.len() > user_data::INDEX_MAX as usize {
             return Err(io::Error::other(
                 "op table is full (2^32 - 1 ops in flight)",
@@ -100,7 +110,7 @@ impl OpTable {
             generation,
             queue_max: 0,
             is_capped: false,
-            state: Lifecycle::Submitted,
+            state,
         });
         Ok(OpId {
             index: index as u32,

@@ -426,7 +426,8 @@ impl Mechanism for EpollBackend {
 
     /// Starts `op`: a read the page cache serves is done at once; a socket op waits for
     /// readiness (tried on its first poll); anything else goes to the blocking pool.
-    fn start(&mut self, op: &mut dyn Operation) -> io::Result<Start> {
+    /// The waker is left to the first poll, which registers readiness interest too.
+    fn start(&mut self, op: &mut dyn Operation, _waker: &Waker) -> io::Result<Start> {
         if let Some(cqe) = op.try_inline() {
             return Ok(Start::Done(cqe));
         }

@@ -158,6 +158,9 @@ impl Token {
 pub(crate) enum Start {
     /// Running: poll this.
     Token(Token),
+    /// Running, and the starter's waker already waits for its first completion: poll it
+    /// once woken (io_uring, which saves the poll that would only register the waker).
+    Waiting(Token),
     /// Done already (a read of cached data on epoll, an op run inline): its CQE.
     Done(Cqe),
 }
@@ -336,9 +339,9 @@ pub(crate) trait Mechanism {
     /// SQ and CQ sizes; (0, 0) where there is no ring.
     fn ring_sizes(&self) -> (u32, u32);
 
-    /// Starts `op` (io_uring: pushes its SQE; epoll: tries it inline, waits for readiness
-    /// or queues its job).
-    fn start(&mut self, op: &mut dyn Operation) -> io::Result<Start>;
+    /// Starts `op` for a future that will wait on `waker` (io_uring: pushes its SQE; epoll:
+    /// tries it inline, waits for readiness or queues its job).
+    fn start(&mut self, op: &mut dyn Operation, waker: &Waker) -> io::Result<Start>;
 
     /// Starts `ops` as one linked chain, each op running only if the one before succeeded,
     /// where the kernel can link them all; `None` where it cannot (epoll, or an op io_uring
@@ -464,8 +467,8 @@ impl Mechanism for Backend {
     fn ring_sizes(&self) -> (u32, u32) {
         each!(self, b => b.ring_sizes())
     }
-    fn start(&mut self, op: &mut dyn Operation) -> io::Result<Start> {
-        each!(self, b => b.start(op))
+    fn start(&mut self, op: &mut dyn Operation, waker: &Waker) -> io::Result<Start> {
+        each!(self, b => b.start(op, waker))
     }
     fn start_chain(&mut self, ops: &mut [&mut dyn Operation]) -> Option<io::Result<Vec<OpId>>> {
         each!(self, b => b.start_chain(ops))

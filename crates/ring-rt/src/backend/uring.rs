@@ -260,8 +260,9 @@ impl Mechanism for UringBackend {
         sent
     }
 
-    /// Starts `op`: its SQE is pushed (submitted by the next turn).
-    fn start(&mut self, op: &mut dyn Operation) -> io::Result<Start> {
+    /// Starts `op`: its SQE is pushed (submitted by the next turn), its slot already
+    /// waiting with `waker` (no CQE can come before the SQE is submitted).
+    fn start(&mut self, op: &mut dyn Operation, waker: &Waker) -> io::Result<Start> {
         if op.is_readiness_only() {
             let Emulation::Readiness { fd, events } = op.emulate() else {
                 unreachable!("a readiness-only op is emulated by readiness")
@@ -281,9 +282,9 @@ impl Mechanism for UringBackend {
         // SAFETY: `Operation`'s contract: the SQE points only at memory the op owns (on the
         // heap or 'static) and at its fd; the op's future keeps the op until the final CQE,
         // and its orphan (`into_orphan`) after that.
-        let id = unsafe { self.driver.submit_op(sqe)? };
+        let id = unsafe { self.driver.submit_op_waiting(sqe, waker)? };
         self.has_early |= op.submits_at_once();
-        Ok(Start::Token(Token::InFlight(id)))
+        Ok(Start::Waiting(Token::InFlight(id)))
     }
 
     /// Pushes a chain of ops as one linked group, if every op can be linked in the kernel.

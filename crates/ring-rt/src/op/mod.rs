@@ -174,14 +174,11 @@ impl<T: OpDef> Future for Op<T> {
                     if let Some(cqe) = std::task::ready!(op.poll_prepare(cx)) {
                         return Poll::Ready(this.finish(cqe));
                     }
-                    match this.core.start(op) {
-                        Ok(Start::Token(token)) => {
-                            let State::Unstarted(op) =
-                                std::mem::replace(&mut this.state, State::Done)
-                            else {
-                                unreachable!("matched Unstarted above")
-                            };
-                            this.state = State::Running(op, token);
+                    match this.core.start(op, cx.waker()) {
+                        Ok(Start::Token(token)) => this.run(token),
+                        Ok(Start::Waiting(token)) => {
+                            this.run(token);
+                            return Poll::Pending;
                         }
                         Ok(Start::Done(cqe)) => return Poll::Ready(this.finish(cqe)),
                         Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
@@ -225,6 +222,14 @@ impl<T: OpDef> Op<T> {
     }
 
     /// Completes the op with its final CQE.
+    /// Unstarted -> Running with `token`.
+    fn run(&mut self, token: Token) {
+        let State::Unstarted(op) = std::mem::replace(&mut self.state, State::Done) else {
+            unreachable!("an op starts once, from Unstarted")
+        };
+        self.state = State::Running(op, token);
+    }
+
     fn finish(&mut self, cqe: Cqe) -> T::Output {
         match std::mem::replace(&mut self.state, State::Done) {
             State::Unstarted(op) | State::Running(op, _) => op.complete(cqe),
