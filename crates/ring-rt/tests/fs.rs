@@ -10,7 +10,7 @@ use std::io::{self, ErrorKind};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
+use std::pin::{pin, Pin};
 use std::rc::Rc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -51,8 +51,8 @@ fn main() {
         ("errors_carry_os_codes", errors_carry_os_codes),
         ("o_direct_with_aligned_buf", o_direct_with_aligned_buf),
         (
-            "o_direct_reads_one_at_a_time_enter_once_each",
-            o_direct_reads_one_at_a_time_enter_once_each,
+            "an_o_direct_read_reaches_the_kernel_before_its_task_yields",
+            an_o_direct_read_reaches_the_kernel_before_its_task_yields,
         ),
         (
             "o_direct_reads_of_one_turn_reach_the_kernel_as_they_start",
@@ -627,36 +627,40 @@ fn direct_scratch(name: &str, kind: BackendKind) -> io::Result<Vec<Scratch>> {
         .collect()
 }
 
-/// One task reading an `O_DIRECT` file one block at a time (fio's depth 1) costs one
-/// kernel entry per read: the read's submission and the wait for it go in the same enter.
-/// (A read of an `O_DIRECT` file is submitted early only when other tasks are ready to run,
-/// which is what the next test checks; here none are.)
-fn o_direct_reads_one_at_a_time_enter_once_each(kind: BackendKind) -> Outcome {
-    const READS: u64 = 200;
+/// An `O_DIRECT` read reaches the kernel (and the device) as soon as it starts, not when its
+/// task yields: a task that starts the next block's read and then works on the current one
+/// (`join(read, work)`) overlaps the two. Deferred to the task's yield, the read waited for
+/// the work (measured: 370 against 320 µs per block with 300 µs of work). Checked by the
+/// task itself, right after the read's first poll and before yielding.
+fn an_o_direct_read_reaches_the_kernel_before_its_task_yields(kind: BackendKind) -> Outcome {
+    if kind == BackendKind::Epoll {
+        return Ok(Completion::ignored_with(
+            "the epoll backend has no submission queue: a file read goes to its helper \
+             thread when it starts",
+        ));
+    }
     let rt = runtime!(kind);
     let counters = rt.metrics_handle();
-    let dirs = direct_scratch("direct-depth1", kind)?;
+    let dirs = direct_scratch("direct-overlap", kind)?;
     rt.block_on(bounded(LIMIT, async {
         let f = match direct_file(&dirs, 64 << 10).await {
             Ok(f) => Rc::new(f),
             Err(outcome) => return outcome,
         };
-        // A task, as fio's job and the fileio bench run it: block_on's own future is
-        // polled outside the run queue.
         let reader = ring_rt::spawn(async move {
-            let mut buf = AlignedBuf::with_alignment(4096, 4096)?;
-            let before = counters.snapshot().enters;
-            for i in 0..READS {
-                let (res, back) = f.read_exact_at(buf, (i % 16) * 4096).await;
-                res?;
-                buf = back;
-            }
-            io::Result::Ok(counters.snapshot().enters - before)
+            let buf = AlignedBuf::with_alignment(4096, 4096)?;
+            let before = counters.snapshot().sqes_submitted;
+            let mut read = pin!(f.read_exact_at(buf, 0).into_future());
+            let first = poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx).is_ready())).await;
+            // The task has not yielded: only a submission made as the read started counts.
+            let submitted = counters.snapshot().sqes_submitted - before;
+            read.await.0?;
+            io::Result::Ok((first, submitted))
         });
-        let enters = reader.await??;
+        let (first, submitted) = reader.await??;
         check!(
-            enters <= READS + 4,
-            "{READS} reads one after another entered the kernel {enters} times"
+            first || submitted >= 1,
+            "the read was not in the kernel before its task yielded ({submitted} SQEs)"
         );
         Ok(Completion::Completed)
     }))?

@@ -44,9 +44,6 @@ pub(crate) struct UringBackend {
     /// The rings this worker's pushed MSG_RING wakes name, kept open until the kernel
     /// took those SQEs (see `send_wake`).
     wake_targets: Vec<Arc<std::os::fd::OwnedFd>>,
-    /// An op that goes to a device (`Operation::submits_at_once`) was pushed since the
-    /// last enter: see `needs_early_submit`.
-    has_early: bool,
 }
 
 /// The most CQEs one batched wait asks for: past this, a batch saves no more enters worth
@@ -69,7 +66,6 @@ impl UringBackend {
             batch_wait: Duration::ZERO,
             last_batch: 0,
             wake_targets: Vec::new(),
-            has_early: false,
         })
     }
 
@@ -202,15 +198,9 @@ impl Mechanism for UringBackend {
     }
 
     fn submit(&mut self) -> io::Result<()> {
-        // A failed enter leaves what was pushed for the next turn to submit.
-        self.has_early = false;
         let out = self.driver.submit();
         self.release_wake_targets();
         out
-    }
-
-    fn needs_early_submit(&self) -> bool {
-        self.has_early
     }
 
     /// Blocking: the kernel waits for readiness itself. (A readiness-only op's syscall
@@ -283,7 +273,10 @@ impl Mechanism for UringBackend {
         // heap or 'static) and at its fd; the op's future keeps the op until the final CQE,
         // and its orphan (`into_orphan`) after that.
         let id = unsafe { self.driver.submit_op_waiting(sqe, waker)? };
-        self.has_early |= op.submits_at_once();
+        if op.submits_at_once() {
+            // Already pushed: a failed enter leaves it for the next turn to submit.
+            let _ = self.driver.submit();
+        }
         Ok(Start::Waiting(Token::InFlight(id)))
     }
 
@@ -303,7 +296,9 @@ impl Mechanism for UringBackend {
         let sqes: Vec<squeue::Entry> = ops.iter_mut().map(|op| op.sqe()).collect();
         // SAFETY: as in `start`, for every op of the chain; the chain's future keeps them.
         let pushed = unsafe { self.driver.submit_chain(sqes) };
-        self.has_early |= at_once && pushed.is_ok();
+        if at_once && pushed.is_ok() {
+            let _ = self.driver.submit();
+        }
         Some(pushed)
     }
 
@@ -337,7 +332,6 @@ impl Mechanism for UringBackend {
             self.wake_op = Some(unsafe { self.driver.submit_op(poll.build())? });
         }
         self.set_batch(wait);
-        self.has_early = false;
         let turned = self.driver.turn(wait);
         self.release_wake_targets();
         self.last_batch = turned?;

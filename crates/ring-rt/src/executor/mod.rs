@@ -304,9 +304,8 @@ impl Executor {
         self.shared.main_woken.swap(false, Ordering::AcqRel)
     }
 
-    /// Polls up to `budget` queued tasks, calling `after_each` after each poll; returns how
-    /// many ran.
-    pub(crate) fn run_ready(&self, budget: usize, mut after_each: impl FnMut()) -> usize {
+    /// Polls up to `budget` queued tasks; returns how many ran.
+    pub(crate) fn run_ready(&self, budget: usize) -> usize {
         self.drain_remote();
         let mut ran = 0;
         while ran < budget {
@@ -314,7 +313,6 @@ impl Executor {
                 break;
             };
             self.run_task(key);
-            after_each();
             ran += 1;
         }
         ran

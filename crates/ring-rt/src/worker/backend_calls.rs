@@ -100,11 +100,7 @@ impl Core {
         &self,
         ops: &mut [&mut dyn Operation],
     ) -> io::Result<Option<io::Result<Vec<OpId>>>> {
-        self.with_backend(|b| {
-            let started = b.start_chain(ops);
-            self.note_early(b);
-            started
-        })
+        self.with_backend(|b| b.start_chain(ops))
     }
 }
 

@@ -79,10 +79,6 @@ pub struct Core {
     is_running_deferred: Cell<bool>,
     /// `block_on` runs this core: a loop turn is coming that submits what is pushed.
     is_running: Cell<bool>,
-    /// An op that goes to a device was staged since the last submission (the backend's
-    /// `needs_early_submit`, copied here as ops start, so the check after every task's poll
-    /// reads a flag rather than borrowing the backend).
-    has_early: Cell<bool>,
     /// The runtime was dropped: no op starts, fds close at once (no turn will come).
     is_shut_down: Cell<bool>,
     /// Ops polled while this runtime did not run, and cancelled for that (see
@@ -123,7 +119,6 @@ impl Core {
             running: RefCell::new(Deferred::default()),
             is_running_deferred: Cell::new(false),
             is_running: Cell::new(false),
-            has_early: Cell::new(false),
             is_shut_down: Cell::new(false),
             cancelled_elsewhere: RefCell::new(Vec::new()),
             set,
@@ -171,18 +166,7 @@ impl Core {
     /// drive the op there, so it would wait for ever.
     pub(crate) fn start(&self, op: &mut dyn Operation, waker: &Waker) -> io::Result<Start> {
         self.check_startable()?;
-        self.with_backend(|b| {
-            let started = b.start(op, waker);
-            self.note_early(b);
-            started
-        })?
-    }
-
-    /// Copies the backend's `needs_early_submit` after a start.
-    fn note_early(&self, backend: &Backend) {
-        if backend.needs_early_submit() {
-            self.has_early.set(true);
-        }
+        self.with_backend(|b| b.start(op, waker))?
     }
 
     /// Arms multishot `op` (see [`start`](Self::start)); its CQEs are bounded to `max`
@@ -347,10 +331,8 @@ impl Core {
                 if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
                     return out;
                 }
-                self.submit_early();
             }
-            self.executor
-                .run_ready(TASKS_PER_TURN, || self.submit_early());
+            self.executor.run_ready(TASKS_PER_TURN);
             self.turn();
         }
     }
@@ -365,18 +347,8 @@ impl Core {
     /// Submits what is queued, without waiting: a MSG_RING wake pushed for another worker
     /// must not wait for a turn that may never come.
     fn submit_queued(&self) {
-        self.has_early.set(false);
         if let Err(err) = self.with_backend(|b| b.submit()).and_then(|r| r) {
             tracing::error!(target: "ring_rt", error = %err, "submitting queued work failed");
-        }
-    }
-
-    /// Submits an op that goes to a device (`Backend::needs_early_submit`) now if another
-    /// task runs before the turn: with none, the turn's enter is next and takes it along
-    /// with its wait, one syscall where submitting here would make two.
-    fn submit_early(&self) {
-        if self.has_early.get() && self.executor.has_ready() {
-            self.submit_queued();
         }
     }
 
@@ -444,7 +416,6 @@ impl Core {
 
     fn backend_turn(&self, wait: Wait) {
         self.publish_gauges();
-        self.has_early.set(false);
         let turned = self.with_backend(|b| {
             let turned = b.turn(wait);
             (turned, b.kind())
