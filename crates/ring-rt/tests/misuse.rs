@@ -37,6 +37,10 @@ fn main() {
             into_owned_fd_never_drops_queued_bytes,
         ),
         (
+            "a_dropped_send_never_reaches_the_fd_into_owned_fd_gave_away",
+            a_dropped_send_never_reaches_the_fd_into_owned_fd_gave_away,
+        ),
+        (
             "a_unix_path_with_a_nul_byte_is_invalid_input",
             a_unix_path_with_a_nul_byte_is_invalid_input,
         ),
@@ -132,6 +136,48 @@ fn a_sleep_taken_to_another_runtime_fires_there(kind: BackendKind) -> Outcome {
         start.elapsed()
     );
     Ok(Completion::Completed)
+}
+
+/// A send polled once and dropped before `into_owned_fd` hands the fd out never reaches
+/// what reuses the number after the caller closes it (on io_uring its SQE may still wait in
+/// the submission queue, and the kernel looks the number up when it takes it).
+fn a_dropped_send_never_reaches_the_fd_into_owned_fd_gave_away(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(bounded(LIMIT, async {
+        let mut reused = 0;
+        for round in 0..20 {
+            let (mine, _peer) = UnixStream::pair()?;
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&mine);
+            let mut send = Box::pin(mine.write(vec![b'x'; 512]).into_future());
+            let _ = poll_fn(|cx| Poll::Ready(send.as_mut().poll(cx).is_ready())).await;
+            drop(send);
+            let owned = match mine.into_owned_fd() {
+                Ok(owned) => owned,
+                // Refused while a dropped op finishes: nothing was handed out, nothing to test.
+                Err(_) => continue,
+            };
+            drop(owned);
+            let (a, b) = std::os::unix::net::UnixStream::pair()?;
+            reused += usize::from(std::os::fd::AsRawFd::as_raw_fd(&a) == fd);
+            sleep(Duration::from_millis(5)).await;
+            b.set_nonblocking(true)?;
+            let mut got = [0u8; 1024];
+            let n = match (&b).read(&mut got) {
+                Ok(n) => n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => 0,
+                Err(e) => return Err(e.into()),
+            };
+            check!(
+                n == 0,
+                "round {round}: {n} bytes of a dropped send went out on another socket"
+            );
+        }
+        check!(
+            reused > 0,
+            "no round handed out and reused the fd number; the test proved nothing"
+        );
+        Ok(Completion::Completed)
+    }))?
 }
 
 /// A read dropped after the kernel received bytes for it queues them on the stream;

@@ -46,6 +46,9 @@ pub(crate) struct UringBackend {
     wake_targets: Vec<Arc<std::os::fd::OwnedFd>>,
 }
 
+/// How long `forget_fd` waits for the kernel to take the SQEs pushed before an fd leaves.
+const FORGET_WAIT: Duration = Duration::from_secs(1);
+
 /// The most CQEs one batched wait asks for: past this, a batch saves no more enters worth
 /// the latency.
 pub(crate) const BATCH_MAX: usize = 64;
@@ -214,8 +217,30 @@ impl Mechanism for UringBackend {
         false
     }
 
-    /// Nothing to forget: the ring keeps no per-fd state (each op names its fd).
-    fn forget_fd(&mut self, _fd: RawFd) {}
+    /// The ring keeps no per-fd state (each op names its fd), but an SQE still waiting to
+    /// be submitted may name `fd`, and the kernel looks the number up only when it takes the
+    /// SQE: by then the number may belong to whatever the fd's new owner closed it for (a
+    /// dropped write went out on an unrelated socket). So what is pushed is submitted now;
+    /// with SQPOLL, or an enter the kernel refuses for a moment, this waits (bounded) until
+    /// the kernel has taken it all.
+    fn forget_fd(&mut self, fd: RawFd) {
+        if self.driver.pending_sqes() == 0 || self.submitted_all() {
+            return;
+        }
+        let deadline = Instant::now() + FORGET_WAIT;
+        while Instant::now() < deadline {
+            std::thread::yield_now();
+            if self.submitted_all() {
+                return;
+            }
+        }
+        tracing::error!(
+            target: "ring_rt",
+            fd,
+            "an fd left the runtime while the kernel had not taken SQEs pushed before: \
+             one of them may reach whatever reuses the fd number"
+        );
+    }
 
     /// Nothing to do: an op in the kernel sees the shutdown itself; nothing is cached.
     fn after_local_shutdown(&mut self, _fd: RawFd) {}

@@ -239,6 +239,8 @@ impl File {
     /// an example).
     pub fn into_std(mut self) -> std::fs::File {
         let fd = std::mem::replace(&mut self.fd, -1);
+        // Before the fd leaves: no op of this file still queued may find its number reused.
+        self.core.forget_fd(fd);
         // SAFETY: `fd` was this File's open fd; -1 left behind means drop will not close it,
         // so the std file is its only owner.
         unsafe { std::fs::File::from_raw_fd(fd) }
