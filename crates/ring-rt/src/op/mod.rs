@@ -221,7 +221,6 @@ impl<T: OpDef> Op<T> {
         }
     }
 
-    /// Completes the op with its final CQE.
     /// Unstarted -> Running with `token`.
     fn run(&mut self, token: Token) {
         let State::Unstarted(op) = std::mem::replace(&mut self.state, State::Done) else {
@@ -230,6 +229,7 @@ impl<T: OpDef> Op<T> {
         self.state = State::Running(op, token);
     }
 
+    /// Completes the op with its final CQE.
     fn finish(&mut self, cqe: Cqe) -> T::Output {
         match std::mem::replace(&mut self.state, State::Done) {
             State::Unstarted(op) | State::Running(op, _) => op.complete(cqe),
