@@ -623,6 +623,16 @@ async fn direct_file(dirs: &[Scratch], len: usize) -> Result<File, Outcome> {
     ))))
 }
 
+/// The skip of a test that watches io_uring's submission queue.
+fn needs_submission_queue(kind: BackendKind) -> Option<Completion> {
+    (kind == BackendKind::Epoll).then(|| {
+        Completion::ignored_with(
+            "the epoll backend has no submission queue: a file read goes to its helper \
+             thread when it starts",
+        )
+    })
+}
+
 fn direct_scratch(name: &str, kind: BackendKind) -> io::Result<Vec<Scratch>> {
     let parents = [std::env::temp_dir(), std::env::current_dir()?];
     parents
@@ -637,11 +647,8 @@ fn direct_scratch(name: &str, kind: BackendKind) -> io::Result<Vec<Scratch>> {
 /// the work (measured: 370 against 320 µs per block with 300 µs of work). Checked by the
 /// task itself, right after the read's first poll and before yielding.
 fn an_o_direct_read_reaches_the_kernel_before_its_task_yields(kind: BackendKind) -> Outcome {
-    if kind == BackendKind::Epoll {
-        return Ok(Completion::ignored_with(
-            "the epoll backend has no submission queue: a file read goes to its helper \
-             thread when it starts",
-        ));
+    if let Some(skip) = needs_submission_queue(kind) {
+        return Ok(skip);
     }
     let rt = runtime!(kind);
     let counters = rt.metrics_handle();
@@ -676,11 +683,8 @@ fn an_o_direct_read_reaches_the_kernel_before_its_task_yields(kind: BackendKind)
 /// Checked by a second task, run after the reading task in the same turn, finding the read
 /// already submitted.
 fn o_direct_reads_of_one_turn_reach_the_kernel_as_they_start(kind: BackendKind) -> Outcome {
-    if kind == BackendKind::Epoll {
-        return Ok(Completion::ignored_with(
-            "the epoll backend has no submission queue: a file read goes to its helper \
-             thread when it starts",
-        ));
+    if let Some(skip) = needs_submission_queue(kind) {
+        return Ok(skip);
     }
     let rt = runtime!(kind);
     let counters = rt.metrics_handle();
@@ -930,16 +934,9 @@ fn a_dropped_write_never_reaches_the_fd_into_std_gave_away(kind: BackendKind) ->
             let _ = poll_once(write.as_mut()).await;
             drop(write);
             drop(file.into_std());
-            let (a, b) = std::os::unix::net::UnixStream::pair()?;
-            reused += usize::from(a.as_raw_fd() == fd);
-            sleep(Duration::from_millis(5)).await;
-            b.set_nonblocking(true)?;
-            let mut got = [0u8; 8192];
-            let n = match io::Read::read(&mut &b, &mut got) {
-                Ok(n) => n,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => 0,
-                Err(e) => return Err(e.into()),
-            };
+            let (n, is_reused) =
+                support::bytes_on_a_socket_reusing(fd, Duration::from_millis(5)).await?;
+            reused += usize::from(is_reused);
             check!(
                 n == 0,
                 "round {round}: {n} bytes of a dropped file write went out on a socket"

@@ -157,16 +157,9 @@ fn a_dropped_send_never_reaches_the_fd_into_owned_fd_gave_away(kind: BackendKind
                 Err(_) => continue,
             };
             drop(owned);
-            let (a, b) = std::os::unix::net::UnixStream::pair()?;
-            reused += usize::from(std::os::fd::AsRawFd::as_raw_fd(&a) == fd);
-            sleep(Duration::from_millis(5)).await;
-            b.set_nonblocking(true)?;
-            let mut got = [0u8; 1024];
-            let n = match (&b).read(&mut got) {
-                Ok(n) => n,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => 0,
-                Err(e) => return Err(e.into()),
-            };
+            let (n, is_reused) =
+                support::bytes_on_a_socket_reusing(fd, Duration::from_millis(5)).await?;
+            reused += usize::from(is_reused);
             check!(
                 n == 0,
                 "round {round}: {n} bytes of a dropped send went out on another socket"

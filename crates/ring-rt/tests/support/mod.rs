@@ -137,6 +137,25 @@ pub async fn bounded<T>(
         .map_err(|_| format!("test body did not finish within {limit:?}").into())
 }
 
+/// Opens a socket pair the way a program that reuses a just-closed fd number would, waits
+/// `settle` for anything still on its way, and says how many bytes its other end received
+/// (it never wrote any) and whether its first end took `fd`'s number.
+pub async fn bytes_on_a_socket_reusing(
+    fd: i32,
+    settle: Duration,
+) -> std::io::Result<(usize, bool)> {
+    let (a, b) = std::os::unix::net::UnixStream::pair()?;
+    let reused = std::os::fd::AsRawFd::as_raw_fd(&a) == fd;
+    ring_rt::time::sleep(settle).await;
+    b.set_nonblocking(true)?;
+    let mut got = [0u8; 8192];
+    match std::io::Read::read(&mut &b, &mut got) {
+        Ok(n) => Ok((n, reused)),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok((0, reused)),
+        Err(e) => Err(e),
+    }
+}
+
 /// Deterministic pseudo-random bytes (xorshift), so failures reproduce.
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
     let mut x = seed | 1;
