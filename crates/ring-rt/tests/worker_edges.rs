@@ -668,9 +668,16 @@ fn a_stale_join_waker_whose_panic_panics_again_is_contained(kind: BackendKind) -
     let out = support::expecting_panics(|| {
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             rt.block_on(async {
-                let mut task = ring_rt::spawn(async {
+                // The task waits for `release`, not for a timer: on a slow machine (CI's
+                // emulated VMs) a 5 ms sleep ran out before the handle was polled, the
+                // handle answered at once, and the test's own last drop of the waker
+                // raised its panic.
+                let (release, released) = std::sync::mpsc::channel::<()>();
+                let mut task = ring_rt::spawn(async move {
                     let guard = FutureDropPanics;
-                    ring_rt::time::sleep(Duration::from_millis(5)).await;
+                    while released.try_recv().is_err() {
+                        ring_rt::yield_now().await;
+                    }
                     std::mem::forget(guard);
                     7u32
                 });
@@ -679,6 +686,7 @@ fn a_stale_join_waker_whose_panic_panics_again_is_contained(kind: BackendKind) -
                 let first = std::pin::Pin::new(&mut task).poll(&mut Context::from_waker(&waker));
                 drop(waker);
                 drop(task);
+                let _ = release.send(());
                 ring_rt::time::sleep(Duration::from_millis(20)).await;
                 first.is_pending()
             })
