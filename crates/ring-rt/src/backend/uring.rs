@@ -152,7 +152,8 @@ impl UringBackend {
         }
     }
 
-    /// Submits what was pushed; whether nothing is left waiting.
+    /// Submits what was pushed; whether nothing is left waiting. With nothing pushed, no
+    /// syscall.
     fn submitted_all(&mut self) -> bool {
         self.driver.submit().is_ok() && self.driver.pending_sqes() == 0
     }
@@ -224,22 +225,19 @@ impl Mechanism for UringBackend {
     /// with SQPOLL, or an enter the kernel refuses for a moment, this waits (bounded) until
     /// the kernel has taken it all.
     fn forget_fd(&mut self, fd: RawFd) {
-        if self.driver.pending_sqes() == 0 || self.submitted_all() {
-            return;
-        }
         let deadline = Instant::now() + FORGET_WAIT;
-        while Instant::now() < deadline {
-            std::thread::yield_now();
-            if self.submitted_all() {
+        while !self.submitted_all() {
+            if Instant::now() >= deadline {
+                tracing::error!(
+                    target: "ring_rt",
+                    fd,
+                    "an fd left the runtime while the kernel had not taken SQEs pushed \
+                     before: one of them may reach whatever reuses the fd number"
+                );
                 return;
             }
+            std::thread::yield_now();
         }
-        tracing::error!(
-            target: "ring_rt",
-            fd,
-            "an fd left the runtime while the kernel had not taken SQEs pushed before: \
-             one of them may reach whatever reuses the fd number"
-        );
     }
 
     /// Nothing to do: an op in the kernel sees the shutdown itself; nothing is cached.
@@ -377,7 +375,7 @@ impl Mechanism for UringBackend {
     /// queued behind them, so no queued op can find the number reused.
     fn close(&mut self, fd: RawFd) {
         let sqpoll = self.driver.setup_flags().sqpoll;
-        if !sqpoll && (self.driver.pending_sqes() == 0 || self.submitted_all()) {
+        if !sqpoll && self.submitted_all() {
             // SAFETY: the caller hands its fd over to be closed; no unsubmitted SQE names
             // it, and submitted ops hold their own reference to the file.
             unsafe { ring_core::release::close_quietly(fd) };
