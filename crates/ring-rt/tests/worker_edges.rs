@@ -177,12 +177,14 @@ fn a_wake_sent_as_block_on_unwinds_reaches_its_worker(kind: BackendKind) -> Outc
         let _ = done_tx.send(rx.await.ok());
     })?;
     std::thread::sleep(Duration::from_millis(50));
-    let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        rt.block_on(async move {
-            let _ = tx.send(7);
-            panic!("the handler failed after replying");
-        })
-    }));
+    let unwound = support::expecting_panics(|| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            rt.block_on(async move {
+                let _ = tx.send(7);
+                panic!("the handler failed after replying");
+            })
+        }))
+    });
     check!(unwound.is_err(), "block_on did not pass the panic on");
     let got = done_rx.recv_timeout(Duration::from_secs(5));
     check!(got == Ok(Some(7)), "worker 1's task was not woken: {got:?}");
@@ -229,6 +231,10 @@ impl Wake for PanickingWaker {
 /// (reported by the worker's loop) must not leave the task's slot behind, which kept
 /// the worker counted as loaded for ever.
 fn a_panicking_join_waker_still_frees_the_task(kind: BackendKind) -> Outcome {
+    support::expecting_panics(|| panicking_join_wakers_free_their_tasks(kind))
+}
+
+fn panicking_join_wakers_free_their_tasks(kind: BackendKind) -> Outcome {
     let rt = runtime!(kind, Builder::default().threads(2));
     let handle = rt.handle();
     for _ in 0..5 {
@@ -609,9 +615,11 @@ fn a_waker_panicking_in_the_shutdown_drain_is_not_raised(kind: BackendKind) -> O
     });
     check!(pending, "the read did not wait");
     let handle = rt.handle();
-    let shutdown = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        rt.shutdown_timeout(Duration::ZERO)
-    }));
+    let shutdown = support::expecting_panics(|| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            rt.shutdown_timeout(Duration::ZERO)
+        }))
+    });
     check!(
         shutdown.is_ok(),
         "the waker's panic came out of shutdown_timeout"

@@ -92,21 +92,28 @@ pub struct BinaryRun {
     pub unfinished: Option<String>,
     /// Names of the tests reported FAILED.
     pub failed_tests: Vec<String>,
+    /// What a badly ended binary printed about it (see [`excerpt`]); empty for a clean run.
+    pub excerpt: Vec<String>,
     pub secs: f64,
 }
 
 impl BinaryRun {
     /// A run read from the binary's output.
     pub fn from_output(name: String, args: Vec<String>, exit: Exit, output: &str) -> Self {
-        BinaryRun {
+        let mut run = BinaryRun {
             name,
             args,
             exit,
             summary: find_summary(output),
             unfinished: unfinished_test(output),
             failed_tests: failed_tests(output),
+            excerpt: Vec::new(),
             secs: 0.0,
+        };
+        if run.is_broken() {
+            run.excerpt = excerpt(output);
         }
+        run
     }
 
     /// The counts this run contributes: its summary, plus one failure when the binary
@@ -167,6 +174,41 @@ pub fn failed_tests(output: &str) -> Vec<String> {
         }
     }
     names
+}
+
+/// The most lines [`excerpt`] keeps.
+const EXCERPT_LINES: usize = 40;
+
+/// What a badly ended binary said about it, for the end of the matrix's output (a CI log
+/// excerpt shows its tail): libtest's `failures:` section (each failed test's message)
+/// and the `panicked at` lines with the message after each; with neither (a crash, a
+/// hang), the output's last lines. At most [`EXCERPT_LINES`] lines.
+pub fn excerpt(output: &str) -> Vec<String> {
+    let lines: Vec<String> = output.lines().map(strip_ansi).collect();
+    let mut kept: Vec<String> = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        if line.contains("panicked at") {
+            kept.extend(lines[i..].iter().take(2).cloned());
+        }
+    }
+    if let Some(start) = lines.iter().position(|l| l.trim_end() == "failures:") {
+        kept.extend(
+            lines[start..]
+                .iter()
+                .take_while(|l| !l.starts_with("test result:"))
+                .filter(|l| !l.trim().is_empty())
+                .cloned(),
+        );
+    }
+    if kept.is_empty() {
+        let from = lines.len().saturating_sub(EXCERPT_LINES);
+        kept = lines[from..].to_vec();
+    }
+    if kept.len() > EXCERPT_LINES {
+        // The end names the failures; the start may be earlier, expected panics.
+        kept.drain(..kept.len() - EXCERPT_LINES);
+    }
+    kept
 }
 
 /// `line` without ANSI colour sequences (`ESC [ ... m`), which libtest prints on a tty such
@@ -230,6 +272,7 @@ mod tests {
             summary: None,
             unfinished: unfinished_test("test a ... ok\ntest b::uring   ... \nboom\n"),
             failed_tests: Vec::new(),
+            excerpt: Vec::new(),
             secs: 0.0,
         };
         assert_eq!(run.counts().failed, 1);
@@ -245,6 +288,38 @@ mod tests {
     }
 
     #[test]
+    fn a_failure_keeps_its_message_and_panic_lines() {
+        let out = "test a ... ok\nthread 'main' panicked at t.rs:1:2:\nboom\n\
+                   stack backtrace:\n   0: x\ntest b ... FAILED\n\nfailures:\n\n\
+                   ---- b ----\nround 3: 5 bytes\n\nfailures:\n    b\n\n\
+                   test result: FAILED. 1 passed; 1 failed; 0 ignored; 0 measured;\n";
+        let run = BinaryRun::from_output("x".into(), Vec::new(), Exit::Code(101), out);
+        assert_eq!(
+            run.excerpt,
+            [
+                "thread 'main' panicked at t.rs:1:2:",
+                "boom",
+                "failures:",
+                "---- b ----",
+                "round 3: 5 bytes",
+                "failures:",
+                "    b"
+            ]
+        );
+        let clean = "test a ... ok\ntest result: ok. 1 passed; 0 failed; 0 ignored;\n";
+        let run = BinaryRun::from_output("x".into(), Vec::new(), Exit::Success, clean);
+        assert!(run.excerpt.is_empty());
+    }
+
+    #[test]
+    fn a_crash_keeps_the_last_lines() {
+        let out: String = (0..100).map(|i| format!("line {i}\n")).collect();
+        let got = excerpt(&out);
+        assert_eq!(got.len(), EXCERPT_LINES);
+        assert_eq!(got.last().map(String::as_str), Some("line 99"));
+    }
+
+    #[test]
     fn a_clean_run_has_no_note() {
         let run = BinaryRun {
             name: "x".into(),
@@ -253,6 +328,7 @@ mod tests {
             summary: parse_summary("test result: ok. 2 passed; 0 failed; 1 ignored;"),
             unfinished: None,
             failed_tests: Vec::new(),
+            excerpt: Vec::new(),
             secs: 0.0,
         };
         assert_eq!(run.counts().passed, 2);

@@ -308,6 +308,7 @@ fn finish(results: &[RowResult], root: &Path, about: &str) -> ExitCode {
     }
     println!("wrote {} and {}", md.display(), js.display());
     if results.iter().any(RowResult::is_failed) {
+        println!("\n{}", report::failures(results));
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS

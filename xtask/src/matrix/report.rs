@@ -176,6 +176,25 @@ pub fn details(results: &[RowResult]) -> String {
     out
 }
 
+/// Every failed row's notes and what its badly ended binaries printed about it: printed
+/// last, so the tail of a CI log shows what failed.
+pub fn failures(results: &[RowResult]) -> String {
+    let mut out = String::new();
+    for r in results.iter().filter(|r| r.is_failed()) {
+        let _ = writeln!(out, "FAILED row {}:", r.row.name);
+        for note in r.notes() {
+            let _ = writeln!(out, "    note: {note}");
+        }
+        for run in r.runs.iter().filter(|run| !run.excerpt.is_empty()) {
+            let _ = writeln!(out, "    {} said:", run.name);
+            for line in &run.excerpt {
+                let _ = writeln!(out, "        {line}");
+            }
+        }
+    }
+    out
+}
+
 /// The binaries this row ran with `--skip ::uring`.
 fn uring_halves_left_out(r: &RowResult) -> Vec<&str> {
     r.runs
@@ -223,6 +242,7 @@ fn row_json(r: &RowResult) -> Value {
             json!({
                 "binary": b.name, "args": b.args, "exit": b.exit.to_string(),
                 "has_summary": b.summary.is_some(), "failed_tests": b.failed_tests,
+                "excerpt": b.excerpt,
                 "passed": s.passed, "skipped": s.ignored, "failed": s.failed,
                 "filtered_out": s.filtered, "secs": b.secs,
             })
@@ -261,6 +281,7 @@ mod tests {
                 summary: parse_summary("test result: ok. 0 passed; 0 failed; 9 ignored;"),
                 unfinished: None,
                 failed_tests: Vec::new(),
+                excerpt: Vec::new(),
                 secs: 1.0,
             }],
             problems,
@@ -289,5 +310,23 @@ mod tests {
         let value = json(&[r], "about");
         assert_eq!(value["ok"], false);
         assert_eq!(value["rows"][0]["skipped"], 9);
+    }
+
+    #[test]
+    fn failures_name_the_row_its_notes_and_what_the_binary_said() {
+        let mut r = result(Vec::new());
+        r.runs[0] = BinaryRun::from_output(
+            "ring-rt/fs".into(),
+            Vec::new(),
+            Exit::Code(101),
+            "test a ... FAILED\n\nfailures:\n\n---- a ----\nround 3: 5 bytes\n\n\
+             test result: FAILED. 0 passed; 1 failed; 0 ignored; 0 measured;\n",
+        );
+        let ok = result(Vec::new());
+        let text = failures(&[ok, r]);
+        assert!(text.starts_with("FAILED row seccomp EPERM:"), "{text}");
+        assert!(text.contains("note: ring-rt/fs: a FAILED"), "{text}");
+        assert!(text.contains("        round 3: 5 bytes"), "{text}");
+        assert_eq!(text.matches("FAILED row").count(), 1, "{text}");
     }
 }
