@@ -41,6 +41,10 @@ fn main() {
             a_dropped_send_never_reaches_the_fd_into_owned_fd_gave_away,
         ),
         (
+            "an_fd_given_up_from_a_wakers_clone_never_receives_a_dropped_send",
+            an_fd_given_up_from_a_wakers_clone_never_receives_a_dropped_send,
+        ),
+        (
             "a_unix_path_with_a_nul_byte_is_invalid_input",
             a_unix_path_with_a_nul_byte_is_invalid_input,
         ),
@@ -168,6 +172,83 @@ fn a_dropped_send_never_reaches_the_fd_into_owned_fd_gave_away(kind: BackendKind
         check!(
             reused > 0,
             "no round handed out and reused the fd number; the test proved nothing"
+        );
+        Ok(Completion::Completed)
+    }))?
+}
+
+thread_local! {
+    /// The stream [`GIVING_UP_VTABLE`]'s clone gives up, and the fd it got.
+    static GIVEN_UP: std::cell::RefCell<(Option<UnixStream>, Option<std::io::Result<std::os::fd::OwnedFd>>)> =
+        const { std::cell::RefCell::new((None, None)) };
+}
+
+/// A waker whose `clone` gives up the stream in [`GIVEN_UP`] (`into_owned_fd`): user code
+/// the runtime runs when it keeps the waker of an op it starts or polls.
+static GIVING_UP_VTABLE: std::task::RawWakerVTable = std::task::RawWakerVTable::new(
+    |_| {
+        GIVEN_UP.with(|g| {
+            let mut g = g.borrow_mut();
+            if let Some(stream) = g.0.take() {
+                g.1 = Some(stream.into_owned_fd().map_err(std::io::Error::from));
+            }
+        });
+        std::task::RawWaker::new(std::ptr::null(), &GIVING_UP_VTABLE)
+    },
+    |_| {},
+    |_| {},
+    |_| {},
+);
+
+/// Review Q: `into_owned_fd` run by a waker's `clone`, which the runtime calls while its
+/// backend is busy (keeping the waker of an op it starts or polls). The fd went out at
+/// once while a dropped send's SQE still waited in the submission queue, and the send
+/// reached the socket that reused the number (io_uring, round 0).
+fn an_fd_given_up_from_a_wakers_clone_never_receives_a_dropped_send(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(bounded(LIMIT, async {
+        let mut given_up = 0;
+        for round in 0..20 {
+            let (mine, _peer) = UnixStream::pair()?;
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&mine);
+            let mut send = Box::pin(mine.write(vec![b'x'; 512]).into_future());
+            let _ = poll_fn(|cx| Poll::Ready(send.as_mut().poll(cx).is_ready())).await;
+            drop(send);
+            GIVEN_UP.with(|g| g.borrow_mut().0 = Some(mine));
+            // A read that waits (on both backends): the runtime keeps its waker.
+            let (other, mut other_peer) = std::os::unix::net::UnixStream::pair()?;
+            let other = UnixStream::from_std(other)?;
+            let mut read = Box::pin(other.read(Vec::with_capacity(8)).into_future());
+            // SAFETY: the vtable's functions ignore the data pointer (null).
+            let waker = unsafe {
+                std::task::Waker::from_raw(std::task::RawWaker::new(
+                    std::ptr::null(),
+                    &GIVING_UP_VTABLE,
+                ))
+            };
+            let _ = read
+                .as_mut()
+                .poll(&mut std::task::Context::from_waker(&waker));
+            let (left, got) = GIVEN_UP.with(|g| std::mem::take(&mut *g.borrow_mut()));
+            drop(left);
+            let owned = match got {
+                Some(Ok(owned)) => owned,
+                // Refused, or the runtime never cloned the waker: nothing was handed out.
+                Some(Err(_)) | None => continue,
+            };
+            given_up += 1;
+            drop(owned);
+            let (n, _) = support::bytes_on_a_socket_reusing(fd, Duration::from_millis(5)).await?;
+            check!(
+                n == 0,
+                "round {round}: {n} bytes of a dropped send went out on another socket"
+            );
+            other_peer.write_all(b"y")?;
+            read.await.0?;
+        }
+        check!(
+            given_up > 0,
+            "no round gave the fd up from the waker's clone; the test proved nothing"
         );
         Ok(Completion::Completed)
     }))?

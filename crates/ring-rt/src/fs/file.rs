@@ -15,7 +15,7 @@ use crate::op::fs::{
 };
 use crate::op::link::Pending;
 use crate::op::{Op, OpDef};
-use crate::worker::Core;
+use crate::worker::{Core, GivenAway};
 
 /// An open file. Every op names its offset (`pread`/`pwrite` style); there is no cursor.
 ///
@@ -236,14 +236,19 @@ impl File {
     }
 
     /// The std file, no longer closed by this value (see [`from_std`](Self::from_std) for
-    /// an example).
+    /// an example). Its fd is this file's own number, except when called from code the
+    /// runtime runs inside its own bookkeeping (a waker's `clone`): then it is a duplicate,
+    /// and the original is closed once the ops still queued for it are submitted.
     pub fn into_std(mut self) -> std::fs::File {
-        let fd = std::mem::replace(&mut self.fd, -1);
         // Before the fd leaves: no op of this file still queued may find its number reused.
-        self.core.forget_fd(fd);
-        // SAFETY: `fd` was this File's open fd; -1 left behind means drop will not close it,
-        // so the std file is its only owner.
-        unsafe { std::fs::File::from_raw_fd(fd) }
+        let given = self.core.give_away_fd(self.as_fd());
+        let fd = std::mem::replace(&mut self.fd, -1);
+        match given {
+            GivenAway::Duplicate(dup) => dup.into(),
+            // SAFETY: `fd` was this File's open fd; -1 left behind means drop will not
+            // close it, so the std file is its only owner.
+            GivenAway::Original => unsafe { std::fs::File::from_raw_fd(fd) },
+        }
     }
 
     /// Reads into `buf`'s capacity at `pos`; `Ok(0)` at end of file. The buffer comes back

@@ -19,7 +19,7 @@ use crate::op::net::{Connect, Recv, Send, SendZc};
 use crate::op::unclaimed::{TurnSlot, Unclaimed};
 use crate::op::Op;
 use crate::pool::PooledBuf;
-use crate::worker::Core;
+use crate::worker::{Core, GivenAway};
 
 pub(crate) struct Socket {
     fd: RawFd,
@@ -180,15 +180,18 @@ impl Socket {
     }
 
     fn into_owned_now(mut self) -> OwnedFd {
+        // The backend must forget the fd (epoll's registration, io_uring's queued SQEs):
+        // its new owner will close it without us.
+        let given = self.core.give_away_fd(std::os::fd::AsFd::as_fd(&self));
         // -1 tells Drop there is nothing left to close; the core handle drops normally.
         let fd = std::mem::replace(&mut self.fd, -1);
-        // The backend must forget the fd (epoll's registration): its new owner will close
-        // it without us.
-        self.core.forget_fd(fd);
         drop(self);
-        // SAFETY: `self` owned the fd; its field now says -1, so its drop did not close it
-        // and ownership moves here.
-        unsafe { OwnedFd::from_raw_fd(fd) }
+        match given {
+            GivenAway::Duplicate(dup) => dup,
+            // SAFETY: `self` owned the fd; its field now says -1, so its drop did not
+            // close it and ownership moves here.
+            GivenAway::Original => unsafe { OwnedFd::from_raw_fd(fd) },
+        }
     }
 }
 

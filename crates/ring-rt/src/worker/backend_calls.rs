@@ -4,6 +4,7 @@
 //! next safe point or answered conservatively, never lost and never a panic.
 
 use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 use std::task::{Poll, Waker};
 
@@ -60,11 +61,30 @@ impl Core {
         self.backend_ref(|b| b.reads_inline(fd)).unwrap_or(false)
     }
 
-    /// The backend forgets `fd`, which leaves the runtime; parked if the backend is busy
-    /// (a late forget at worst wakes a waiter of a reused number, which re-registers).
-    pub(crate) fn forget_fd(&self, fd: std::os::fd::RawFd) {
-        if self.with_backend(|b| b.forget_fd(fd)).is_err() {
-            self.parked.borrow_mut().push(Parked::Forget(fd));
+    /// Gives `fd` away (its owner hands it to code that closes it without the runtime):
+    /// the backend forgets it first, and on io_uring submits every SQE pushed before,
+    /// since the kernel looks an SQE's fd number up only when it takes the SQE. When the
+    /// backend is busy (this runs inside a backend call, from a waker's `clone`) that
+    /// cannot happen now, and handing `fd` out, the queued SQEs would reach whatever
+    /// reuses its number once the new owner closes it: the caller hands out a duplicate
+    /// instead, and `fd`, now the runtime's, is closed through the ordinary close path,
+    /// after what was pushed for it. Only if no fd is left for the duplicate does `fd`
+    /// itself go, its forget parked.
+    pub(crate) fn give_away_fd(&self, fd: BorrowedFd<'_>) -> GivenAway {
+        let raw = fd.as_raw_fd();
+        if self.with_backend(|b| b.forget_fd(raw)).is_ok() {
+            return GivenAway::Original;
+        }
+        match fd.try_clone_to_owned() {
+            Ok(dup) => {
+                self.parked.borrow_mut().push(Parked::Close(raw));
+                GivenAway::Duplicate(dup)
+            }
+            Err(err) => {
+                tracing::warn!(target: "ring_rt", fd = raw, error = %err, "fd given away from inside a backend call (a waker's clone) and not duplicated: ops queued for it may reach a reused number");
+                self.parked.borrow_mut().push(Parked::Forget(raw));
+                GivenAway::Original
+            }
         }
     }
 
@@ -102,6 +122,15 @@ impl Core {
     ) -> io::Result<Option<io::Result<Vec<OpId>>>> {
         self.with_backend(|b| b.start_chain(ops))
     }
+}
+
+/// What [`Core::give_away_fd`] says to hand out.
+#[must_use]
+pub(crate) enum GivenAway {
+    /// The fd itself: the backend forgot it.
+    Original,
+    /// This duplicate: the original stays the runtime's, to be closed after its queued ops.
+    Duplicate(OwnedFd),
 }
 
 /// A worker sends MSG_RING wake-ups to other workers through its own ring, with its next

@@ -21,6 +21,7 @@ pub(crate) mod set;
 mod threads;
 mod timers;
 
+pub(crate) use backend_calls::GivenAway;
 pub(crate) use config::WorkerConfig;
 use context::CurrentGuard;
 use set::WorkerSet;
