@@ -83,6 +83,10 @@ fn main() {
             "a_dropped_write_never_reaches_the_fd_into_std_gave_away",
             a_dropped_write_never_reaches_the_fd_into_std_gave_away,
         ),
+        (
+            "a_dropped_chain_never_writes_to_what_reuses_its_files_fd",
+            a_dropped_chain_never_writes_to_what_reuses_its_files_fd,
+        ),
         ("std_file_round_trip", std_file_round_trip),
         ("many_reads_in_flight", many_reads_in_flight),
         (
@@ -946,6 +950,58 @@ fn a_dropped_write_never_reaches_the_fd_into_std_gave_away(kind: BackendKind) ->
             reused > 0,
             "no round reused the fd number; the test proved nothing"
         );
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// Review P: a kernel-linked chain `sync_all().link(write_at(..))` dropped while its head
+/// (an fsync of 16 MiB of dirty pages, in io-wq, which no cancel stops) still runs, then
+/// its file dropped or handed out by `into_std` and closed, and the number reused. The
+/// kernel looks a link's fd number up only when it issues the link, after the head: the
+/// write went to the number's new owner (5 of 5 rounds onto a socket, io_uring). Rounds
+/// take turns dropping the `File`, handing it out by `into_std` and `close().await`.
+fn a_dropped_chain_never_writes_to_what_reuses_its_files_fd(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let dir = Scratch::new("chain-reuse", kind)?;
+    let dirty = vec![b'A'; 16 << 20];
+    rt.block_on(bounded(LIMIT, async {
+        let (mut reused, mut in_flight) = (0, 0);
+        for round in 0..6 {
+            let path = dir.path(&format!("c{round}"));
+            let file = open_rw(&path).await?;
+            file.write_all_at(dirty.clone(), 0).await.0?;
+            let fd = file.as_raw_fd();
+            let mut chain = Box::pin(
+                file.sync_all()
+                    .link(file.write_at(vec![b'B'; 512], 0))
+                    .into_future(),
+            );
+            let first = poll_once(chain.as_mut()).await;
+            ring_rt::yield_now().await;
+            sleep(Duration::from_millis(2)).await;
+            in_flight +=
+                usize::from(first.is_pending() && poll_once(chain.as_mut()).await.is_pending());
+            drop(chain);
+            match round % 3 {
+                0 => drop(file),
+                1 => drop(file.into_std()),
+                _ => file.close().await?,
+            }
+            let (n, is_reused) =
+                support::bytes_on_a_socket_reusing(fd, Duration::from_millis(300)).await?;
+            reused += usize::from(is_reused);
+            check!(
+                n == 0,
+                "round {round}: {n} bytes of a dropped chain's write went out on a socket"
+            );
+        }
+        if in_flight == 0 {
+            return Ok(Completion::ignored_with(
+                "every chain had finished before it was dropped (the fsync was too fast): \
+                 nothing was tested",
+            ));
+        }
+        let _ = reused;
         Ok(Completion::Completed)
     }))?
 }

@@ -36,6 +36,10 @@ fn main() {
                 timed_stream_reads_lose_no_byte,
             ),
             (
+                "a_forgotten_chains_send_never_reaches_what_reuses_a_given_up_fd",
+                a_forgotten_chains_send_never_reaches_what_reuses_a_given_up_fd,
+            ),
+            (
                 "dropped_reads_hand_their_bytes_to_the_next_read",
                 dropped_reads_hand_their_bytes_to_the_next_read,
             ),
@@ -134,6 +138,7 @@ fn main() {
             (CHILD_NO_THREADS, child_blocking_job_without_threads),
             (CHILD_STUCK_DROP, child_drop_with_stuck_blocking_op),
             (CHILD_ABANDONED, child_abandoned_op),
+            (CHILD_FORGOTTEN_CHAIN, child_forgotten_chain),
         ],
     )
 }
@@ -142,6 +147,7 @@ const CHILD_THREAD_LOCAL: &str = "child_thread_local_runtime";
 const CHILD_NO_THREADS: &str = "child_blocking_job_without_threads";
 const CHILD_STUCK_DROP: &str = "child_drop_with_stuck_blocking_op";
 const CHILD_ABANDONED: &str = "child_abandoned_op";
+const CHILD_FORGOTTEN_CHAIN: &str = "child_forgotten_chain";
 
 /// `timeout(d, stream.read(buf))` in a loop (the tokio pattern): a timeout that fires after
 /// the kernel completed the read must not take the bytes with the dropped future. 2 MB in
@@ -409,6 +415,77 @@ fn child_drop_with_stuck_blocking_op(kind: BackendKind) -> Outcome {
 /// buffer, and the thread's late `pread` then wrote into whatever reused it.) Where the
 /// kernel finishes the op before the bound (io_uring cancels that read), the future gets
 /// its result. Needs `/dev/kmsg` (root); the child has LeakSanitizer off (leaked on purpose).
+/// Review P, on a socket: a kernel-linked chain whose head (a send) waits for room in a
+/// full socket, forgotten (`mem::forget`), then the stream's fd given up and closed, and
+/// the number reused. The kernel looks the link's fd number up only when it issues the
+/// link, after the head: once the peer read, the link's bytes went to the number's new
+/// owner. The fd handed out is now a duplicate and the original stays open until the link
+/// ended, so the bytes reach the original peer.
+///
+/// The forgotten chain leaks on purpose: the child has LeakSanitizer off.
+fn a_forgotten_chains_send_never_reaches_what_reuses_a_given_up_fd(kind: BackendKind) -> Outcome {
+    let env = [("ASAN_OPTIONS", "detect_leaks=0")];
+    support::child(CHILD_FORGOTTEN_CHAIN, kind, &env, Duration::from_secs(30))
+}
+
+fn child_forgotten_chain(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(bounded(LIMIT, async {
+        let (mine, peer) = std::os::unix::net::UnixStream::pair()?;
+        let mine = UnixStream::from_std(mine)?;
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&mine);
+        // Fill the socket so the chain's head waits.
+        let big = vec![b'a'; 4 << 20];
+        let mut fill = Box::pin(mine.write(big.clone()).into_future());
+        let _ = poll_fn(|cx| Poll::Ready(fill.as_mut().poll(cx).is_ready())).await;
+        let mut chain = Box::pin(
+            mine.write(vec![b'h'; 64 << 10])
+                .link(mine.write(vec![b'L'; 512]))
+                .into_future(),
+        );
+        let _ = poll_fn(|cx| Poll::Ready(chain.as_mut().poll(cx).is_ready())).await;
+        std::mem::forget(chain);
+        std::mem::forget(fill);
+        let owned = match mine.into_owned_fd() {
+            Ok(owned) => owned,
+            Err(e) => {
+                return Ok(Completion::ignored_with(format!(
+                    "into_owned_fd refused ({e}): nothing handed out"
+                )))
+            }
+        };
+        drop(owned);
+        let (a, b) = std::os::unix::net::UnixStream::pair()?;
+        let took_the_number = std::os::fd::AsRawFd::as_raw_fd(&a) == fd;
+        // Let the chain go on: read everything the peer gets, for a while.
+        peer.set_nonblocking(true)?;
+        let mut got = Vec::new();
+        let start = Instant::now();
+        let mut chunk = vec![0u8; 1 << 16];
+        while start.elapsed() < Duration::from_millis(500) {
+            match (&peer).read(&mut chunk) {
+                Ok(n) => got.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    sleep(Duration::from_millis(5)).await
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        b.set_nonblocking(true)?;
+        let stray = match (&b).read(&mut chunk) {
+            Ok(n) => n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => 0,
+            Err(e) => return Err(e.into()),
+        };
+        check!(
+            stray == 0,
+            "{stray} bytes of a forgotten chain went out on a socket that took the number \
+             (it took the old number: {took_the_number})"
+        );
+        Ok(Completion::Completed)
+    }))?
+}
+
 fn an_abandoned_op_never_hands_back_its_buffer(kind: BackendKind) -> Outcome {
     let env = [("ASAN_OPTIONS", "detect_leaks=0")];
     support::child(CHILD_ABANDONED, kind, &env, Duration::from_secs(60))

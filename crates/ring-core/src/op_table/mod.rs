@@ -277,6 +277,13 @@ impl OpTable {
             .is_some_and(|slot| slot.generation == id.generation)
     }
 
+    /// True while the kernel may still post a CQE for `id` (its final one has not arrived).
+    pub fn awaits_kernel_for(&self, id: OpId) -> bool {
+        self.slots
+            .get(id.index as usize)
+            .is_some_and(|slot| slot.generation == id.generation && slot.state.awaits_kernel())
+    }
+
     fn slot_mut(&mut self, id: OpId) -> Option<&mut Slot> {
         self.slots
             .get_mut(id.index as usize)

@@ -308,3 +308,17 @@ fn orphan(table: &mut OpTable, id: OpId, o: Box<dyn Orphan>) -> std::io::Result<
     // SAFETY: these tables hold no SQE in a kernel: no memory is at stake.
     unsafe { table.orphan(id, o) }
 }
+
+#[test]
+fn awaits_kernel_for_follows_the_final_cqe_not_the_poll() {
+    let mut table = OpTable::new();
+    let id = table.insert().unwrap();
+    assert!(table.awaits_kernel_for(id));
+    complete(&mut table, cqe_for(id, 1, F_MORE));
+    assert!(table.awaits_kernel_for(id), "more CQEs are coming");
+    complete(&mut table, cqe_for(id, 2, 0));
+    assert!(table.contains(id) && !table.awaits_kernel_for(id));
+    assert!(table.poll(id, Waker::noop()).is_ready());
+    assert!(table.poll(id, Waker::noop()).is_ready());
+    assert!(!table.contains(id) && !table.awaits_kernel_for(id));
+}

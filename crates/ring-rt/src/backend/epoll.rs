@@ -399,7 +399,7 @@ impl Mechanism for EpollBackend {
     /// Deregisters `fd` (waking anyone still waiting on it), then closes it: nothing is
     /// queued in a kernel, so closing at once is safe.
     fn close(&mut self, fd: RawFd) {
-        self.forget_fd(fd);
+        let _ = self.forget_fd(fd);
         // SAFETY: the caller hands over its fd to be closed; epoll forgot it above.
         unsafe { ring_core::release::close_quietly(fd) };
     }
@@ -546,9 +546,11 @@ impl Mechanism for EpollBackend {
 
     /// Forgets `fd` (before it is closed or handed away), waking anyone still waiting on
     /// it (their next try sees the closed fd's error).
-    fn forget_fd(&mut self, fd: RawFd) {
+    /// Always true: a blocking job holds its own duplicate of its fd (`on_dup`), and
+    /// chains run op by op here, so nothing names the number later.
+    fn forget_fd(&mut self, fd: RawFd) -> bool {
         let Some(reg) = usize::try_from(fd).ok().and_then(|i| self.regs.get_mut(i)) else {
-            return;
+            return true;
         };
         let reg = std::mem::take(reg);
         if reg.registered {
@@ -557,6 +559,12 @@ impl Mechanism for EpollBackend {
         for waker in reg.readers.into_iter().chain(reg.writers) {
             self.woken.wake(waker);
         }
+        true
+    }
+
+    /// Never: chains run op by op here.
+    fn links_name(&mut self, _fd: RawFd) -> bool {
+        false
     }
 
     /// Forgets what is known drained on `fd`: after a local `shutdown`, a syscall gives

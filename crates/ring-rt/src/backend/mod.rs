@@ -8,6 +8,7 @@
 
 pub(crate) mod blocking;
 pub(crate) mod epoll;
+mod linked_fds;
 pub(crate) mod select;
 pub(crate) mod uring;
 
@@ -98,6 +99,12 @@ pub unsafe trait Operation {
     /// the syscall): a receive into a buffer group selected in user space (before 5.7).
     fn is_readiness_only(&self) -> bool {
         false
+    }
+
+    /// The fd the op names, if any: a kernel-linked chain keeps the numbers its later links
+    /// name taken until they are issued (see `UringBackend::start_chain`).
+    fn fd(&self) -> Option<RawFd> {
+        None
     }
 
     /// Whether io_uring submits this op as soon as it starts (an `io_uring_enter` of its
@@ -401,12 +408,18 @@ pub(crate) trait Mechanism {
     /// find its number reused.
     fn close(&mut self, fd: RawFd);
 
-    /// Forgets `fd` before its owner takes it out of the runtime (`into_owned_fd`).
-    fn forget_fd(&mut self, fd: RawFd);
+    /// Forgets `fd` before its owner takes it out of the runtime (`into_owned_fd`). False
+    /// when an op not yet issued still names the number (a kernel-linked op): the fd must
+    /// not leave, and the caller hands out a duplicate and closes it instead.
+    fn forget_fd(&mut self, fd: RawFd) -> bool;
 
     /// After a local `shutdown(2)` of `fd`: an op there may now end at once (`EPIPE`, end
     /// of file) even though nothing new arrived.
     fn after_local_shutdown(&mut self, fd: RawFd);
+
+    /// Whether an op not yet issued (a kernel-linked op) still names `fd`, so that closing
+    /// it now could let that op reach whatever reuses the number.
+    fn links_name(&mut self, fd: RawFd) -> bool;
 
     /// The worker's shared receive buffer group, created on first use.
     fn recv_group(&mut self) -> io::Result<BufGroup>;
@@ -509,8 +522,11 @@ impl Mechanism for Backend {
     fn close(&mut self, fd: RawFd) {
         each!(self, b => b.close(fd))
     }
-    fn forget_fd(&mut self, fd: RawFd) {
+    fn forget_fd(&mut self, fd: RawFd) -> bool {
         each!(self, b => b.forget_fd(fd))
+    }
+    fn links_name(&mut self, fd: RawFd) -> bool {
+        each!(self, b => b.links_name(fd))
     }
     fn after_local_shutdown(&mut self, fd: RawFd) {
         each!(self, b => b.after_local_shutdown(fd))

@@ -23,6 +23,7 @@ use ring_core::release::Keep;
 use ring_core::setup::SetupError;
 use ring_core::user_data::{OpId, Reserved};
 
+use super::linked_fds::LinkedFds;
 use super::{
     BackendKind, Capability, Emulation, Mechanism, Operation, RecvBuffers, RecvPool, Start, Token,
 };
@@ -44,6 +45,8 @@ pub(crate) struct UringBackend {
     /// The rings this worker's pushed MSG_RING wakes name, kept open until the kernel
     /// took those SQEs (see `send_wake`).
     wake_targets: Vec<Arc<std::os::fd::OwnedFd>>,
+    /// Fds that kernel-linked ops name, and closes waiting for those ops.
+    linked_fds: LinkedFds,
 }
 
 /// How long `forget_fd` waits for the kernel to take the SQEs pushed before an fd leaves.
@@ -69,6 +72,7 @@ impl UringBackend {
             batch_wait: Duration::ZERO,
             last_batch: 0,
             wake_targets: Vec::new(),
+            linked_fds: LinkedFds::default(),
         })
     }
 
@@ -152,6 +156,13 @@ impl UringBackend {
         }
     }
 
+    /// Closes the fds whose links have all ended.
+    fn close_unlinked(&mut self) {
+        for fd in self.linked_fds.take_closable(self.driver.ops()) {
+            self.close(fd);
+        }
+    }
+
     /// Submits what was pushed; whether nothing is left waiting. With nothing pushed, no
     /// syscall.
     fn submitted_all(&mut self) -> bool {
@@ -223,8 +234,12 @@ impl Mechanism for UringBackend {
     /// SQE: by then the number may belong to whatever the fd's new owner closed it for (a
     /// dropped write went out on an unrelated socket). So what is pushed is submitted now;
     /// with SQPOLL, or an enter the kernel refuses for a moment, this waits (bounded) until
-    /// the kernel has taken it all.
-    fn forget_fd(&mut self, fd: RawFd) {
+    /// the kernel has taken it all. A kernel-linked op naming `fd` and not yet issued
+    /// cannot be hurried: false, and the caller hands out a duplicate and closes `fd`.
+    fn forget_fd(&mut self, fd: RawFd) -> bool {
+        if self.linked_fds.names(fd, self.driver.ops()) {
+            return false;
+        }
         let deadline = Instant::now() + FORGET_WAIT;
         while !self.submitted_all() {
             if Instant::now() >= deadline {
@@ -234,14 +249,19 @@ impl Mechanism for UringBackend {
                     "an fd left the runtime while the kernel had not taken SQEs pushed \
                      before: one of them may reach whatever reuses the fd number"
                 );
-                return;
+                return true;
             }
             std::thread::yield_now();
         }
+        true
     }
 
     /// Nothing to do: an op in the kernel sees the shutdown itself; nothing is cached.
     fn after_local_shutdown(&mut self, _fd: RawFd) {}
+
+    fn links_name(&mut self, fd: RawFd) -> bool {
+        self.linked_fds.names(fd, self.driver.ops())
+    }
 
     fn recv_group(&mut self) -> io::Result<BufGroup> {
         let driver = &mut self.driver;
@@ -319,6 +339,12 @@ impl Mechanism for UringBackend {
         let sqes: Vec<squeue::Entry> = ops.iter_mut().map(|op| op.sqe()).collect();
         // SAFETY: as in `start`, for every op of the chain; the chain's future keeps them.
         let pushed = unsafe { self.driver.submit_chain(sqes) };
+        if let Ok(ids) = &pushed {
+            // The links after the head find their fds when issued: keep those numbers.
+            let links = ops.iter().zip(ids).skip(1);
+            let named = links.filter_map(|(op, &id)| op.fd().map(|fd| (fd, id)));
+            self.linked_fds.note(named, self.driver.ops());
+        }
         if at_once && pushed.is_ok() {
             let _ = self.driver.submit();
         }
@@ -357,6 +383,7 @@ impl Mechanism for UringBackend {
         self.set_batch(wait);
         let turned = self.driver.turn(wait);
         self.release_wake_targets();
+        self.close_unlinked();
         self.last_batch = turned?;
         if let Some(id) = self.wake_op {
             if self.driver.poll_op(id, Waker::noop()).is_ready() {
@@ -373,7 +400,13 @@ impl Mechanism for UringBackend {
     /// submitted (one may name `fd`, and the kernel looks the number up at submission):
     /// otherwise, and with SQPOLL (whose thread takes SQEs when it likes), a `CLOSE` SQE
     /// queued behind them, so no queued op can find the number reused.
+    /// A kernel-linked op naming `fd` and not yet issued keeps it open until it ends (see
+    /// `LinkedFds`).
     fn close(&mut self, fd: RawFd) {
+        if self.linked_fds.names(fd, self.driver.ops()) {
+            self.linked_fds.close_later(fd);
+            return;
+        }
         let sqpoll = self.driver.setup_flags().sqpoll;
         if !sqpoll && self.submitted_all() {
             // SAFETY: the caller hands its fd over to be closed; no unsubmitted SQE names
@@ -400,6 +433,13 @@ impl Mechanism for UringBackend {
             unsafe { self.driver.orphan(id, Box::new(Keep(()))) };
         }
         self.driver.drain(deadline);
+        self.close_unlinked();
+        let left = self.linked_fds.take_all_closes();
+        if !left.is_empty() {
+            // A link still in the kernel past the deadline may yet be issued: its fd
+            // stays open (leaked) rather than its number reaching someone else.
+            tracing::warn!(target: "ring_rt", fds = ?left, "fds left open at shutdown: kernel-linked ops naming them never ended");
+        }
     }
 }
 

@@ -569,6 +569,11 @@ impl File {
     /// # std::io::Result::Ok(())
     /// ```
     pub async fn close(mut self) -> io::Result<()> {
+        // A dropped chain's link not yet issued names the fd (it waits for an fsync, say):
+        // a CLOSE now would free the number under it. Wait till the kernel issued it.
+        while self.core.links_name(self.fd) {
+            crate::time::sleep(LINKS_POLL).await;
+        }
         let fd = std::mem::replace(&mut self.fd, -1);
         // SAFETY: `fd` was this File's open fd; -1 left behind means drop will not close
         // it, so the op is its only owner.
@@ -576,6 +581,9 @@ impl File {
         Op::new(self.core.clone(), Close::new(fd)).await
     }
 }
+
+/// How often [`File::close`] looks again whether links still name its fd.
+const LINKS_POLL: std::time::Duration = std::time::Duration::from_millis(1);
 
 fn eof(done: usize, total: usize) -> io::Error {
     io::Error::new(

@@ -147,6 +147,9 @@ unsafe impl<T: OpDef> Operation for Raw<T> {
     fn submits_at_once(&self) -> bool {
         self.0.submits_at_once()
     }
+    fn fd(&self) -> Option<std::os::fd::RawFd> {
+        self.0.fd()
+    }
 }
 
 impl<T: OpDef> OpDef for Raw<T> {

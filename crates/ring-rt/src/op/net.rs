@@ -113,6 +113,10 @@ pub(crate) struct Accept {
 // SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
 // (its buffer, boxed addresses and headers, a CString) and at its own fd.
 unsafe impl Operation for Accept {
+    fn fd(&self) -> Option<RawFd> {
+        Some(self.fd)
+    }
+
     fn emulate(&mut self) -> Emulation {
         readable(self.fd)
     }
@@ -201,6 +205,10 @@ pub(crate) struct AcceptMulti {
 
 // SAFETY: the SQE points at no memory, only at the listener's fd.
 unsafe impl Operation for AcceptMulti {
+    fn fd(&self) -> Option<RawFd> {
+        Some(self.fd)
+    }
+
     fn sqe(&mut self) -> squeue::Entry {
         opcode::AcceptMulti::new(types::Fd(self.fd))
             .flags(libc::SOCK_CLOEXEC)
@@ -237,6 +245,10 @@ pub(crate) struct Connect {
 // SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
 // (its buffer, boxed addresses and headers, a CString) and at its own fd.
 unsafe impl Operation for Connect {
+    fn fd(&self) -> Option<RawFd> {
+        Some(self.fd)
+    }
+
     fn emulate(&mut self) -> Emulation {
         writable(self.fd)
     }
@@ -281,6 +293,10 @@ pub(crate) struct Recv<B> {
 // SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
 // (its buffer, boxed addresses and headers, a CString) and at its own fd.
 unsafe impl<B: IoBufMut> Operation for Recv<B> {
+    fn fd(&self) -> Option<RawFd> {
+        Some(self.fd)
+    }
+
     fn emulate(&mut self) -> Emulation {
         readable(self.fd)
     }
@@ -458,6 +474,10 @@ pub(crate) struct Send<B> {
 // SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
 // (its buffer, boxed addresses and headers, a CString) and at its own fd.
 unsafe impl<B: IoBuf> Operation for Send<B> {
+    fn fd(&self) -> Option<RawFd> {
+        Some(self.fd)
+    }
+
     fn emulate(&mut self) -> Emulation {
         writable(self.fd)
     }
@@ -508,6 +528,10 @@ pub(crate) struct SendZc<B> {
 // SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
 // (its buffer, boxed addresses and headers, a CString) and at its own fd.
 unsafe impl<B: IoBuf> Operation for SendZc<B> {
+    fn fd(&self) -> Option<RawFd> {
+        Some(self.fd)
+    }
+
     fn emulate(&mut self) -> Emulation {
         writable(self.fd)
     }
@@ -566,6 +590,10 @@ pub(crate) struct RecvSelect {
 // SAFETY: the SQE points at no memory of its own: the kernel picks a buffer of `group`,
 // which the driver keeps registered for as long as its ring.
 unsafe impl Operation for RecvSelect {
+    fn fd(&self) -> Option<RawFd> {
+        Some(self.fd)
+    }
+
     fn sqe(&mut self) -> squeue::Entry {
         let len = len_u32(self.group.buf_len());
         opcode::Recv::new(types::Fd(self.fd), std::ptr::null_mut(), len)
@@ -613,6 +641,10 @@ pub(crate) struct RecvMulti {
 
 // SAFETY: as for `RecvSelect`: the kernel picks the buffers from `group`.
 unsafe impl Operation for RecvMulti {
+    fn fd(&self) -> Option<RawFd> {
+        Some(self.fd)
+    }
+
     fn sqe(&mut self) -> squeue::Entry {
         opcode::RecvMulti::new(types::Fd(self.fd), self.group.bgid()).build()
     }
@@ -762,6 +794,10 @@ pub(crate) struct SendMsg<B> {
 // SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
 // (its buffer, boxed addresses and headers, a CString) and at its own fd.
 unsafe impl<B: IoBuf> Operation for SendMsg<B> {
+    fn fd(&self) -> Option<RawFd> {
+        Some(self.fd)
+    }
+
     fn emulate(&mut self) -> Emulation {
         writable(self.fd)
     }
@@ -802,6 +838,10 @@ pub(crate) struct RecvMsg<B> {
 // SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
 // (its buffer, boxed addresses and headers, a CString) and at its own fd.
 unsafe impl<B: IoBufMut> Operation for RecvMsg<B> {
+    fn fd(&self) -> Option<RawFd> {
+        Some(self.fd)
+    }
+
     fn emulate(&mut self) -> Emulation {
         readable(self.fd)
     }
@@ -965,6 +1005,10 @@ pub(crate) struct ReadPollable<B> {
 // SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
 // (its buffer, boxed addresses and headers, a CString) and at its own fd.
 unsafe impl<B: IoBufMut> Operation for ReadPollable<B> {
+    fn fd(&self) -> Option<RawFd> {
+        Some(self.fd)
+    }
+
     fn emulate(&mut self) -> Emulation {
         readable(self.fd)
     }

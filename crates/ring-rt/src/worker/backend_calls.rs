@@ -4,7 +4,7 @@
 //! next safe point or answered conservatively, never lost and never a panic.
 
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::task::{Poll, Waker};
 
@@ -63,21 +63,27 @@ impl Core {
 
     /// Gives `fd` away (its owner hands it to code that closes it without the runtime):
     /// the backend forgets it first, and on io_uring submits every SQE pushed before,
-    /// since the kernel looks an SQE's fd number up only when it takes the SQE. When the
-    /// backend is busy (this runs inside a backend call, from a waker's `clone`) that
-    /// cannot happen now, and handing `fd` out, the queued SQEs would reach whatever
-    /// reuses its number once the new owner closes it: the caller hands out a duplicate
-    /// instead, and `fd`, now the runtime's, is closed through the ordinary close path,
-    /// after what was pushed for it. Only if no fd is left for the duplicate does `fd`
+    /// since the kernel looks an SQE's fd number up only when it takes the SQE. When that
+    /// cannot happen now, because the backend is busy (this runs inside a backend call,
+    /// from a waker's `clone`) or because a kernel-linked op naming `fd` waits for the ops
+    /// before it, handing `fd` out would let such an op reach whatever reuses the number
+    /// once the new owner closes it: the caller hands out a duplicate instead, and `fd`,
+    /// now the runtime's, is closed through the ordinary close path, after those ops. Only if no fd is left for the duplicate does `fd`
     /// itself go, its forget parked.
     pub(crate) fn give_away_fd(&self, fd: BorrowedFd<'_>) -> GivenAway {
         let raw = fd.as_raw_fd();
-        if self.with_backend(|b| b.forget_fd(raw)).is_ok() {
+        let forgotten = self.with_backend(|b| b.forget_fd(raw));
+        if forgotten.as_ref().is_ok_and(|&done| done) {
             return GivenAway::Original;
         }
         match fd.try_clone_to_owned() {
             Ok(dup) => {
-                self.parked.borrow_mut().push(Parked::Close(raw));
+                if forgotten.is_ok() {
+                    // Ops not yet issued name `fd`: the backend closes it after them.
+                    self.close(raw);
+                } else {
+                    self.parked.borrow_mut().push(Parked::Close(raw));
+                }
                 GivenAway::Duplicate(dup)
             }
             Err(err) => {
@@ -86,6 +92,12 @@ impl Core {
                 GivenAway::Original
             }
         }
+    }
+
+    /// Whether a kernel-linked op not yet issued names `fd` (false if the backend is busy:
+    /// a caller then closes through [`close`](Core::close), which orders itself).
+    pub(crate) fn links_name(&self, fd: RawFd) -> bool {
+        self.with_backend(|b| b.links_name(fd)).unwrap_or(false)
     }
 
     /// After a local `shutdown(2)` of `fd`; parked if the backend is busy.

@@ -301,7 +301,9 @@ impl Core {
                     unsafe { ring_core::release::close_quietly(fd) }
                 }
                 Parked::Close(fd) => backend.close(fd),
-                Parked::Forget(fd) => backend.forget_fd(fd),
+                Parked::Forget(fd) => {
+                    let _ = backend.forget_fd(fd);
+                }
                 Parked::Shutdown(fd) => backend.after_local_shutdown(fd),
             }
         }

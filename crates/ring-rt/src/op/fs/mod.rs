@@ -130,6 +130,10 @@ pub(crate) struct ReadAt<B> {
 // SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
 // (its buffer, boxed addresses and headers, a CString) and at its own fd.
 unsafe impl<B: IoBufMut> Operation for ReadAt<B> {
+    fn fd(&self) -> Option<RawFd> {
+        Some(self.fd)
+    }
+
     fn submits_at_once(&self) -> bool {
         self.at_once
     }
@@ -263,6 +267,10 @@ pub(crate) struct WriteAt<B> {
 // SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
 // (its buffer, boxed addresses and headers, a CString) and at its own fd.
 unsafe impl<B: IoBuf> Operation for WriteAt<B> {
+    fn fd(&self) -> Option<RawFd> {
+        Some(self.fd)
+    }
+
     fn submits_at_once(&self) -> bool {
         self.at_once
     }
@@ -335,6 +343,10 @@ impl<B: IoBufMut> ReadvAt<B> {
 // SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
 // (its buffer, boxed addresses and headers, a CString) and at its own fd.
 unsafe impl<B: IoBufMut> Operation for ReadvAt<B> {
+    fn fd(&self) -> Option<RawFd> {
+        Some(self.fd)
+    }
+
     fn opcode(&self) -> Option<u8> {
         Some(opcode::Readv::CODE)
     }
@@ -413,6 +425,10 @@ impl<B: IoBuf> WritevAt<B> {
 // SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
 // (its buffer, boxed addresses and headers, a CString) and at its own fd.
 unsafe impl<B: IoBuf> Operation for WritevAt<B> {
+    fn fd(&self) -> Option<RawFd> {
+        Some(self.fd)
+    }
+
     fn opcode(&self) -> Option<u8> {
         Some(opcode::Writev::CODE)
     }
@@ -456,6 +472,10 @@ pub(crate) struct Fsync {
 // SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
 // (its buffer, boxed addresses and headers, a CString) and at its own fd.
 unsafe impl Operation for Fsync {
+    fn fd(&self) -> Option<RawFd> {
+        Some(self.fd)
+    }
+
     fn sqe(&mut self) -> squeue::Entry {
         let flags = if self.datasync {
             types::FsyncFlags::DATASYNC
@@ -499,6 +519,10 @@ pub(crate) struct Fallocate {
 // SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
 // (its buffer, boxed addresses and headers, a CString) and at its own fd.
 unsafe impl Operation for Fallocate {
+    fn fd(&self) -> Option<RawFd> {
+        Some(self.fd)
+    }
+
     fn opcode(&self) -> Option<u8> {
         Some(opcode::Fallocate::CODE)
     }
@@ -539,6 +563,10 @@ pub(crate) struct Ftruncate {
 // SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
 // (its buffer, boxed addresses and headers, a CString) and at its own fd.
 unsafe impl Operation for Ftruncate {
+    fn fd(&self) -> Option<RawFd> {
+        Some(self.fd)
+    }
+
     fn opcode(&self) -> Option<u8> {
         Some(opcode::Ftruncate::CODE)
     }

@@ -40,6 +40,11 @@ impl Statx {
 // SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
 // (its buffer, boxed addresses and headers, a CString) and at its own fd.
 unsafe impl Operation for Statx {
+    fn fd(&self) -> Option<RawFd> {
+        // AT_FDCWD names no fd.
+        (self.dirfd >= 0).then_some(self.dirfd)
+    }
+
     fn opcode(&self) -> Option<u8> {
         Some(opcode::Statx::CODE)
     }
