@@ -15,13 +15,17 @@
 //!   syscall of their own: measured with hyper, 16 KiB responses took 19% more CPU sent
 //!   directly). Otherwise (a file, a full socket buffer, a small write on io_uring) it
 //!   copies up to `write_cap` bytes (64 KiB by default) into the adapter's buffer, starts
-//!   a write-all of it and returns at once; the next `poll_write` (or `poll_flush`) waits
-//!   for that write to finish. A failed write's error is returned by the next
-//!   `poll_write`/`poll_flush`/`poll_shutdown`.
+//!   a write-all of it and returns at once. While that write is in flight, `poll_write`
+//!   copies up to `write_cap` more bytes into a second buffer and returns at once, and
+//!   those go out together in the next op when the first ends: the 8 KiB writes of
+//!   `tokio::io::copy` take one op per 64 KiB, not one per 8 KiB each waiting for the one
+//!   before. Beyond that it waits; `poll_flush` waits until both are written. A failed
+//!   write's error is returned by the next `poll_write`/`poll_flush`/`poll_shutdown`, and
+//!   the bytes accepted behind it are dropped.
 //!
 //! **What it costs**: one `memcpy` through the internal buffer for reads and for the
-//! writes that take an op, one boxed future per op, and at most one op in flight per
-//! direction. Over loopback TCP
+//! writes that take an op, one boxed future per op, at most one op in flight per
+//! direction, and up to two write buffers. Over loopback TCP
 //! (`examples/compat-bench.rs`, numbers in its header), with buffers as large as the
 //! transfers (64 KiB to 1 MiB) the adapter moved 5-20% fewer MB/s than ring-rt's own
 //! owned-buffer `read`/`write_all`, and the copy cost about 20-40 µs of CPU per MiB on
@@ -216,6 +220,9 @@ pub struct Compat<S: CompatIo> {
     write_cap: usize,
     /// The write direction was shut down; later writes fail with `BrokenPipe`.
     is_shut: bool,
+    /// Bytes `poll_write` accepted while a write was in flight (at most `write_cap`):
+    /// they go out together in the next op. For a file they belong just before the cursor.
+    pending: Vec<u8>,
 }
 
 impl<S: CompatIo> Drop for Compat<S> {
@@ -303,6 +310,7 @@ impl<S: CompatIo> Compat<S> {
             read_cap: DEFAULT_BUF_LEN,
             write_cap: DEFAULT_BUF_LEN,
             is_shut: false,
+            pending: Vec::new(),
         }
     }
 
@@ -480,14 +488,72 @@ impl<S: CompatIo> Compat<S> {
         }
     }
 
-    /// Waits for the write in flight, if any, and returns its result.
+    /// Waits until every accepted byte is written: the write in flight, then the bytes
+    /// accepted behind it. The first error is returned (the bytes after it are dropped).
     fn poll_write_idle(&mut self, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        loop {
+            ready!(self.poll_in_flight(cx))?;
+            if self.pending.is_empty() {
+                return Poll::Ready(Ok(()));
+            }
+            ready!(self.start_pending(cx))?;
+        }
+    }
+
+    /// Waits for the write in flight, if any, and returns its result.
+    fn poll_in_flight(&mut self, cx: &mut Context<'_>) -> Poll<Result<()>> {
         if let WriteState::InFlight(op) = &mut self.write {
             let (res, buf) = ready!(op.as_mut().poll(cx));
             self.write = WriteState::Idle(buf);
+            if res.is_err() {
+                // What was accepted behind a failed write is not written either.
+                self.pending.clear();
+            }
             return Poll::Ready(res);
         }
         Poll::Ready(Ok(()))
+    }
+
+    /// Starts writing the bytes accepted behind the last write (none is in flight).
+    fn start_pending(&mut self, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        let WriteState::Idle(spare) = mem::replace(&mut self.write, WriteState::Idle(Vec::new()))
+        else {
+            unreachable!("pending bytes start only when no write is in flight")
+        };
+        let buf = mem::replace(&mut self.pending, spare);
+        self.pending.clear();
+        // The cursor already counts them: they end where it stands.
+        let at = self.pos.saturating_sub(if S::IS_POSITIONED {
+            buf.len() as u64
+        } else {
+            0
+        });
+        self.start_write_at(cx, buf, at)
+    }
+
+    /// With a write in flight: takes up to `write_cap` bytes behind it, for the next op;
+    /// pending (woken when the write in flight ends) once that much is waiting.
+    fn queue_behind(&mut self, bufs: &[IoSlice<'_>]) -> Poll<Result<usize>> {
+        if self.is_shut {
+            return Poll::Ready(Err(shut_error()));
+        }
+        if bufs.iter().all(|b| b.is_empty()) {
+            return Poll::Ready(Ok(0));
+        }
+        let room = self.write_cap.saturating_sub(self.pending.len());
+        if room == 0 {
+            return Poll::Pending;
+        }
+        let before = self.pending.len();
+        for b in bufs {
+            let left = room - (self.pending.len() - before);
+            self.pending.extend_from_slice(&b[..left.min(b.len())]);
+        }
+        let n = self.pending.len() - before;
+        if S::IS_POSITIONED {
+            self.pos += n as u64;
+        }
+        Poll::Ready(Ok(n))
     }
 
     /// Files: waits out a read the caller abandoned and drops the read-ahead, which a write
@@ -512,12 +578,28 @@ impl<S: CompatIo> Compat<S> {
         cx: &mut Context<'_>,
         bufs: &[IoSlice<'_>],
     ) -> Poll<Result<usize>> {
-        ready!(self.poll_write_idle(cx))?;
+        // A write in flight: these bytes wait behind it, so small writes (8 KiB from
+        // `tokio::io::copy`) share ops instead of each waiting for the one before.
+        loop {
+            match &mut self.write {
+                WriteState::InFlight(op) => match op.as_mut().poll(cx) {
+                    Poll::Pending => return self.queue_behind(bufs),
+                    Poll::Ready((res, buf)) => {
+                        self.write = WriteState::Idle(buf);
+                        if let Err(e) = res {
+                            self.pending.clear();
+                            return Poll::Ready(Err(e));
+                        }
+                    }
+                },
+                WriteState::Idle(_) if !self.pending.is_empty() => {
+                    ready!(self.start_pending(cx))?;
+                }
+                WriteState::Idle(_) => break,
+            }
+        }
         if self.is_shut {
-            return Poll::Ready(Err(Error::new(
-                ErrorKind::BrokenPipe,
-                "write after poll_shutdown",
-            )));
+            return Poll::Ready(Err(shut_error()));
         }
         if bufs.iter().all(|b| b.is_empty()) {
             return Poll::Ready(Ok(0));
@@ -545,15 +627,17 @@ impl<S: CompatIo> Compat<S> {
             buf.extend_from_slice(&b[..room.min(b.len())]);
         }
         let n = buf.len();
-        ready!(self.start_write(cx, buf))?;
+        ready!(self.start_write_at(cx, buf, self.pos))?;
+        if S::IS_POSITIONED {
+            self.pos += n as u64;
+        }
         Poll::Ready(Ok(n))
     }
 
-    /// Starts the write-all of `buf` and polls it once, so it is submitted now and this
-    /// task is woken when it completes.
-    fn start_write(&mut self, cx: &mut Context<'_>, buf: Vec<u8>) -> Poll<Result<()>> {
-        let n = buf.len() as u64;
-        let mut op = self.io.clone().write_all_owned(buf, self.pos);
+    /// Starts the write-all of `buf` at `at` (files) and polls it once, so it is submitted
+    /// now and this task is woken when it completes.
+    fn start_write_at(&mut self, cx: &mut Context<'_>, buf: Vec<u8>, at: u64) -> Poll<Result<()>> {
+        let mut op = self.io.clone().write_all_owned(buf, at);
         let res = match op.as_mut().poll(cx) {
             Poll::Ready((res, buf)) => {
                 self.write = WriteState::Idle(buf);
@@ -564,9 +648,6 @@ impl<S: CompatIo> Compat<S> {
                 Ok(())
             }
         };
-        if S::IS_POSITIONED && res.is_ok() {
-            self.pos += n;
-        }
         Poll::Ready(res)
     }
 
@@ -583,6 +664,10 @@ impl<S: CompatIo> Compat<S> {
         }
         Poll::Ready(Ok(()))
     }
+}
+
+fn shut_error() -> Error {
+    Error::new(ErrorKind::BrokenPipe, "write after poll_shutdown")
 }
 
 /// `bufs` in at most `UIO_MAXIOV` (1,024) non-empty slices, what one `sendmsg` takes (more
@@ -610,6 +695,7 @@ impl<S: CompatIo + fmt::Debug> fmt::Debug for Compat<S> {
                 "write_in_flight",
                 &matches!(self.write, WriteState::InFlight(_)),
             )
+            .field("write_pending", &self.pending.len())
             .field("pos", &self.pos)
             .finish()
     }
