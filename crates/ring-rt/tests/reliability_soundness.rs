@@ -9,7 +9,7 @@ mod support;
 
 use std::cell::RefCell;
 use std::future::{poll_fn, Future, IntoFuture};
-use std::io::{ErrorKind, Read};
+use std::io::{ErrorKind, Read, Write};
 use std::os::fd::AsRawFd;
 use std::pin::{pin, Pin};
 use std::rc::Rc;
@@ -38,6 +38,26 @@ fn main() {
             (
                 "a_forgotten_chains_send_never_reaches_what_reuses_a_given_up_fd",
                 a_forgotten_chains_send_never_reaches_what_reuses_a_given_up_fd,
+            ),
+            (
+                "a_file_given_up_with_a_full_fd_table_keeps_its_links_number",
+                a_file_given_up_with_a_full_fd_table_keeps_its_links_number,
+            ),
+            (
+                "closing_a_file_a_forgotten_chain_names_neither_hangs_nor_panics",
+                closing_a_file_a_forgotten_chain_names_neither_hangs_nor_panics,
+            ),
+            (
+                "a_file_closed_from_a_wakers_clone_keeps_its_links_number",
+                a_file_closed_from_a_wakers_clone_keeps_its_links_number,
+            ),
+            (
+                "a_stream_a_dropped_chain_names_shows_its_close_at_once",
+                a_stream_a_dropped_chain_names_shows_its_close_at_once,
+            ),
+            (
+                "a_file_outliving_its_runtime_keeps_a_pending_links_number",
+                a_file_outliving_its_runtime_keeps_a_pending_links_number,
             ),
             (
                 "dropped_reads_hand_their_bytes_to_the_next_read",
@@ -139,6 +159,11 @@ fn main() {
             (CHILD_STUCK_DROP, child_drop_with_stuck_blocking_op),
             (CHILD_ABANDONED, child_abandoned_op),
             (CHILD_FORGOTTEN_CHAIN, child_forgotten_chain),
+            (CHILD_FULL_FD_TABLE, child_full_fd_table),
+            (CHILD_CLOSE_IN_CLONE, child_close_in_clone),
+            (CHILD_OUTLIVING_LINKED, child_outliving_linked),
+            (CHILD_STREAM_LINKED, child_stream_linked),
+            (CHILD_CLOSE_LINKED, child_close_linked),
         ],
     )
 }
@@ -148,6 +173,11 @@ const CHILD_NO_THREADS: &str = "child_blocking_job_without_threads";
 const CHILD_STUCK_DROP: &str = "child_drop_with_stuck_blocking_op";
 const CHILD_ABANDONED: &str = "child_abandoned_op";
 const CHILD_FORGOTTEN_CHAIN: &str = "child_forgotten_chain";
+const CHILD_FULL_FD_TABLE: &str = "child_full_fd_table";
+const CHILD_CLOSE_IN_CLONE: &str = "child_close_in_clone";
+const CHILD_OUTLIVING_LINKED: &str = "child_outliving_linked";
+const CHILD_STREAM_LINKED: &str = "child_stream_linked";
+const CHILD_CLOSE_LINKED: &str = "child_close_linked";
 
 /// `timeout(d, stream.read(buf))` in a loop (the tokio pattern): a timeout that fires after
 /// the kernel completed the read must not take the bytes with the dropped future. 2 MB in
@@ -484,6 +514,337 @@ fn child_forgotten_chain(kind: BackendKind) -> Outcome {
         );
         Ok(Completion::Completed)
     }))?
+}
+
+/// A chain `a.read(..).link(file.write_at(..))` whose link waits for bytes on `a`, polled
+/// once and forgotten: the link stays pending until the test writes to `a`'s peer.
+async fn forgotten_link_on(file: &File) -> std::io::Result<std::os::unix::net::UnixStream> {
+    let (a, a_peer) = std::os::unix::net::UnixStream::pair()?;
+    let a = UnixStream::from_std(a)?;
+    let mut chain = Box::pin(
+        a.read(Vec::with_capacity(8))
+            .link(file.write_at(vec![b'L'; 512], 0))
+            .into_future(),
+    );
+    let _ = poll_fn(|cx| Poll::Ready(chain.as_mut().poll(cx).is_ready())).await;
+    std::mem::forget(chain);
+    std::mem::forget(a);
+    Ok(a_peer)
+}
+
+/// Bytes waiting on the other end of `b`, without blocking.
+fn waiting_bytes(b: &std::os::unix::net::UnixStream) -> std::io::Result<usize> {
+    b.set_nonblocking(true)?;
+    let mut buf = [0u8; 4096];
+    match (&mut &*b).read(&mut buf) {
+        Ok(n) => Ok(n),
+        Err(e) if e.kind() == ErrorKind::WouldBlock => Ok(0),
+        Err(e) => Err(e),
+    }
+}
+
+/// Review R (B1): `into_std` while a forgotten chain's link names the file and the fd
+/// table is full (no duplicate can be made): the original number was handed out, and the
+/// link's write went to the socket that reused it. Run in a child, whose fd limit is
+/// lowered; the forgotten chain leaks on purpose (LeakSanitizer off).
+fn a_file_given_up_with_a_full_fd_table_keeps_its_links_number(kind: BackendKind) -> Outcome {
+    let env = [("ASAN_OPTIONS", "detect_leaks=0")];
+    support::child(CHILD_FULL_FD_TABLE, kind, &env, Duration::from_secs(30))
+}
+
+fn child_full_fd_table(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let dir = std::env::temp_dir().join(format!("ring-rt-fdfull-{}-{kind}", std::process::id()));
+    let out = rt.block_on(bounded(Duration::from_secs(20), async {
+        let file = ring_rt::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&dir)
+            .await?;
+        let fd = file.as_raw_fd();
+        let a_peer = forgotten_link_on(&file).await?;
+        // Fill the fd table: lower the soft limit to what is open plus a few, then open.
+        let limit = libc::rlimit {
+            rlim_cur: (open_fds() + 8) as libc::rlim_t,
+            rlim_max: libc::RLIM_INFINITY,
+        };
+        let mut hard = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit/setrlimit read and write live rlimit values.
+        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut hard) };
+        let limit = libc::rlimit {
+            rlim_max: hard.rlim_max,
+            ..limit
+        };
+        // SAFETY: as above.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
+            return Ok(Completion::ignored_with("setrlimit(RLIMIT_NOFILE) refused"));
+        }
+        let mut fill = Vec::new();
+        while let Ok(f) = std::fs::File::open("/dev/null") {
+            fill.push(f);
+        }
+        let std_file = file.into_std();
+        let handed = std_file.as_raw_fd();
+        drop(std_file);
+        fill.pop();
+        let (x, y) = std::os::unix::net::UnixStream::pair()?;
+        let took = x.as_raw_fd() == fd || y.as_raw_fd() == fd;
+        drop(fill);
+        (&a_peer).write_all(b"go")?;
+        sleep(Duration::from_millis(300)).await;
+        let stray = waiting_bytes(&x)? + waiting_bytes(&y)?;
+        check!(
+            stray == 0,
+            "{stray} bytes of a forgotten link went to a socket (it took the file's number: \
+             {took}; into_std handed out {handed}, the file's number was {fd})"
+        );
+        Ok(Completion::Completed)
+    }));
+    let _ = std::fs::remove_file(&dir);
+    out?
+}
+
+/// Review R (B4-B6): `File::close` while a forgotten chain's link (behind a read that no
+/// byte reaches) names the file waited for ever (a 1 ms poll loop), and panicked when
+/// polled outside a runtime (its timer). It now hands the close to the runtime, as a
+/// drop does, and returns at once; the link's later write never reaches a reused number.
+/// In a child with LeakSanitizer off: the forgotten chains leak on purpose.
+fn closing_a_file_a_forgotten_chain_names_neither_hangs_nor_panics(kind: BackendKind) -> Outcome {
+    let env = [("ASAN_OPTIONS", "detect_leaks=0")];
+    support::child(CHILD_CLOSE_LINKED, kind, &env, Duration::from_secs(30))
+}
+
+fn child_close_linked(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let dir = std::env::temp_dir().join(format!("ring-rt-closelink-{}-{kind}", std::process::id()));
+    let (a_peer, closing) = rt.block_on(bounded(Duration::from_secs(10), async {
+        let file = File::create(&dir).await?;
+        let a_peer = forgotten_link_on(&file).await?;
+        let fd = file.as_raw_fd();
+        timeout(Duration::from_secs(2), file.close())
+            .await
+            .map_err(|_| std::io::Error::other("close() hung with a link pending"))??;
+        std::io::Result::Ok((a_peer, fd))
+    }))??;
+    // A second file, closed outside the runtime: polled once with a no-op waker.
+    let (a_peer2, file2) = rt.block_on(async {
+        let file = File::create(&dir).await?;
+        let a_peer = forgotten_link_on(&file).await?;
+        std::io::Result::Ok((a_peer, file))
+    })?;
+    let mut close = Box::pin(file2.close());
+    let polled = close
+        .as_mut()
+        .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()));
+    check!(
+        polled.is_ready(),
+        "close() outside the runtime did not answer at once"
+    );
+    drop(close);
+    let stray = rt.block_on(async {
+        let (x, y) = std::os::unix::net::UnixStream::pair()?;
+        (&a_peer).write_all(b"go")?;
+        (&a_peer2).write_all(b"go")?;
+        sleep(Duration::from_millis(300)).await;
+        std::io::Result::Ok(waiting_bytes(&x)? + waiting_bytes(&y)?)
+    })?;
+    let _ = std::fs::remove_file(&dir);
+    check!(
+        stray == 0,
+        "{stray} bytes of forgotten links reached a socket (fd {closing})"
+    );
+    Ok(Completion::Completed)
+}
+
+thread_local! {
+    /// The file [`CLOSING_VTABLE`]'s clone closes, and its `close()` future, polled once.
+    static CLOSING: RefCell<(Option<File>, Option<Closing>)> = const { RefCell::new((None, None)) };
+}
+
+/// A `close()` polled once: still running, or its result.
+enum Closing {
+    Running(Pin<Box<dyn Future<Output = std::io::Result<()>>>>),
+    Done(std::io::Result<()>),
+}
+
+/// A waker whose `clone` starts closing the file in [`CLOSING`]: user code the runtime
+/// runs while its backend is busy (keeping the waker of an op it starts).
+static CLOSING_VTABLE: std::task::RawWakerVTable = std::task::RawWakerVTable::new(
+    |_| {
+        CLOSING.with(|c| {
+            let mut c = c.borrow_mut();
+            if let Some(file) = c.0.take() {
+                let mut close: Pin<Box<dyn Future<Output = std::io::Result<()>>>> =
+                    Box::pin(file.close());
+                let polled = close
+                    .as_mut()
+                    .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()));
+                c.1 = Some(match polled {
+                    Poll::Ready(res) => Closing::Done(res),
+                    Poll::Pending => Closing::Running(close),
+                });
+            }
+        });
+        std::task::RawWaker::new(std::ptr::null(), &CLOSING_VTABLE)
+    },
+    |_| {},
+    |_| {},
+    |_| {},
+);
+
+/// Review R (B3): `File::close` first polled inside a waker's `clone`, while a forgotten
+/// chain's link names the file: the backend was busy, so the close could not see the link,
+/// and its `CLOSE` went out when the task polled it again; the link's write then reached
+/// the socket that reused the number. In a child with LeakSanitizer off (the forgotten
+/// chain leaks on purpose).
+fn a_file_closed_from_a_wakers_clone_keeps_its_links_number(kind: BackendKind) -> Outcome {
+    let env = [("ASAN_OPTIONS", "detect_leaks=0")];
+    support::child(CHILD_CLOSE_IN_CLONE, kind, &env, Duration::from_secs(30))
+}
+
+fn child_close_in_clone(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let dir =
+        std::env::temp_dir().join(format!("ring-rt-cloneclose-{}-{kind}", std::process::id()));
+    let out = rt.block_on(bounded(Duration::from_secs(10), async {
+        let file = File::create(&dir).await?;
+        let a_peer = forgotten_link_on(&file).await?;
+        CLOSING.with(|c| c.borrow_mut().0 = Some(file));
+        let (other, other_peer) = std::os::unix::net::UnixStream::pair()?;
+        let other = UnixStream::from_std(other)?;
+        let mut read = Box::pin(other.read(Vec::with_capacity(8)).into_future());
+        // SAFETY: the vtable's functions ignore the data pointer (null).
+        let waker = unsafe {
+            std::task::Waker::from_raw(std::task::RawWaker::new(std::ptr::null(), &CLOSING_VTABLE))
+        };
+        let _ = read
+            .as_mut()
+            .poll(&mut std::task::Context::from_waker(&waker));
+        let close = CLOSING.with(|c| c.borrow_mut().1.take());
+        match close {
+            None => {
+                return Ok(Completion::ignored_with(
+                    "the runtime never cloned the waker",
+                ))
+            }
+            Some(Closing::Done(res)) => res?,
+            Some(Closing::Running(mut close)) => timeout(
+                Duration::from_secs(2),
+                poll_fn(|cx| close.as_mut().poll(cx)),
+            )
+            .await
+            .map_err(|_| std::io::Error::other("close() hung"))??,
+        }
+        let (x, y) = std::os::unix::net::UnixStream::pair()?;
+        (&a_peer).write_all(b"go")?;
+        sleep(Duration::from_millis(300)).await;
+        let stray = waiting_bytes(&x)? + waiting_bytes(&y)?;
+        (&other_peer).write_all(b"y")?;
+        read.await.0?;
+        check!(
+            stray == 0,
+            "{stray} bytes of a forgotten link reached a socket"
+        );
+        Ok(Completion::Completed)
+    }));
+    let _ = std::fs::remove_file(&dir);
+    out?
+}
+
+/// Review R (B7): a stream that a dropped chain's pending link names, dropped after
+/// `block_on` returned: its close waited for a loop turn that never came, and the peer saw
+/// no end of stream. The number now holds a placeholder while the socket goes at once.
+/// In a child with LeakSanitizer off: the forgotten chain leaks on purpose.
+fn a_stream_a_dropped_chain_names_shows_its_close_at_once(kind: BackendKind) -> Outcome {
+    let env = [("ASAN_OPTIONS", "detect_leaks=0")];
+    support::child(CHILD_STREAM_LINKED, kind, &env, Duration::from_secs(30))
+}
+
+fn child_stream_linked(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let (mine, peer) = std::os::unix::net::UnixStream::pair()?;
+    let (gate, gate_peer) = std::os::unix::net::UnixStream::pair()?;
+    let mine = rt.block_on(async move {
+        let mine = UnixStream::from_std(mine)?;
+        let gate = UnixStream::from_std(gate)?;
+        {
+            let mut chain = Box::pin(
+                gate.read(Vec::with_capacity(8))
+                    .link(mine.write(vec![b'L'; 64]))
+                    .into_future(),
+            );
+            let _ = poll_fn(|cx| Poll::Ready(chain.as_mut().poll(cx).is_ready())).await;
+            std::mem::forget(chain);
+        }
+        std::mem::forget(gate);
+        std::io::Result::Ok(mine)
+    })?;
+    drop(mine);
+    peer.set_read_timeout(Some(Duration::from_secs(3)))?;
+    let mut buf = [0u8; 64];
+    let start = Instant::now();
+    let got = loop {
+        match (&peer).read(&mut buf) {
+            Err(e) if e.kind() == ErrorKind::Interrupted && start.elapsed() < LIMIT => {}
+            other => break other,
+        }
+    };
+    drop(gate_peer);
+    check!(
+        matches!(got, Ok(0)),
+        "the peer of a dropped stream saw {got:?}, not the end of the stream"
+    );
+    Ok(Completion::Completed)
+}
+
+/// Review R (B2): with SQPOLL, `shutdown_timeout(0)` while a dropped chain's link waited
+/// behind an fsync, then the file dropped after the runtime: the fd closed at once and the
+/// link's write, issued by the SQPOLL thread when the fsync ended, went to the socket that
+/// reused the number. The number now stays taken (a placeholder) for good. In a child
+/// with LeakSanitizer off: the op abandoned at shutdown keeps its memory on purpose.
+fn a_file_outliving_its_runtime_keeps_a_pending_links_number(kind: BackendKind) -> Outcome {
+    let env = [("ASAN_OPTIONS", "detect_leaks=0")];
+    support::child(CHILD_OUTLIVING_LINKED, kind, &env, Duration::from_secs(30))
+}
+
+fn child_outliving_linked(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Runtime::builder().threads(1).sqpoll(100));
+    let dir =
+        std::env::temp_dir().join(format!("ring-rt-sqpoll-link-{}-{kind}", std::process::id()));
+    let file = rt.block_on(bounded(Duration::from_secs(20), async {
+        let file = File::create(&dir).await?;
+        file.write_all_at(vec![b'A'; 32 << 20], 0).await.0?;
+        let mut chain = Box::pin(
+            file.sync_all()
+                .link(file.write_at(vec![b'L'; 512], 0))
+                .into_future(),
+        );
+        let _ = poll_fn(|cx| Poll::Ready(chain.as_mut().poll(cx).is_ready())).await;
+        sleep(Duration::from_millis(2)).await;
+        drop(chain);
+        std::io::Result::Ok(file)
+    }))??;
+    rt.shutdown_timeout(Duration::ZERO);
+    drop(file);
+    let pairs: Vec<_> = (0..4)
+        .map(|_| std::os::unix::net::UnixStream::pair())
+        .collect::<Result<_, _>>()?;
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut stray = 0;
+    for (x, y) in &pairs {
+        stray += waiting_bytes(x)? + waiting_bytes(y)?;
+    }
+    let _ = std::fs::remove_file(&dir);
+    check!(
+        stray == 0,
+        "{stray} bytes of a dropped chain's link reached a socket"
+    );
+    Ok(Completion::Completed)
 }
 
 fn an_abandoned_op_never_hands_back_its_buffer(kind: BackendKind) -> Outcome {

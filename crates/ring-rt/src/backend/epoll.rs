@@ -567,6 +567,11 @@ impl Mechanism for EpollBackend {
         false
     }
 
+    /// Never asked: no op names a number later here (`links_name`).
+    fn hand_out_linked(&mut self, _fd: RawFd) -> Option<std::os::fd::OwnedFd> {
+        None
+    }
+
     /// Forgets what is known drained on `fd`: after a local `shutdown`, a syscall gives
     /// `EPIPE` or end of file at once, though epoll need not report anything new.
     fn after_local_shutdown(&mut self, fd: RawFd) {

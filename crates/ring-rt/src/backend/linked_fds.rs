@@ -4,50 +4,116 @@
 //! before it completed: an fsync running in io-wq (which no cancel stops) can hold a
 //! dropped chain's write back for a long time. Closing the fd then, or handing it out to
 //! code that closes it, frees the number, and the write went to whatever reused it (review
-//! P). So a close of such an fd waits until every link naming it has ended, and an fd
-//! given away while one is still pending is handed out as a duplicate.
+//! P). So the number stays taken until every link naming it has ended: a close puts a
+//! placeholder (an `O_PATH` fd of `/`) on the number with `dup2`, which releases the file
+//! at once (a socket's peer sees the close) while a link issued later fails with `EBADF`;
+//! the number itself is closed once its links ended. An fd given away while a link names
+//! it is handed out as a duplicate.
 
-use std::os::fd::RawFd;
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use ring_core::op_table::OpTable;
 use ring_core::user_data::OpId;
 
-/// Fewest entries before [`LinkedFds::note`] prunes finished links.
+/// Fewest links noted before [`LinkedFds::note`] prunes ended ones.
 const PRUNE_MIN: usize = 64;
 
 #[derive(Default)]
 pub(crate) struct LinkedFds {
-    /// A link not yet known to have ended, and the fd it names.
-    links: Vec<(RawFd, OpId)>,
-    /// `links.len()` at which the next `note` drops ended links (amortised: at most
-    /// twice what was left after the last prune).
+    /// Per fd, its links not yet known to have ended.
+    links: HashMap<RawFd, Vec<OpId>>,
+    /// Links in `links`, and the count at which the next `note` drops ended ones
+    /// (amortised: twice what was left after the last prune).
+    noted: usize,
     prune_at: usize,
-    /// Fds whose close waits for links naming them.
+    /// Numbers closed (their file released, or kept where no placeholder could be put
+    /// there) whose links have not all ended.
     closes: Vec<RawFd>,
+    /// The `O_PATH` fd whose file a closed number holds meanwhile; opened when a chain is
+    /// noted (so that it exists before the fd table could fill up), closed once no link
+    /// or close is left.
+    placeholder: Option<OwnedFd>,
 }
 
 impl LinkedFds {
     /// Notes the links of a chain just pushed: `(fd, id)` of each op after the first.
     pub(crate) fn note(&mut self, links: impl Iterator<Item = (RawFd, OpId)>, ops: &OpTable) {
-        self.links.extend(links);
-        if self.links.len() >= self.prune_at.max(PRUNE_MIN) {
-            self.prune(ops);
-            self.prune_at = 2 * self.links.len();
+        for (fd, id) in links {
+            self.links.entry(fd).or_default().push(id);
+            self.noted += 1;
         }
+        if self.noted >= self.prune_at.max(PRUNE_MIN) {
+            self.prune(ops);
+            self.prune_at = 2 * self.noted;
+        }
+        if self.placeholder.is_none() && !self.links.is_empty() {
+            self.placeholder = open_placeholder().ok();
+        }
+    }
+
+    /// Once a turn while the placeholder is open: drops ended links, and the placeholder
+    /// once no link or close is left (an fd the runtime holds only while chains run).
+    pub(crate) fn tidy(&mut self, ops: &OpTable) {
+        if self.placeholder.is_none() {
+            return;
+        }
+        self.prune(ops);
+        if self.links.is_empty() && self.closes.is_empty() {
+            self.placeholder = None;
+        }
+    }
+
+    fn prune(&mut self, ops: &OpTable) {
+        self.links.retain(|_, ids| {
+            ids.retain(|&id| ops.awaits_kernel_for(id));
+            !ids.is_empty()
+        });
+        self.noted = self.links.values().map(Vec::len).sum();
     }
 
     /// Whether a link that names `fd` may still be issued.
     pub(crate) fn names(&mut self, fd: RawFd, ops: &OpTable) -> bool {
-        if self.links.is_empty() {
+        let Some(ids) = self.links.get_mut(&fd) else {
+            return false;
+        };
+        let before = ids.len();
+        ids.retain(|&id| ops.awaits_kernel_for(id));
+        self.noted -= before - ids.len();
+        if ids.is_empty() {
+            self.links.remove(&fd);
             return false;
         }
-        self.prune(ops);
-        self.links.iter().any(|&(named, _)| named == fd)
+        true
     }
 
-    /// Keeps `fd` open until no link names it ([`take_closable`](Self::take_closable)).
+    /// Closes `fd`, which links still name: the placeholder takes its number (releasing
+    /// the file now) until [`take_closable`](Self::take_closable) hands the number back.
+    /// Without a placeholder the file itself stays open until then.
     pub(crate) fn close_later(&mut self, fd: RawFd) {
+        if let Some(placeholder) = &self.placeholder {
+            // SAFETY: dup2 takes and returns integers; `fd` is the caller's to close, and
+            // the number stays this table's (closed by `take_closable`'s caller).
+            let _ = unsafe { libc::dup2(placeholder.as_raw_fd(), fd) };
+        }
         self.closes.push(fd);
+    }
+
+    /// Gives `fd` away while links still name it and no duplicate could be made (the fd
+    /// table is full): the placeholder's number becomes a duplicate of `fd` and is handed
+    /// out, and `fd` is closed later with its file kept open until its links ended. `None`
+    /// without a placeholder.
+    pub(crate) fn hand_out_as_placeholder(&mut self, fd: RawFd) -> Option<OwnedFd> {
+        let placeholder = self.placeholder.take()?;
+        // SAFETY: dup2 takes and returns integers; the placeholder's number is ours, and
+        // after this it holds `fd`'s file, which the caller hands out.
+        if unsafe { libc::dup2(fd, placeholder.as_raw_fd()) } < 0 {
+            self.placeholder = Some(placeholder);
+            return None;
+        }
+        self.closes.push(fd);
+        Some(placeholder)
     }
 
     /// Closes waiting for nothing any more, taken out.
@@ -55,12 +121,15 @@ impl LinkedFds {
         if self.closes.is_empty() {
             return Vec::new();
         }
-        self.prune(ops);
-        let links = &self.links;
-        let (ready, waiting) = self
-            .closes
-            .iter()
-            .partition(|&&fd| !links.iter().any(|&(named, _)| named == fd));
+        let mut ready = Vec::new();
+        let mut waiting = Vec::new();
+        for fd in std::mem::take(&mut self.closes) {
+            if self.names(fd, ops) {
+                waiting.push(fd);
+            } else {
+                ready.push(fd);
+            }
+        }
         self.closes = waiting;
         ready
     }
@@ -69,10 +138,17 @@ impl LinkedFds {
     pub(crate) fn take_all_closes(&mut self) -> Vec<RawFd> {
         std::mem::take(&mut self.closes)
     }
+}
 
-    fn prune(&mut self, ops: &OpTable) {
-        self.links.retain(|&(_, id)| ops.awaits_kernel_for(id));
+fn open_placeholder() -> io::Result<OwnedFd> {
+    let root = c"/";
+    // SAFETY: `root` is a NUL-terminated string; the result is checked.
+    let fd = unsafe { libc::open(root.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
     }
+    // SAFETY: a fresh fd nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 #[cfg(test)]
@@ -82,19 +158,43 @@ mod tests {
     #[test]
     fn a_close_waits_for_the_links_naming_its_fd() {
         let mut ops = OpTable::new();
-        let head = ops.insert().unwrap();
         let link = ops.insert().unwrap();
         let mut fds = LinkedFds::default();
         fds.note([(7, link)].into_iter(), &ops);
-        let _ = head;
         assert!(fds.names(7, &ops));
         assert!(!fds.names(8, &ops));
-        fds.close_later(7);
+        fds.closes.push(7);
         assert!(fds.take_closable(&ops).is_empty());
         // SAFETY: the link's own (made-up) final completion; its slot holds no memory.
         let _ = unsafe { ops.complete(ring_core::cqe::Cqe::new(link.to_user_data(), 0, 0)) };
         assert!(!fds.names(7, &ops));
         assert_eq!(fds.take_closable(&ops), [7]);
         assert!(fds.take_closable(&ops).is_empty());
+        assert_eq!(fds.noted, 0);
+    }
+
+    #[test]
+    fn a_closed_number_holds_the_placeholder_until_its_links_end() {
+        let mut ops = OpTable::new();
+        let link = ops.insert().unwrap();
+        let mut fds = LinkedFds::default();
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let fd = std::os::fd::IntoRawFd::into_raw_fd(a);
+        fds.note([(fd, link)].into_iter(), &ops);
+        assert!(fds.placeholder.is_some());
+        fds.close_later(fd);
+        // The peer sees the close at once; the number stays taken (by `/`, O_PATH).
+        let mut byte = [0u8; 1];
+        assert_eq!(std::io::Read::read(&mut &b, &mut byte).unwrap(), 0);
+        let path = std::fs::read_link(format!("/proc/self/fd/{fd}")).unwrap();
+        assert_eq!(path, std::path::Path::new("/"));
+        assert!(fds.take_closable(&ops).is_empty());
+        // SAFETY: the link's own (made-up) final completion; its slot holds no memory.
+        let _ = unsafe { ops.complete(ring_core::cqe::Cqe::new(link.to_user_data(), 0, 0)) };
+        assert_eq!(fds.take_closable(&ops), [fd]);
+        // SAFETY: the number this table handed back; nothing else uses it.
+        drop(unsafe { OwnedFd::from_raw_fd(fd) });
+        fds.tidy(&ops);
+        assert!(fds.placeholder.is_none(), "no link left: the placeholder goes");
     }
 }

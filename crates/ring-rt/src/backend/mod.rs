@@ -421,6 +421,11 @@ pub(crate) trait Mechanism {
     /// it now could let that op reach whatever reuses the number.
     fn links_name(&mut self, fd: RawFd) -> bool;
 
+    /// `fd`, which such ops still name, given away when no duplicate could be made (the
+    /// fd table is full): another number for its file, with `fd` kept by the backend and
+    /// closed after those ops; `None` if there is none.
+    fn hand_out_linked(&mut self, fd: RawFd) -> Option<std::os::fd::OwnedFd>;
+
     /// The worker's shared receive buffer group, created on first use.
     fn recv_group(&mut self) -> io::Result<BufGroup>;
 
@@ -527,6 +532,9 @@ impl Mechanism for Backend {
     }
     fn links_name(&mut self, fd: RawFd) -> bool {
         each!(self, b => b.links_name(fd))
+    }
+    fn hand_out_linked(&mut self, fd: RawFd) -> Option<std::os::fd::OwnedFd> {
+        each!(self, b => b.hand_out_linked(fd))
     }
     fn after_local_shutdown(&mut self, fd: RawFd) {
         each!(self, b => b.after_local_shutdown(fd))

@@ -161,6 +161,7 @@ impl UringBackend {
         for fd in self.linked_fds.take_closable(self.driver.ops()) {
             self.close(fd);
         }
+        self.linked_fds.tidy(self.driver.ops());
     }
 
     /// Submits what was pushed; whether nothing is left waiting. With nothing pushed, no
@@ -261,6 +262,10 @@ impl Mechanism for UringBackend {
 
     fn links_name(&mut self, fd: RawFd) -> bool {
         self.linked_fds.names(fd, self.driver.ops())
+    }
+
+    fn hand_out_linked(&mut self, fd: RawFd) -> Option<std::os::fd::OwnedFd> {
+        self.linked_fds.hand_out_as_placeholder(fd)
     }
 
     fn recv_group(&mut self) -> io::Result<BufGroup> {
@@ -400,8 +405,8 @@ impl Mechanism for UringBackend {
     /// submitted (one may name `fd`, and the kernel looks the number up at submission):
     /// otherwise, and with SQPOLL (whose thread takes SQEs when it likes), a `CLOSE` SQE
     /// queued behind them, so no queued op can find the number reused.
-    /// A kernel-linked op naming `fd` and not yet issued keeps it open until it ends (see
-    /// `LinkedFds`).
+    /// A kernel-linked op naming `fd` and not yet issued keeps the number taken until it
+    /// ends, by a placeholder that releases the file now (see `LinkedFds`).
     fn close(&mut self, fd: RawFd) {
         if self.linked_fds.names(fd, self.driver.ops()) {
             self.linked_fds.close_later(fd);

@@ -236,9 +236,11 @@ impl File {
     }
 
     /// The std file, no longer closed by this value (see [`from_std`](Self::from_std) for
-    /// an example). Its fd is this file's own number, except when called from code the
-    /// runtime runs inside its own bookkeeping (a waker's `clone`): then it is a duplicate,
-    /// and the original is closed once the ops still queued for it are submitted.
+    /// an example). Its fd is this file's own number, except in two cases where ops the
+    /// kernel has not looked at yet still name that number: called from code the runtime
+    /// runs inside its own bookkeeping (a waker's `clone`), or while an op of a dropped
+    /// linked chain waits to be issued (behind an fsync, say). Then it is a duplicate, and
+    /// the runtime closes the original number after those ops.
     pub fn into_std(mut self) -> std::fs::File {
         // Before the fd leaves: no op of this file still queued may find its number reused.
         let given = self.core.give_away_fd(self.as_fd());
@@ -555,6 +557,9 @@ impl File {
     }
 
     /// Closes the file and reports the result (dropping it closes too, without waiting).
+    /// While an op of a dropped linked chain still waits to be issued on this file (behind
+    /// an fsync, say), the file is closed as a drop closes it, after that op, and `Ok` is
+    /// returned without the close's own result.
     ///
     /// # Examples
     ///
@@ -569,10 +574,13 @@ impl File {
     /// # std::io::Result::Ok(())
     /// ```
     pub async fn close(mut self) -> io::Result<()> {
-        // A dropped chain's link not yet issued names the fd (it waits for an fsync, say):
-        // a CLOSE now would free the number under it. Wait till the kernel issued it.
-        while self.core.links_name(self.fd) {
-            crate::time::sleep(LINKS_POLL).await;
+        if self.core.links_name(self.fd) {
+            // A dropped chain's link not yet issued names the fd (it waits for an fsync,
+            // say): a CLOSE now would free the number under it. The runtime closes it
+            // after that link, as a drop does.
+            let fd = std::mem::replace(&mut self.fd, -1);
+            self.core.close(fd);
+            return Ok(());
         }
         let fd = std::mem::replace(&mut self.fd, -1);
         // SAFETY: `fd` was this File's open fd; -1 left behind means drop will not close
@@ -581,9 +589,6 @@ impl File {
         Op::new(self.core.clone(), Close::new(fd)).await
     }
 }
-
-/// How often [`File::close`] looks again whether links still name its fd.
-const LINKS_POLL: std::time::Duration = std::time::Duration::from_millis(1);
 
 fn eof(done: usize, total: usize) -> io::Error {
     io::Error::new(

@@ -655,10 +655,11 @@ impl TcpStream {
     /// stream (the next `read` returns them), or a dropped read is still finishing in the
     /// kernel (its cancel completes within a turn or two of the runtime).
     ///
-    /// The fd is the stream's own number, except when this is called from code the runtime
-    /// runs inside its own bookkeeping (a waker's `clone`): then the runtime cannot yet
-    /// submit the ops still queued for that number, and hands out a duplicate, closing the
-    /// original once they are submitted.
+    /// The fd is the stream's own number, except in two cases where ops the kernel has not
+    /// looked at yet still name that number: called from code the runtime runs inside its
+    /// own bookkeeping (a waker's `clone`), or while an op of a dropped linked chain waits
+    /// to be issued. Then it is a duplicate, and the runtime closes the original number
+    /// after those ops.
     ///
     /// # Examples
     ///

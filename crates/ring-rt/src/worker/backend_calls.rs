@@ -86,6 +86,13 @@ impl Core {
                 }
                 GivenAway::Duplicate(dup)
             }
+            Err(err) if forgotten.is_ok() => {
+                if let Ok(Some(other)) = self.with_backend(|b| b.hand_out_linked(raw)) {
+                    return GivenAway::Duplicate(other);
+                }
+                tracing::error!(target: "ring_rt", fd = raw, error = %err, "fd given away while a kernel-linked op not yet issued names it, and not duplicated: that op may reach whatever reuses the number");
+                GivenAway::Original
+            }
             Err(err) => {
                 tracing::warn!(target: "ring_rt", fd = raw, error = %err, "fd given away from inside a backend call (a waker's clone) and not duplicated: ops queued for it may reach a reused number");
                 self.parked.borrow_mut().push(Parked::Forget(raw));
@@ -94,10 +101,11 @@ impl Core {
         }
     }
 
-    /// Whether a kernel-linked op not yet issued names `fd` (false if the backend is busy:
-    /// a caller then closes through [`close`](Core::close), which orders itself).
+    /// Whether a kernel-linked op not yet issued may name `fd`: true when the backend is
+    /// busy and cannot say, so a caller that would close `fd` itself goes through
+    /// [`close`](Core::close) instead, which orders the close after such ops.
     pub(crate) fn links_name(&self, fd: RawFd) -> bool {
-        self.with_backend(|b| b.links_name(fd)).unwrap_or(false)
+        self.with_backend(|b| b.links_name(fd)).unwrap_or(true)
     }
 
     /// After a local `shutdown(2)` of `fd`; parked if the backend is busy.

@@ -240,8 +240,7 @@ impl Core {
     /// is coming (outside `block_on`: the peer sees the close now, not at the next call).
     pub(crate) fn close(&self, fd: RawFd) {
         if self.is_shut_down.get() {
-            // SAFETY: the caller hands its fd over; nothing is in flight after shutdown.
-            unsafe { ring_core::release::close_quietly(fd) };
+            self.close_after_shutdown(fd);
             return;
         }
         let closed = self.with_backend(|b| {
@@ -252,6 +251,29 @@ impl Core {
         });
         if closed.is_err() {
             self.parked.borrow_mut().push(Parked::Close(fd));
+        }
+    }
+
+    /// After shutdown, `fd` closes at once, unless a kernel-linked op left in the kernel
+    /// (past the drain's deadline) still names it: the backend then keeps the number
+    /// taken, by a placeholder, for good (no loop turn will see that op end).
+    fn close_after_shutdown(&self, fd: RawFd) {
+        let kept = self.with_backend(|b| {
+            let linked = b.links_name(fd);
+            if linked {
+                b.close(fd);
+            }
+            linked
+        });
+        match kept {
+            Ok(true) => {
+                tracing::warn!(target: "ring_rt", fd, "an fd closed after shutdown stays taken: a kernel-linked op not yet issued names it");
+            }
+            Ok(false) => {
+                // SAFETY: the caller hands its fd over; no op still in the kernel names it.
+                unsafe { ring_core::release::close_quietly(fd) };
+            }
+            Err(_) => self.parked.borrow_mut().push(Parked::Close(fd)),
         }
     }
 
@@ -297,8 +319,13 @@ impl Core {
             match work {
                 Parked::Orphan(id, orphan) => backend.orphan(id, orphan),
                 Parked::Close(fd) if self.is_shut_down.get() => {
-                    // SAFETY: the fd was handed over to be closed; nothing runs any more.
-                    unsafe { ring_core::release::close_quietly(fd) }
+                    if backend.links_name(fd) {
+                        backend.close(fd);
+                    } else {
+                        // SAFETY: the fd was handed over to be closed; nothing else names
+                        // it any more (no loop turn runs after shutdown).
+                        unsafe { ring_core::release::close_quietly(fd) }
+                    }
                 }
                 Parked::Close(fd) => backend.close(fd),
                 Parked::Forget(fd) => {
