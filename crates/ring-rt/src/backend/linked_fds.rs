@@ -195,6 +195,9 @@ mod tests {
         // SAFETY: the number this table handed back; nothing else uses it.
         drop(unsafe { OwnedFd::from_raw_fd(fd) });
         fds.tidy(&ops);
-        assert!(fds.placeholder.is_none(), "no link left: the placeholder goes");
+        assert!(
+            fds.placeholder.is_none(),
+            "no link left: the placeholder goes"
+        );
     }
 }
