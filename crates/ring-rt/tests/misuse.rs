@@ -142,6 +142,17 @@ fn a_sleep_taken_to_another_runtime_fires_there(kind: BackendKind) -> Outcome {
     Ok(Completion::Completed)
 }
 
+/// A stream (with its peer and fd number) whose 512-byte send was polled once and dropped:
+/// on io_uring its SQE may still wait in the submission queue.
+async fn stream_with_a_dropped_send() -> std::io::Result<(UnixStream, UnixStream, i32)> {
+    let (mine, peer) = UnixStream::pair()?;
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&mine);
+    let mut send = Box::pin(mine.write(vec![b'x'; 512]).into_future());
+    let _ = poll_fn(|cx| Poll::Ready(send.as_mut().poll(cx).is_ready())).await;
+    drop(send);
+    Ok((mine, peer, fd))
+}
+
 /// A send polled once and dropped before `into_owned_fd` hands the fd out never reaches
 /// what reuses the number after the caller closes it (on io_uring its SQE may still wait in
 /// the submission queue, and the kernel looks the number up when it takes it).
@@ -150,11 +161,7 @@ fn a_dropped_send_never_reaches_the_fd_into_owned_fd_gave_away(kind: BackendKind
     rt.block_on(bounded(LIMIT, async {
         let mut reused = 0;
         for round in 0..20 {
-            let (mine, _peer) = UnixStream::pair()?;
-            let fd = std::os::fd::AsRawFd::as_raw_fd(&mine);
-            let mut send = Box::pin(mine.write(vec![b'x'; 512]).into_future());
-            let _ = poll_fn(|cx| Poll::Ready(send.as_mut().poll(cx).is_ready())).await;
-            drop(send);
+            let (mine, _peer, fd) = stream_with_a_dropped_send().await?;
             let owned = match mine.into_owned_fd() {
                 Ok(owned) => owned,
                 // Refused while a dropped op finishes: nothing was handed out, nothing to test.
@@ -209,11 +216,7 @@ fn an_fd_given_up_from_a_wakers_clone_never_receives_a_dropped_send(kind: Backen
     rt.block_on(bounded(LIMIT, async {
         let mut given_up = 0;
         for round in 0..20 {
-            let (mine, _peer) = UnixStream::pair()?;
-            let fd = std::os::fd::AsRawFd::as_raw_fd(&mine);
-            let mut send = Box::pin(mine.write(vec![b'x'; 512]).into_future());
-            let _ = poll_fn(|cx| Poll::Ready(send.as_mut().poll(cx).is_ready())).await;
-            drop(send);
+            let (mine, _peer, fd) = stream_with_a_dropped_send().await?;
             GIVEN_UP.with(|g| g.borrow_mut().0 = Some(mine));
             // A read that waits (on both backends): the runtime keeps its waker.
             let (other, mut other_peer) = std::os::unix::net::UnixStream::pair()?;
