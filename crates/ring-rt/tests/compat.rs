@@ -51,6 +51,10 @@ fn main() {
             "small_writes_behind_one_in_flight_share_the_next_op",
             small_writes_behind_one_in_flight_share_the_next_op,
         ),
+        (
+            "writes_waiting_behind_one_keep_their_offset_when_the_cursor_moves",
+            writes_waiting_behind_one_keep_their_offset_when_the_cursor_moves,
+        ),
         ("write_after_shutdown_fails", write_after_shutdown_fails),
         (
             "write_to_reset_peer_reports_error",
@@ -308,6 +312,40 @@ fn small_writes_behind_one_in_flight_share_the_next_op(kind: BackendKind) -> Out
         let mut head = [0u8; 16];
         Compat::from_rc(file).read_exact(&mut head).await?;
         check!(head[..] == b"abcdabcdabcdabcd"[..], "head {head:?}");
+        Ok(Completion::Completed)
+    }));
+    let _ = std::fs::remove_file(&path);
+    outcome?
+}
+
+/// Review S: bytes accepted behind a write in flight went where the cursor stood when
+/// they were sent, not where it stood when they were accepted: after `with_position`
+/// moved it, 4 KiB of 'b' meant for 4096 landed at 15,904 (or over the 'a's at 0).
+fn writes_waiting_behind_one_keep_their_offset_when_the_cursor_moves(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let path = temp_path("cursor-moves", kind);
+    let outcome = rt.block_on(bounded(LIMIT, async {
+        for (moved_to, c_at) in [(20_000u64, 20_000usize), (0, 0)] {
+            let mut opts = OpenOptions::new();
+            opts.read(true).write(true).create(true).truncate(true);
+            let mut io = Compat::new(opts.open(&path).await?);
+            io.write_all(&[b'a'; 4096]).await?;
+            io.write_all(&[b'b'; 4096]).await?;
+            let mut io = io.with_position(moved_to);
+            io.write_all(&[b'c'; 10]).await?;
+            io.flush().await?;
+            let mut expect = vec![0u8; 8192.max(c_at + 10)];
+            expect[..4096].fill(b'a');
+            expect[4096..8192].fill(b'b');
+            expect[c_at..c_at + 10].fill(b'c');
+            let on_disk = ring_rt::fs::read(&path).await?;
+            check!(
+                on_disk == expect,
+                "cursor moved to {moved_to}: {} bytes, 'b' first at {:?}",
+                on_disk.len(),
+                on_disk.iter().position(|&x| x == b'b')
+            );
+        }
         Ok(Completion::Completed)
     }));
     let _ = std::fs::remove_file(&path);

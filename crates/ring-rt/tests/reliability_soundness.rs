@@ -590,6 +590,12 @@ fn child_full_fd_table(kind: BackendKind) -> Outcome {
         }
         let std_file = file.into_std();
         let handed = std_file.as_raw_fd();
+        // SAFETY: F_GETFD takes and returns integers.
+        let flags = unsafe { libc::fcntl(handed, libc::F_GETFD) };
+        check!(
+            flags & libc::FD_CLOEXEC != 0,
+            "the fd into_std handed out ({handed}) would leak into child processes"
+        );
         drop(std_file);
         fill.pop();
         let (x, y) = std::os::unix::net::UnixStream::pair()?;

@@ -93,9 +93,7 @@ impl LinkedFds {
     /// Without a placeholder the file itself stays open until then.
     pub(crate) fn close_later(&mut self, fd: RawFd) {
         if let Some(placeholder) = &self.placeholder {
-            // SAFETY: dup2 takes and returns integers; `fd` is the caller's to close, and
-            // the number stays this table's (closed by `take_closable`'s caller).
-            let _ = unsafe { libc::dup2(placeholder.as_raw_fd(), fd) };
+            let _ = dup_onto(placeholder.as_raw_fd(), fd);
         }
         self.closes.push(fd);
     }
@@ -106,9 +104,8 @@ impl LinkedFds {
     /// without a placeholder.
     pub(crate) fn hand_out_as_placeholder(&mut self, fd: RawFd) -> Option<OwnedFd> {
         let placeholder = self.placeholder.take()?;
-        // SAFETY: dup2 takes and returns integers; the placeholder's number is ours, and
-        // after this it holds `fd`'s file, which the caller hands out.
-        if unsafe { libc::dup2(fd, placeholder.as_raw_fd()) } < 0 {
+        // The placeholder's number is ours; after this it holds `fd`'s file.
+        if dup_onto(fd, placeholder.as_raw_fd()).is_err() {
             self.placeholder = Some(placeholder);
             return None;
         }
@@ -138,6 +135,18 @@ impl LinkedFds {
     pub(crate) fn take_all_closes(&mut self) -> Vec<RawFd> {
         std::mem::take(&mut self.closes)
     }
+}
+
+/// Makes number `onto` refer to `from`'s file, close-on-exec (`dup2` would clear the flag:
+/// a child process started meanwhile would inherit the placeholder, an fd of `/`, or the
+/// file handed out).
+fn dup_onto(from: RawFd, onto: RawFd) -> io::Result<()> {
+    // SAFETY: dup3 takes and returns integers; `onto` is a number this table owns (a
+    // closed fd's, or the placeholder's).
+    if unsafe { libc::dup3(from, onto, libc::O_CLOEXEC) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 fn open_placeholder() -> io::Result<OwnedFd> {
@@ -188,6 +197,13 @@ mod tests {
         assert_eq!(std::io::Read::read(&mut &b, &mut byte).unwrap(), 0);
         let path = std::fs::read_link(format!("/proc/self/fd/{fd}")).unwrap();
         assert_eq!(path, std::path::Path::new("/"));
+        // SAFETY: F_GETFD takes and returns integers.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+        assert_eq!(
+            flags & libc::FD_CLOEXEC,
+            libc::FD_CLOEXEC,
+            "a child would inherit `/`"
+        );
         assert!(fds.take_closable(&ops).is_empty());
         // SAFETY: the link's own (made-up) final completion; its slot holds no memory.
         let _ = unsafe { ops.complete(ring_core::cqe::Cqe::new(link.to_user_data(), 0, 0)) };

@@ -221,8 +221,11 @@ pub struct Compat<S: CompatIo> {
     /// The write direction was shut down; later writes fail with `BrokenPipe`.
     is_shut: bool,
     /// Bytes `poll_write` accepted while a write was in flight (at most `write_cap`):
-    /// they go out together in the next op. For a file they belong just before the cursor.
+    /// they go out together in the next op.
     pending: Vec<u8>,
+    /// Files: where `pending` goes (the cursor when its first byte was accepted; the
+    /// cursor may move since, by `with_position`).
+    pending_at: u64,
 }
 
 impl<S: CompatIo> Drop for Compat<S> {
@@ -311,6 +314,7 @@ impl<S: CompatIo> Compat<S> {
             write_cap: DEFAULT_BUF_LEN,
             is_shut: false,
             pending: Vec::new(),
+            pending_at: 0,
         }
     }
 
@@ -522,13 +526,7 @@ impl<S: CompatIo> Compat<S> {
         };
         let buf = mem::replace(&mut self.pending, spare);
         self.pending.clear();
-        // The cursor already counts them: they end where it stands.
-        let at = self.pos.saturating_sub(if S::IS_POSITIONED {
-            buf.len() as u64
-        } else {
-            0
-        });
-        self.start_write_at(cx, buf, at)
+        self.start_write_at(cx, buf, self.pending_at)
     }
 
     /// With a write in flight: takes up to `write_cap` bytes behind it, for the next op;
@@ -545,6 +543,13 @@ impl<S: CompatIo> Compat<S> {
             return Poll::Pending;
         }
         let before = self.pending.len();
+        if before == 0 {
+            self.pending_at = self.pos;
+        } else if S::IS_POSITIONED && self.pending_at + before as u64 != self.pos {
+            // The cursor moved (`with_position`) since the waiting bytes were accepted:
+            // these go elsewhere, so they wait until those have started.
+            return Poll::Pending;
+        }
         for b in bufs {
             let left = room - (self.pending.len() - before);
             self.pending.extend_from_slice(&b[..left.min(b.len())]);
