@@ -20,7 +20,6 @@ use ring_core::user_data::OpId;
 /// Fewest links noted before [`LinkedFds::note`] prunes ended ones.
 const PRUNE_MIN: usize = 64;
 
-#[derive(Default)]
 pub(crate) struct LinkedFds {
     /// Per fd, its links not yet known to have ended.
     links: HashMap<RawFd, Vec<OpId>>,
@@ -31,13 +30,25 @@ pub(crate) struct LinkedFds {
     /// Numbers closed (their file released, or kept where no placeholder could be put
     /// there) whose links have not all ended.
     closes: Vec<RawFd>,
-    /// The `O_PATH` fd whose file a closed number holds meanwhile; opened when a chain is
-    /// noted (so that it exists before the fd table could fill up), closed once no link
-    /// or close is left.
+    /// The `O_PATH` fd whose file a closed number holds meanwhile: opened with the ring
+    /// (so that it exists before the fd table could fill up, and no chain pays for an
+    /// `open`), reopened when a hand-out took it.
     placeholder: Option<OwnedFd>,
 }
 
 impl LinkedFds {
+    /// An empty table with its placeholder (none if it cannot be opened: closes then keep
+    /// their file open until their links end).
+    pub(crate) fn new() -> LinkedFds {
+        LinkedFds {
+            links: HashMap::new(),
+            noted: 0,
+            prune_at: 0,
+            closes: Vec::new(),
+            placeholder: open_placeholder().ok(),
+        }
+    }
+
     /// Notes the links of a chain just pushed: `(fd, id)` of each op after the first.
     pub(crate) fn note(&mut self, links: impl Iterator<Item = (RawFd, OpId)>, ops: &OpTable) {
         for (fd, id) in links {
@@ -50,18 +61,6 @@ impl LinkedFds {
         }
         if self.placeholder.is_none() && !self.links.is_empty() {
             self.placeholder = open_placeholder().ok();
-        }
-    }
-
-    /// Once a turn while the placeholder is open: drops ended links, and the placeholder
-    /// once no link or close is left (an fd the runtime holds only while chains run).
-    pub(crate) fn tidy(&mut self, ops: &OpTable) {
-        if self.placeholder.is_none() {
-            return;
-        }
-        self.prune(ops);
-        if self.links.is_empty() && self.closes.is_empty() {
-            self.placeholder = None;
         }
     }
 
@@ -168,7 +167,7 @@ mod tests {
     fn a_close_waits_for_the_links_naming_its_fd() {
         let mut ops = OpTable::new();
         let link = ops.insert().unwrap();
-        let mut fds = LinkedFds::default();
+        let mut fds = LinkedFds::new();
         fds.note([(7, link)].into_iter(), &ops);
         assert!(fds.names(7, &ops));
         assert!(!fds.names(8, &ops));
@@ -186,7 +185,7 @@ mod tests {
     fn a_closed_number_holds_the_placeholder_until_its_links_end() {
         let mut ops = OpTable::new();
         let link = ops.insert().unwrap();
-        let mut fds = LinkedFds::default();
+        let mut fds = LinkedFds::new();
         let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
         let fd = std::os::fd::IntoRawFd::into_raw_fd(a);
         fds.note([(fd, link)].into_iter(), &ops);
@@ -210,10 +209,6 @@ mod tests {
         assert_eq!(fds.take_closable(&ops), [fd]);
         // SAFETY: the number this table handed back; nothing else uses it.
         drop(unsafe { OwnedFd::from_raw_fd(fd) });
-        fds.tidy(&ops);
-        assert!(
-            fds.placeholder.is_none(),
-            "no link left: the placeholder goes"
-        );
+        assert!(fds.placeholder.is_some(), "kept for the next close");
     }
 }

@@ -72,7 +72,7 @@ impl UringBackend {
             batch_wait: Duration::ZERO,
             last_batch: 0,
             wake_targets: Vec::new(),
-            linked_fds: LinkedFds::default(),
+            linked_fds: LinkedFds::new(),
         })
     }
 
@@ -161,7 +161,6 @@ impl UringBackend {
         for fd in self.linked_fds.take_closable(self.driver.ops()) {
             self.close(fd);
         }
-        self.linked_fds.tidy(self.driver.ops());
     }
 
     /// Submits what was pushed; whether nothing is left waiting. With nothing pushed, no
