@@ -55,6 +55,10 @@ fn main() {
             "writes_waiting_behind_one_keep_their_offset_when_the_cursor_moves",
             writes_waiting_behind_one_keep_their_offset_when_the_cursor_moves,
         ),
+        (
+            "a_read_after_the_cursor_moves_reads_there",
+            a_read_after_the_cursor_moves_reads_there,
+        ),
         ("write_after_shutdown_fails", write_after_shutdown_fails),
         (
             "write_to_reset_peer_reports_error",
@@ -346,6 +350,43 @@ fn writes_waiting_behind_one_keep_their_offset_when_the_cursor_moves(kind: Backe
                 on_disk.iter().position(|&x| x == b'b')
             );
         }
+        Ok(Completion::Completed)
+    }));
+    let _ = std::fs::remove_file(&path);
+    outcome?
+}
+
+/// Review T: `with_position` left what was read ahead from the old cursor (or the read in
+/// flight there) to the next read: after reading 'a' of "abcdefghijklmnop", moving to 8
+/// read 'b'. Both ways: bytes buffered, and a read polled once and dropped.
+fn a_read_after_the_cursor_moves_reads_there(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let path = temp_path("read-moves", kind);
+    std::fs::write(&path, b"abcdefghijklmnop")?;
+    let outcome = rt.block_on(bounded(LIMIT, async {
+        let mut one = [0u8; 1];
+        let mut io = Compat::new(File::open(&path).await?);
+        io.read_exact(&mut one).await?;
+        let mut io = io.with_position(8);
+        io.read_exact(&mut one).await?;
+        check!(
+            one == *b"i",
+            "after a buffered read-ahead: {:?}",
+            one[0] as char
+        );
+
+        let mut io = Compat::new(File::open(&path).await?);
+        {
+            let mut read = std::pin::pin!(io.read(&mut one));
+            let _ = std::future::poll_fn(|cx| {
+                std::task::Poll::Ready(std::future::Future::poll(read.as_mut(), cx).is_ready())
+            })
+            .await;
+        }
+        let mut io = io.with_position(12);
+        io.read_exact(&mut one).await?;
+        check!(one == *b"m", "after a read in flight: {:?}", one[0] as char);
+        check!(io.position() == 13, "cursor {}", io.position());
         Ok(Completion::Completed)
     }));
     let _ = std::fs::remove_file(&path);

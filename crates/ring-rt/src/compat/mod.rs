@@ -223,6 +223,9 @@ pub struct Compat<S: CompatIo> {
     /// Bytes `poll_write` accepted while a write was in flight (at most `write_cap`):
     /// they go out together in the next op.
     pending: Vec<u8>,
+    /// Files: the read in flight started at a cursor `with_position` has since moved
+    /// from; its bytes are dropped when it ends.
+    read_is_stale: bool,
     /// Files: where `pending` goes (the cursor when its first byte was accepted; the
     /// cursor may move since, by `with_position`).
     pending_at: u64,
@@ -315,6 +318,7 @@ impl<S: CompatIo> Compat<S> {
             is_shut: false,
             pending: Vec::new(),
             pending_at: 0,
+            read_is_stale: false,
         }
     }
 
@@ -355,7 +359,9 @@ impl<S: CompatIo> Compat<S> {
         self
     }
 
-    /// Files: starts the cursor at `pos` instead of 0. Streams: no effect.
+    /// Files: moves the cursor to `pos` (0 to start with), at the start or between calls:
+    /// what was read ahead from the old cursor is dropped, and bytes already accepted for
+    /// writing keep the offsets they were accepted at. Streams: no effect.
     ///
     /// # Examples
     ///
@@ -382,6 +388,16 @@ impl<S: CompatIo> Compat<S> {
     /// # fn main() {}
     /// ```
     pub fn with_position(mut self, pos: u64) -> Compat<S> {
+        if S::IS_POSITIONED && pos != self.pos {
+            // What was read ahead from the old cursor is not what a read here wants.
+            match &mut self.read {
+                ReadState::Idle { buf, at } => {
+                    buf.clear();
+                    *at = 0;
+                }
+                ReadState::InFlight(_) => self.read_is_stale = true,
+            }
+        }
         self.pos = pos;
         self
     }
@@ -439,7 +455,13 @@ impl<S: CompatIo> Compat<S> {
                     }
                 }
                 ReadState::InFlight(op) => {
-                    let (res, buf) = ready!(op.as_mut().poll(cx));
+                    let (res, mut buf) = ready!(op.as_mut().poll(cx));
+                    if mem::take(&mut self.read_is_stale) {
+                        // Read at the old cursor: dropped, with its error, and read again.
+                        buf.clear();
+                        self.read = ReadState::Idle { buf, at: 0 };
+                        continue;
+                    }
                     self.read = ReadState::Idle { buf, at: 0 };
                     match res {
                         Ok(0) => return Poll::Ready(Ok(&[])),
@@ -568,6 +590,7 @@ impl<S: CompatIo> Compat<S> {
             // Nobody waits for this read any more: its bytes and its error are dropped.
             let (_, buf) = ready!(op.as_mut().poll(cx));
             self.read = ReadState::Idle { buf, at: 0 };
+            self.read_is_stale = false;
         }
         if let ReadState::Idle { buf, at } = &mut self.read {
             buf.clear();
