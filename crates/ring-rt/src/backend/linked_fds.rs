@@ -5,10 +5,10 @@
 //! dropped chain's write back for a long time. Closing the fd then, or handing it out to
 //! code that closes it, frees the number, and the write went to whatever reused it (review
 //! P). So the number stays taken until every link naming it has ended: a close puts a
-//! placeholder (an `O_PATH` fd of `/`) on the number with `dup3` (close-on-exec), which releases the file
-//! at once (a socket's peer sees the close) while a link issued later fails with `EBADF`;
-//! the number itself is closed once its links ended. An fd given away while a link names
-//! it is handed out as a duplicate.
+//! placeholder (an `O_PATH` fd of `/`) on the number with `dup3` (close-on-exec), which
+//! releases the file at once (a socket's peer sees the close) while a link issued later
+//! fails with `EBADF`; the number itself is closed once its links ended. An fd given away
+//! while a link names it is handed out as a duplicate.
 
 use std::collections::HashMap;
 use std::io;
