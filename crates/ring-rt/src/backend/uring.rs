@@ -404,6 +404,7 @@ impl Mechanism for UringBackend {
     /// submitted (one may name `fd`, and the kernel looks the number up at submission):
     /// otherwise, and with SQPOLL (whose thread takes SQEs when it likes), a `CLOSE` SQE
     /// queued behind them, so no queued op can find the number reused.
+    ///
     /// A kernel-linked op naming `fd` and not yet issued keeps the number taken until it
     /// ends, by a placeholder that releases the file now (see `LinkedFds`).
     fn close(&mut self, fd: RawFd) {

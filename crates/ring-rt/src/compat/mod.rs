@@ -609,22 +609,13 @@ impl<S: CompatIo> Compat<S> {
         // A write in flight: these bytes wait behind it, so small writes (8 KiB from
         // `tokio::io::copy`) share ops instead of each waiting for the one before.
         loop {
-            match &mut self.write {
-                WriteState::InFlight(op) => match op.as_mut().poll(cx) {
-                    Poll::Pending => return self.queue_behind(bufs),
-                    Poll::Ready((res, buf)) => {
-                        self.write = WriteState::Idle(buf);
-                        if let Err(e) = res {
-                            self.pending.clear();
-                            return Poll::Ready(Err(e));
-                        }
-                    }
-                },
-                WriteState::Idle(_) if !self.pending.is_empty() => {
-                    ready!(self.start_pending(cx))?;
-                }
-                WriteState::Idle(_) => break,
+            if self.poll_in_flight(cx)?.is_pending() {
+                return self.queue_behind(bufs);
             }
+            if self.pending.is_empty() {
+                break;
+            }
+            ready!(self.start_pending(cx))?;
         }
         if self.is_shut {
             return Poll::Ready(Err(shut_error()));

@@ -68,8 +68,9 @@ impl Core {
     /// from a waker's `clone`) or because a kernel-linked op naming `fd` waits for the ops
     /// before it, handing `fd` out would let such an op reach whatever reuses the number
     /// once the new owner closes it: the caller hands out a duplicate instead, and `fd`,
-    /// now the runtime's, is closed through the ordinary close path, after those ops. Only if no fd is left for the duplicate does `fd`
-    /// itself go, its forget parked.
+    /// now the runtime's, is closed through the ordinary close path, after those ops. With
+    /// no fd left for the duplicate, a linked `fd` goes out on the backend's placeholder
+    /// number; otherwise `fd` itself goes (its forget parked), logged.
     pub(crate) fn give_away_fd(&self, fd: BorrowedFd<'_>) -> GivenAway {
         let raw = fd.as_raw_fd();
         let forgotten = self.with_backend(|b| b.forget_fd(raw));
@@ -78,12 +79,8 @@ impl Core {
         }
         match fd.try_clone_to_owned() {
             Ok(dup) => {
-                if forgotten.is_ok() {
-                    // Ops not yet issued name `fd`: the backend closes it after them.
-                    self.close(raw);
-                } else {
-                    self.parked.borrow_mut().push(Parked::Close(raw));
-                }
+                // The ordinary close orders itself after those ops (parked if busy).
+                self.close(raw);
                 GivenAway::Duplicate(dup)
             }
             Err(err) if forgotten.is_ok() => {

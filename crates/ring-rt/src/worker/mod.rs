@@ -258,22 +258,8 @@ impl Core {
     /// (past the drain's deadline) still names it: the backend then keeps the number
     /// taken, by a placeholder, for good (no loop turn will see that op end).
     fn close_after_shutdown(&self, fd: RawFd) {
-        let kept = self.with_backend(|b| {
-            let linked = b.links_name(fd);
-            if linked {
-                b.close(fd);
-            }
-            linked
-        });
-        match kept {
-            Ok(true) => {
-                tracing::warn!(target: "ring_rt", fd, "an fd closed after shutdown stays taken: a kernel-linked op not yet issued names it");
-            }
-            Ok(false) => {
-                // SAFETY: the caller hands its fd over; no op still in the kernel names it.
-                unsafe { ring_core::release::close_quietly(fd) };
-            }
-            Err(_) => self.parked.borrow_mut().push(Parked::Close(fd)),
+        if self.with_backend(|b| close_shut_down(b, fd)).is_err() {
+            self.parked.borrow_mut().push(Parked::Close(fd));
         }
     }
 
@@ -318,15 +304,7 @@ impl Core {
         for work in parked {
             match work {
                 Parked::Orphan(id, orphan) => backend.orphan(id, orphan),
-                Parked::Close(fd) if self.is_shut_down.get() => {
-                    if backend.links_name(fd) {
-                        backend.close(fd);
-                    } else {
-                        // SAFETY: the fd was handed over to be closed; nothing else names
-                        // it any more (no loop turn runs after shutdown).
-                        unsafe { ring_core::release::close_quietly(fd) }
-                    }
-                }
+                Parked::Close(fd) if self.is_shut_down.get() => close_shut_down(&mut backend, fd),
                 Parked::Close(fd) => backend.close(fd),
                 Parked::Forget(fd) => {
                     let _ = backend.forget_fd(fd);
@@ -489,6 +467,19 @@ impl Core {
             tracing::error!(target: "ring_rt", panic = %what, "a waker or destructor panicked while the worker shut down");
             crate::executor::task::discard_payload(payload);
         }
+    }
+}
+
+/// Closes `fd` after shutdown ([`Core::close_after_shutdown`]): at once, or, while a
+/// kernel-linked op still names it, through the backend, which keeps the number taken.
+fn close_shut_down(backend: &mut Backend, fd: RawFd) {
+    if backend.links_name(fd) {
+        tracing::warn!(target: "ring_rt", fd, "an fd closed after shutdown stays taken: a kernel-linked op not yet issued names it");
+        backend.close(fd);
+    } else {
+        // SAFETY: the caller hands its fd over; no op still in the kernel names it, and
+        // no loop turn runs after shutdown.
+        unsafe { ring_core::release::close_quietly(fd) };
     }
 }
 
