@@ -965,7 +965,7 @@ fn a_dropped_chain_never_writes_to_what_reuses_its_files_fd(kind: BackendKind) -
     let dir = Scratch::new("chain-reuse", kind)?;
     let dirty = vec![b'A'; 16 << 20];
     rt.block_on(bounded(LIMIT, async {
-        let (mut reused, mut in_flight) = (0, 0);
+        let mut in_flight = 0;
         for round in 0..6 {
             let path = dir.path(&format!("c{round}"));
             let file = open_rw(&path).await?;
@@ -987,9 +987,9 @@ fn a_dropped_chain_never_writes_to_what_reuses_its_files_fd(kind: BackendKind) -
                 1 => drop(file.into_std()),
                 _ => file.close().await?,
             }
-            let (n, is_reused) =
-                support::bytes_on_a_socket_reusing(fd, Duration::from_millis(300)).await?;
-            reused += usize::from(is_reused);
+            // Whether the socket takes the number does not matter: io_uring keeps it
+            // taken (a placeholder) while the link may run; epoll frees it at once.
+            let (n, _) = support::bytes_on_a_socket_reusing(fd, Duration::from_millis(300)).await?;
             check!(
                 n == 0,
                 "round {round}: {n} bytes of a dropped chain's write went out on a socket"
@@ -1001,7 +1001,6 @@ fn a_dropped_chain_never_writes_to_what_reuses_its_files_fd(kind: BackendKind) -
                  nothing was tested",
             ));
         }
-        let _ = reused;
         Ok(Completion::Completed)
     }))?
 }

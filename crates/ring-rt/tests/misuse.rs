@@ -185,27 +185,20 @@ fn a_dropped_send_never_reaches_the_fd_into_owned_fd_gave_away(kind: BackendKind
 }
 
 thread_local! {
-    /// The stream [`GIVING_UP_VTABLE`]'s clone gives up, and the fd it got.
+    /// The stream [`give_up_the_stream`] gives up, and the fd it got.
     static GIVEN_UP: std::cell::RefCell<(Option<UnixStream>, Option<std::io::Result<std::os::fd::OwnedFd>>)> =
         const { std::cell::RefCell::new((None, None)) };
 }
 
-/// A waker whose `clone` gives up the stream in [`GIVEN_UP`] (`into_owned_fd`): user code
-/// the runtime runs when it keeps the waker of an op it starts or polls.
-static GIVING_UP_VTABLE: std::task::RawWakerVTable = std::task::RawWakerVTable::new(
-    |_| {
-        GIVEN_UP.with(|g| {
-            let mut g = g.borrow_mut();
-            if let Some(stream) = g.0.take() {
-                g.1 = Some(stream.into_owned_fd().map_err(std::io::Error::from));
-            }
-        });
-        std::task::RawWaker::new(std::ptr::null(), &GIVING_UP_VTABLE)
-    },
-    |_| {},
-    |_| {},
-    |_| {},
-);
+/// Gives up the stream in [`GIVEN_UP`] (`into_owned_fd`), from a waker's `clone`.
+fn give_up_the_stream() {
+    GIVEN_UP.with(|g| {
+        let mut g = g.borrow_mut();
+        if let Some(stream) = g.0.take() {
+            g.1 = Some(stream.into_owned_fd().map_err(std::io::Error::from));
+        }
+    });
+}
 
 /// Review Q: `into_owned_fd` run by a waker's `clone`, which the runtime calls while its
 /// backend is busy (keeping the waker of an op it starts or polls). The fd went out at
@@ -222,13 +215,7 @@ fn an_fd_given_up_from_a_wakers_clone_never_receives_a_dropped_send(kind: Backen
             let (other, mut other_peer) = std::os::unix::net::UnixStream::pair()?;
             let other = UnixStream::from_std(other)?;
             let mut read = Box::pin(other.read(Vec::with_capacity(8)).into_future());
-            // SAFETY: the vtable's functions ignore the data pointer (null).
-            let waker = unsafe {
-                std::task::Waker::from_raw(std::task::RawWaker::new(
-                    std::ptr::null(),
-                    &GIVING_UP_VTABLE,
-                ))
-            };
+            let waker = support::waker_calling_on_clone(give_up_the_stream);
             let _ = read
                 .as_mut()
                 .poll(&mut std::task::Context::from_waker(&waker));

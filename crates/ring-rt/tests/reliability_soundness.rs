@@ -489,24 +489,18 @@ fn child_forgotten_chain(kind: BackendKind) -> Outcome {
         let took_the_number = std::os::fd::AsRawFd::as_raw_fd(&a) == fd;
         // Let the chain go on: read everything the peer gets, for a while.
         peer.set_nonblocking(true)?;
-        let mut got = Vec::new();
         let start = Instant::now();
         let mut chunk = vec![0u8; 1 << 16];
         while start.elapsed() < Duration::from_millis(500) {
             match (&peer).read(&mut chunk) {
-                Ok(n) => got.extend_from_slice(&chunk[..n]),
+                Ok(_) => {}
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
                     sleep(Duration::from_millis(5)).await
                 }
                 Err(e) => return Err(e.into()),
             }
         }
-        b.set_nonblocking(true)?;
-        let stray = match (&b).read(&mut chunk) {
-            Ok(n) => n,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => 0,
-            Err(e) => return Err(e.into()),
-        };
+        let stray = support::waiting_bytes(&b)?;
         check!(
             stray == 0,
             "{stray} bytes of a forgotten chain went out on a socket that took the number \
@@ -530,17 +524,6 @@ async fn forgotten_link_on(file: &File) -> std::io::Result<std::os::unix::net::U
     std::mem::forget(chain);
     std::mem::forget(a);
     Ok(a_peer)
-}
-
-/// Bytes waiting on the other end of `b`, without blocking.
-fn waiting_bytes(b: &std::os::unix::net::UnixStream) -> std::io::Result<usize> {
-    b.set_nonblocking(true)?;
-    let mut buf = [0u8; 4096];
-    match (&mut &*b).read(&mut buf) {
-        Ok(n) => Ok(n),
-        Err(e) if e.kind() == ErrorKind::WouldBlock => Ok(0),
-        Err(e) => Err(e),
-    }
 }
 
 /// Review R (B1): `into_std` while a forgotten chain's link names the file and the fd
@@ -603,7 +586,7 @@ fn child_full_fd_table(kind: BackendKind) -> Outcome {
         drop(fill);
         (&a_peer).write_all(b"go")?;
         sleep(Duration::from_millis(300)).await;
-        let stray = waiting_bytes(&x)? + waiting_bytes(&y)?;
+        let stray = support::waiting_bytes(&x)? + support::waiting_bytes(&y)?;
         check!(
             stray == 0,
             "{stray} bytes of a forgotten link went to a socket (it took the file's number: \
@@ -657,7 +640,7 @@ fn child_close_linked(kind: BackendKind) -> Outcome {
         (&a_peer).write_all(b"go")?;
         (&a_peer2).write_all(b"go")?;
         sleep(Duration::from_millis(300)).await;
-        std::io::Result::Ok(waiting_bytes(&x)? + waiting_bytes(&y)?)
+        std::io::Result::Ok(support::waiting_bytes(&x)? + support::waiting_bytes(&y)?)
     })?;
     let _ = std::fs::remove_file(&dir);
     check!(
@@ -668,7 +651,7 @@ fn child_close_linked(kind: BackendKind) -> Outcome {
 }
 
 thread_local! {
-    /// The file [`CLOSING_VTABLE`]'s clone closes, and its `close()` future, polled once.
+    /// The file [`start_closing_the_file`] closes, and its `close()` future, polled once.
     static CLOSING: RefCell<(Option<File>, Option<Closing>)> = const { RefCell::new((None, None)) };
 }
 
@@ -678,30 +661,23 @@ enum Closing {
     Done(std::io::Result<()>),
 }
 
-/// A waker whose `clone` starts closing the file in [`CLOSING`]: user code the runtime
-/// runs while its backend is busy (keeping the waker of an op it starts).
-static CLOSING_VTABLE: std::task::RawWakerVTable = std::task::RawWakerVTable::new(
-    |_| {
-        CLOSING.with(|c| {
-            let mut c = c.borrow_mut();
-            if let Some(file) = c.0.take() {
-                let mut close: Pin<Box<dyn Future<Output = std::io::Result<()>>>> =
-                    Box::pin(file.close());
-                let polled = close
-                    .as_mut()
-                    .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()));
-                c.1 = Some(match polled {
-                    Poll::Ready(res) => Closing::Done(res),
-                    Poll::Pending => Closing::Running(close),
-                });
-            }
-        });
-        std::task::RawWaker::new(std::ptr::null(), &CLOSING_VTABLE)
-    },
-    |_| {},
-    |_| {},
-    |_| {},
-);
+/// Starts closing the file in [`CLOSING`], from a waker's `clone`.
+fn start_closing_the_file() {
+    CLOSING.with(|c| {
+        let mut c = c.borrow_mut();
+        if let Some(file) = c.0.take() {
+            let mut close: Pin<Box<dyn Future<Output = std::io::Result<()>>>> =
+                Box::pin(file.close());
+            let polled = close
+                .as_mut()
+                .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()));
+            c.1 = Some(match polled {
+                Poll::Ready(res) => Closing::Done(res),
+                Poll::Pending => Closing::Running(close),
+            });
+        }
+    });
+}
 
 /// Review R (B3): `File::close` first polled inside a waker's `clone`, while a forgotten
 /// chain's link names the file: the backend was busy, so the close could not see the link,
@@ -724,10 +700,7 @@ fn child_close_in_clone(kind: BackendKind) -> Outcome {
         let (other, other_peer) = std::os::unix::net::UnixStream::pair()?;
         let other = UnixStream::from_std(other)?;
         let mut read = Box::pin(other.read(Vec::with_capacity(8)).into_future());
-        // SAFETY: the vtable's functions ignore the data pointer (null).
-        let waker = unsafe {
-            std::task::Waker::from_raw(std::task::RawWaker::new(std::ptr::null(), &CLOSING_VTABLE))
-        };
+        let waker = support::waker_calling_on_clone(start_closing_the_file);
         let _ = read
             .as_mut()
             .poll(&mut std::task::Context::from_waker(&waker));
@@ -749,7 +722,7 @@ fn child_close_in_clone(kind: BackendKind) -> Outcome {
         let (x, y) = std::os::unix::net::UnixStream::pair()?;
         (&a_peer).write_all(b"go")?;
         sleep(Duration::from_millis(300)).await;
-        let stray = waiting_bytes(&x)? + waiting_bytes(&y)?;
+        let stray = support::waiting_bytes(&x)? + support::waiting_bytes(&y)?;
         (&other_peer).write_all(b"y")?;
         read.await.0?;
         check!(
@@ -843,7 +816,7 @@ fn child_outliving_linked(kind: BackendKind) -> Outcome {
     std::thread::sleep(Duration::from_millis(1500));
     let mut stray = 0;
     for (x, y) in &pairs {
-        stray += waiting_bytes(x)? + waiting_bytes(y)?;
+        stray += support::waiting_bytes(x)? + support::waiting_bytes(y)?;
     }
     let _ = std::fs::remove_file(&dir);
     check!(

@@ -147,11 +147,37 @@ pub async fn bytes_on_a_socket_reusing(
     let (a, b) = std::os::unix::net::UnixStream::pair()?;
     let reused = std::os::fd::AsRawFd::as_raw_fd(&a) == fd;
     ring_rt::time::sleep(settle).await;
-    b.set_nonblocking(true)?;
+    Ok((waiting_bytes(&b)?, reused))
+}
+
+/// A waker whose `clone` calls `on_clone` (and whose wakes do nothing): user code the
+/// runtime runs when it keeps the waker of an op it starts or polls, which may be inside
+/// its own bookkeeping.
+pub fn waker_calling_on_clone(on_clone: fn()) -> std::task::Waker {
+    use std::task::{RawWaker, RawWakerVTable, Waker};
+    static VTABLE: RawWakerVTable = RawWakerVTable::new(
+        |data| {
+            // SAFETY: `data` is the `fn()` this waker was made with (see below).
+            let on_clone: fn() = unsafe { std::mem::transmute::<*const (), fn()>(data) };
+            on_clone();
+            RawWaker::new(data, &VTABLE)
+        },
+        |_| {},
+        |_| {},
+        |_| {},
+    );
+    // SAFETY: the vtable only reads `data` back as the `fn()` it is, in `clone`; the other
+    // entries ignore it.
+    unsafe { Waker::from_raw(RawWaker::new(on_clone as *const (), &VTABLE)) }
+}
+
+/// How many bytes (up to 8 KiB) are waiting to be read on `s`, without blocking.
+pub fn waiting_bytes(s: &std::os::unix::net::UnixStream) -> std::io::Result<usize> {
+    s.set_nonblocking(true)?;
     let mut got = [0u8; 8192];
-    match std::io::Read::read(&mut &b, &mut got) {
-        Ok(n) => Ok((n, reused)),
-        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok((0, reused)),
+    match std::io::Read::read(&mut &*s, &mut got) {
+        Ok(n) => Ok(n),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(0),
         Err(e) => Err(e),
     }
 }
