@@ -84,6 +84,10 @@ fn main() {
             a_dropped_write_never_reaches_the_fd_into_std_gave_away,
         ),
         (
+            "close_outside_the_runtime_still_closes_the_file",
+            close_outside_the_runtime_still_closes_the_file,
+        ),
+        (
             "a_dropped_chain_never_writes_to_what_reuses_its_files_fd",
             a_dropped_chain_never_writes_to_what_reuses_its_files_fd,
         ),
@@ -1003,6 +1007,33 @@ fn a_dropped_chain_never_writes_to_what_reuses_its_files_fd(kind: BackendKind) -
         }
         Ok(Completion::Completed)
     }))?
+}
+
+/// Review U: `File::close()` polled outside the runtime's `block_on`, or after its
+/// shutdown, returned the refusal of its `CLOSE` op, which looked as if the close had run:
+/// the fd stayed open for good (both backends).
+fn close_outside_the_runtime_still_closes_the_file(kind: BackendKind) -> Outcome {
+    for after_shutdown in [false, true] {
+        let rt = runtime!(kind);
+        let dir = Scratch::new("close-outside", kind)?;
+        let path = dir.path("f");
+        let file = rt.block_on(open_rw(&path))?;
+        let fd = file.as_raw_fd();
+        let alive = if after_shutdown {
+            rt.shutdown_timeout(Duration::ZERO);
+            None
+        } else {
+            Some(rt)
+        };
+        let polled = support::poll_on_thread(file.close(), Duration::from_secs(5));
+        let open_on = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok();
+        check!(
+            open_on.as_deref() != Some(path.as_path()),
+            "close() (after shutdown: {after_shutdown}) gave {polled:?} and left fd {fd} open"
+        );
+        drop(alive);
+    }
+    Ok(Completion::Completed)
 }
 
 fn std_file_round_trip(kind: BackendKind) -> Outcome {

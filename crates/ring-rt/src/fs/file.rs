@@ -558,8 +558,8 @@ impl File {
 
     /// Closes the file and reports the result (dropping it closes too, without waiting).
     /// While an op of a dropped linked chain still waits to be issued on this file (behind
-    /// an fsync, say), the file is closed as a drop closes it, after that op, and `Ok` is
-    /// returned without the close's own result.
+    /// an fsync, say), and outside the runtime's `block_on` or after its shutdown, the file
+    /// is closed as a drop closes it, and `Ok` is returned without the close's own result.
     ///
     /// # Examples
     ///
@@ -574,10 +574,12 @@ impl File {
     /// # std::io::Result::Ok(())
     /// ```
     pub async fn close(mut self) -> io::Result<()> {
-        if self.core.links_name(self.fd) {
+        if self.core.links_name(self.fd) || self.core.check_startable().is_err() {
             // A dropped chain's link not yet issued names the fd (it waits for an fsync,
-            // say): a CLOSE now would free the number under it. The runtime closes it
-            // after that link, as a drop does.
+            // say): a CLOSE now would free the number under it. Or no op can start here
+            // (outside the runtime's `block_on`, after its shutdown): a refused CLOSE op
+            // looked as if it had run, and the fd stayed open. The runtime closes it as a
+            // drop does, after what still names it.
             let fd = std::mem::replace(&mut self.fd, -1);
             self.core.close(fd);
             return Ok(());

@@ -148,7 +148,18 @@ impl Core {
         let mut backend = self.backend.try_borrow_mut().map_err(|_| busy())?;
         let out = f(&mut backend);
         backend.take_deferred(&mut self.deferred.borrow_mut());
+        drop(backend);
+        self.run_parked_if_shut_down();
         Ok(out)
+    }
+
+    /// After shutdown no loop turn comes to run parked work (a close or an orphan that a
+    /// waker's `clone` made while the backend was borrowed): the end of the backend call
+    /// that parked it is the safe point.
+    fn run_parked_if_shut_down(&self) {
+        if self.is_shut_down.get() && !self.parked.borrow().is_empty() {
+            self.run_parked();
+        }
     }
 
     /// Reads something of the backend (its kind, features, counters).
@@ -225,6 +236,8 @@ impl Core {
             Ok(mut backend) => {
                 backend.orphan(id, orphan);
                 backend.take_deferred(&mut self.deferred.borrow_mut());
+                drop(backend);
+                self.run_parked_if_shut_down();
             }
             Err(_) => self.parked.borrow_mut().push(Parked::Orphan(id, orphan)),
         }
@@ -470,17 +483,16 @@ impl Core {
     }
 }
 
-/// Closes `fd` after shutdown ([`Core::close_after_shutdown`]): at once, or, while a
-/// kernel-linked op still names it, through the backend, which keeps the number taken.
+/// Closes `fd` after shutdown ([`Core::close_after_shutdown`]) through the backend's
+/// ordinary close: an SQE pushed before may still wait for SQPOLL's thread, which looks
+/// its fd number up when it takes it (closing at once sent such a write to the socket that
+/// reused the number), and a kernel-linked op may still name it (the backend keeps the
+/// number taken for good then, as no loop turn will see that op end).
 fn close_shut_down(backend: &mut Backend, fd: RawFd) {
     if backend.links_name(fd) {
         tracing::warn!(target: "ring_rt", fd, "an fd closed after shutdown stays taken: a kernel-linked op not yet issued names it");
-        backend.close(fd);
-    } else {
-        // SAFETY: the caller hands its fd over; no op still in the kernel names it, and
-        // no loop turn runs after shutdown.
-        unsafe { ring_core::release::close_quietly(fd) };
     }
+    backend.close(fd);
 }
 
 /// Puts a batch that a panicking waker or destructor interrupted back in front of the
