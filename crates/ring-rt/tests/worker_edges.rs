@@ -386,11 +386,19 @@ fn an_aborted_remote_spawn_never_builds_its_future(kind: BackendKind) -> Outcome
     for round in 0..10 {
         // Worker 1 is busy until the abort has been made: the spawn waits in its queue
         // however slowly this thread runs (a sleep let a preempted test thread abort
-        // after the factory had run, on a one-vCPU VM).
+        // after the factory had run, on a one-vCPU VM). The spawn is sent only once
+        // worker 1 is inside the busy task: sent before, the worker could take both
+        // messages in one batch and build the factory before running the busy task
+        // (CI's kernel matrix, VM 6.1, round 0).
         let (release, held) = std::sync::mpsc::channel::<()>();
+        let (started, busy_started) = std::sync::mpsc::channel::<()>();
         let _busy = handle.spawn_on(1, async move {
+            let _ = started.send(());
             let _ = held.recv_timeout(Duration::from_secs(10));
         })?;
+        busy_started
+            .recv_timeout(Duration::from_secs(10))
+            .map_err(|_| format!("round {round}: worker 1 never ran the busy task"))?;
         let built = Arc::new(AtomicBool::new(false));
         let flag = built.clone();
         let task = handle.spawn_local_on(1, move || {
