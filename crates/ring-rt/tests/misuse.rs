@@ -73,6 +73,10 @@ fn main() {
             an_op_polled_in_another_runtime_ends,
         ),
         (
+            "an_op_that_cannot_run_says_why_in_its_error",
+            an_op_that_cannot_run_says_why_in_its_error,
+        ),
+        (
             "a_panicking_timer_waker_leaves_other_timers_woken",
             a_panicking_timer_waker_leaves_other_timers_woken,
         ),
@@ -428,6 +432,87 @@ fn second_runtime(kind: BackendKind) -> ring_rt::Runtime {
         .build()
         .or_else(|_| Builder::default().backend(kind).build())
         .expect("a second runtime")
+}
+
+/// An op that cannot run (polled outside its runtime, or after the runtime was dropped)
+/// fails with the runtime's own message, whichever way the op reports its result: a
+/// socket read, a file read and a chain (an open outside every runtime says there is none). The message went through the op's
+/// completion as a bare errno before, so a file read after the drop said "Transport
+/// endpoint is not connected" and one outside the runtime "Invalid argument".
+fn an_op_that_cannot_run_says_why_in_its_error(kind: BackendKind) -> Outcome {
+    let says = |what: &str, r: std::io::Result<usize>, kind: ErrorKind, words: &str| match r {
+        Err(e) if e.kind() == kind && e.to_string().contains(words) => Ok(()),
+        other => Err(format!("{what}: {other:?}, not {kind:?} saying '{words}'")),
+    };
+    let rt = runtime!(kind);
+    let path = std::env::temp_dir().join(format!("ring-rt-says-why-{}", std::process::id()));
+    std::fs::write(&path, b"0123456789")?;
+    let (sock, _peer, file) = rt.block_on(async {
+        let (a, b) = UnixStream::pair()?;
+        let file = ring_rt::fs::File::open(&path).await?;
+        std::io::Result::Ok((a, b, file))
+    })?;
+    let limit = Duration::from_secs(5);
+    let outside = "not running here";
+    let read = support::poll_on_thread(sock.read(vec![0; 4]).into_future(), limit);
+    let read = read.ok_or("the read outside the runtime hung")?;
+    says(
+        "socket read outside",
+        read.0,
+        ErrorKind::InvalidInput,
+        outside,
+    )?;
+    let read = support::poll_on_thread(file.read_at(vec![0; 4], 0).into_future(), limit);
+    let read = read.ok_or("the file read outside the runtime hung")?;
+    says(
+        "file read outside",
+        read.0,
+        ErrorKind::InvalidInput,
+        outside,
+    )?;
+    let open = support::poll_on_thread(ring_rt::fs::File::open(&path), limit)
+        .ok_or("the open outside the runtime hung")?;
+    // A path op belongs to no runtime yet: outside every runtime it says there is none.
+    says(
+        "open outside",
+        open.map(|_| 0),
+        ErrorKind::Other,
+        "no ring-rt runtime",
+    )?;
+    drop(rt);
+    let gone = "was dropped";
+    let read = support::poll_on_thread(sock.read(vec![0; 4]).into_future(), limit);
+    let read = read.ok_or("the read after the drop hung")?;
+    says(
+        "socket read after the drop",
+        read.0,
+        ErrorKind::NotConnected,
+        gone,
+    )?;
+    let read = support::poll_on_thread(file.read_at(vec![0; 4], 0).into_future(), limit);
+    let read = read.ok_or("the file read after the drop hung")?;
+    says(
+        "file read after the drop",
+        read.0,
+        ErrorKind::NotConnected,
+        gone,
+    )?;
+    let chain = file.read_at(vec![0; 4], 0).link(sock.write(b"x".to_vec()));
+    let ((r, _), (w, _)) = support::poll_on_thread(chain.into_future(), limit)
+        .ok_or("the chain after the drop hung")?;
+    says(
+        "chained read after the drop",
+        r,
+        ErrorKind::NotConnected,
+        gone,
+    )?;
+    // The op after a failed one is cancelled, as in every chain.
+    check!(
+        w.as_ref().err().and_then(|e| e.raw_os_error()) == Some(libc::ECANCELED),
+        "the chained write after the failed read: {w:?}"
+    );
+    let _ = std::fs::remove_file(&path);
+    Ok(Completion::Completed)
 }
 
 /// A chain whose ops belong to two runtimes fails as a whole (`InvalidInput`) before

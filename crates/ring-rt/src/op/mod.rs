@@ -23,6 +23,7 @@ use ring_core::user_data::OpId;
 
 pub use crate::backend::{BlockingJob, Emulation, Operation};
 use crate::backend::{Start, Token};
+use crate::worker::refused::Refused;
 use crate::worker::Core;
 pub use unclaimed::ChainTurns;
 
@@ -136,11 +137,27 @@ impl<T: OpDef> Op<T> {
     }
 }
 
-/// A CQE standing for an error that happened before the kernel saw the op. An error
-/// without an errno (the runtime's own, such as "the runtime was dropped") keeps its kind
+/// A CQE standing for an error that happened before the kernel saw the op. A refusal of
+/// the runtime's own (not running here, dropped) keeps its message through a result code
+/// of its own, which [`result`] reads back; another error without an errno keeps its kind
 /// through the errno of that kind, not a blanket `EIO`.
 pub(crate) fn error_cqe(err: &io::Error) -> Cqe {
-    Cqe::new(0, -errno_of(err), 0)
+    let res = match Refused::of(err) {
+        Some(refused) => refused.res(),
+        None => -errno_of(err),
+    };
+    Cqe::new(0, res, 0)
+}
+
+/// A CQE's result as ring-rt's ops report it: the kernel's errno, or the runtime's own
+/// refusal that [`error_cqe`] put there. Every op of ring-rt reads its result through this.
+#[inline]
+#[allow(clippy::disallowed_methods)] // The one place that reads a result code by hand.
+pub(crate) fn result(cqe: &Cqe) -> io::Result<u32> {
+    match Refused::from_res(cqe.res) {
+        Some(refused) => Err(refused.error()),
+        None => cqe.result(),
+    }
 }
 
 fn errno_of(err: &io::Error) -> i32 {
@@ -168,13 +185,14 @@ impl<T: OpDef> Future for Op<T> {
                 State::Unstarted(op) => {
                     // Before waiting for anything (a socket's receive turn): an op that
                     // cannot start here fails now.
-                    if let Err(err) = this.core.check_startable() {
-                        return Poll::Ready(this.finish(error_cqe(&err)));
-                    }
+                    let startable = match this.core.check_startable() {
+                        Ok(startable) => startable,
+                        Err(err) => return Poll::Ready(this.finish(error_cqe(&err))),
+                    };
                     if let Some(cqe) = std::task::ready!(op.poll_prepare(cx)) {
                         return Poll::Ready(this.finish(cqe));
                     }
-                    match this.core.start(op, cx.waker()) {
+                    match this.core.start(op, cx.waker(), startable) {
                         Ok(Start::Token(token)) => this.run(token),
                         Ok(Start::Waiting(token)) => {
                             this.run(token);

@@ -141,7 +141,7 @@ impl OpDef for Accept {
     type Output = io::Result<(OwnedFd, SockAddr)>;
 
     fn complete(self, cqe: Cqe) -> Self::Output {
-        let fd = owned_fd(cqe.result()?);
+        let fd = owned_fd(crate::op::result(&cqe)?);
         Ok((fd, self.addr.into_addr()))
     }
 
@@ -271,7 +271,7 @@ impl OpDef for Connect {
     type Output = io::Result<()>;
 
     fn complete(self, cqe: Cqe) -> io::Result<()> {
-        cqe.result().map(drop)
+        crate::op::result(&cqe).map(drop)
     }
 }
 
@@ -513,7 +513,7 @@ impl<B: IoBuf> OpDef for Send<B> {
     type Output = (io::Result<usize>, B);
 
     fn complete(self, cqe: Cqe) -> Self::Output {
-        (cqe.result().map(|n| n as usize), self.buf)
+        (crate::op::result(&cqe).map(|n| n as usize), self.buf)
     }
 }
 
@@ -819,7 +819,7 @@ impl<B: IoBuf> OpDef for SendMsg<B> {
     type Output = (io::Result<usize>, B);
 
     fn complete(self, cqe: Cqe) -> Self::Output {
-        (cqe.result().map(|n| n as usize), self.buf)
+        (crate::op::result(&cqe).map(|n| n as usize), self.buf)
     }
 }
 
@@ -861,7 +861,7 @@ impl<B: IoBufMut> OpDef for RecvMsg<B> {
     type Output = (io::Result<(usize, SockAddr)>, B);
 
     fn complete(mut self, cqe: Cqe) -> Self::Output {
-        let res = cqe.result().map(|n| n as usize);
+        let res = crate::op::result(&cqe).map(|n| n as usize);
         let Ok(n) = res else {
             return (res.map(|_| unreachable!("Err checked")), self.buf);
         };

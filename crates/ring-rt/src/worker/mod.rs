@@ -17,6 +17,7 @@ pub(crate) mod blocking;
 mod config;
 mod context;
 mod elsewhere;
+pub(crate) mod refused;
 pub(crate) mod set;
 mod threads;
 mod timers;
@@ -24,6 +25,7 @@ mod timers;
 pub(crate) use backend_calls::GivenAway;
 pub(crate) use config::WorkerConfig;
 use context::CurrentGuard;
+use refused::Refused;
 use set::WorkerSet;
 pub(crate) use threads::Workers;
 pub(crate) use timers::{deadline_after, TimerEntry, Timers, FOREVER};
@@ -176,8 +178,16 @@ impl Core {
     /// Starts `op` on this worker's backend. Refused once the runtime was dropped, and
     /// outside this runtime's `block_on` (from another runtime's, or none): nobody would
     /// drive the op there, so it would wait for ever.
-    pub(crate) fn start(&self, op: &mut dyn Operation, waker: &Waker) -> io::Result<Start> {
-        self.check_startable()?;
+    /// `startable` is the caller's [`check_startable`](Self::check_startable) of this
+    /// same poll: an op's poll checks before it waits for anything, and checking again
+    /// here cost every op a second thread-local lookup.
+    pub(crate) fn start(
+        &self,
+        op: &mut dyn Operation,
+        waker: &Waker,
+        startable: Startable,
+    ) -> io::Result<Start> {
+        let Startable(()) = startable;
         self.with_backend(|b| b.start(op, waker))?
     }
 
@@ -193,14 +203,14 @@ impl Core {
     }
 
     /// Whether an op may start here now: not after shutdown, not outside this runtime.
-    pub(crate) fn check_startable(&self) -> io::Result<()> {
+    pub(crate) fn check_startable(&self) -> io::Result<Startable> {
         if self.is_shut_down.get() {
             return Err(shut_down());
         }
         if !context::is_current(self) {
             return Err(elsewhere());
         }
-        Ok(())
+        Ok(Startable(()))
     }
 
     /// Polls an op this core started. After shutdown an op with nothing in flight (one
@@ -557,25 +567,19 @@ impl Drop for RunningGuard<'_> {
     }
 }
 
+/// What [`Core::check_startable`] gives when an op may start: [`Core::start`] asks for it,
+/// so an op is never started unchecked. Nothing between the check and the start (within
+/// one poll) can shut the runtime down or move the poll to another thread.
+pub(crate) struct Startable(());
+
 fn busy() -> io::Error {
-    io::Error::new(
-        io::ErrorKind::WouldBlock,
-        "the ring-rt worker is in the middle of a loop turn (called from a waker or a \
-         destructor it runs): retry from a task",
-    )
+    Refused::Busy.error()
 }
 
 fn elsewhere() -> io::Error {
-    io::Error::new(
-        io::ErrorKind::InvalidInput,
-        "this ring-rt object belongs to a runtime that is not running here: use it inside \
-         the block_on (or a task) of the runtime it was made in",
-    )
+    Refused::Elsewhere.error()
 }
 
 fn shut_down() -> io::Error {
-    io::Error::new(
-        io::ErrorKind::NotConnected,
-        "the ring-rt runtime this object belongs to was dropped",
-    )
+    Refused::ShutDown.error()
 }
