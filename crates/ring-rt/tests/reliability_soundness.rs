@@ -405,8 +405,7 @@ fn child_thread_local_runtime(kind: BackendKind) -> Outcome {
 /// The stuck op's memory is leaked on purpose (its thread may still use it when the
 /// runtime gives up waiting), so LeakSanitizer is off in that child.
 fn runtime_drop_is_bounded_by_a_stuck_blocking_op(kind: BackendKind) -> Outcome {
-    let env = [("ASAN_OPTIONS", "detect_leaks=0")];
-    support::child(CHILD_STUCK_DROP, kind, &env, Duration::from_secs(30))
+    support::child_leaking_on_purpose(CHILD_STUCK_DROP, kind, Duration::from_secs(30))
 }
 
 fn child_drop_with_stuck_blocking_op(kind: BackendKind) -> Outcome {
@@ -466,8 +465,7 @@ fn child_drop_with_stuck_blocking_op(kind: BackendKind) -> Outcome {
 ///
 /// The forgotten chain leaks on purpose: the child has LeakSanitizer off.
 fn a_forgotten_chains_send_never_reaches_what_reuses_a_given_up_fd(kind: BackendKind) -> Outcome {
-    let env = [("ASAN_OPTIONS", "detect_leaks=0")];
-    support::child(CHILD_FORGOTTEN_CHAIN, kind, &env, Duration::from_secs(30))
+    support::child_leaking_on_purpose(CHILD_FORGOTTEN_CHAIN, kind, Duration::from_secs(30))
 }
 
 fn child_forgotten_chain(kind: BackendKind) -> Outcome {
@@ -543,8 +541,7 @@ async fn forgotten_link_on(file: &File) -> std::io::Result<std::os::unix::net::U
 /// link's write went to the socket that reused it. Run in a child, whose fd limit is
 /// lowered; the forgotten chain leaks on purpose (LeakSanitizer off).
 fn a_file_given_up_with_a_full_fd_table_keeps_its_links_number(kind: BackendKind) -> Outcome {
-    let env = [("ASAN_OPTIONS", "detect_leaks=0")];
-    support::child(CHILD_FULL_FD_TABLE, kind, &env, Duration::from_secs(30))
+    support::child_leaking_on_purpose(CHILD_FULL_FD_TABLE, kind, Duration::from_secs(30))
 }
 
 fn child_full_fd_table(kind: BackendKind) -> Outcome {
@@ -616,8 +613,7 @@ fn child_full_fd_table(kind: BackendKind) -> Outcome {
 /// drop does, and returns at once; the link's later write never reaches a reused number.
 /// In a child with LeakSanitizer off: the forgotten chains leak on purpose.
 fn closing_a_file_a_forgotten_chain_names_neither_hangs_nor_panics(kind: BackendKind) -> Outcome {
-    let env = [("ASAN_OPTIONS", "detect_leaks=0")];
-    support::child(CHILD_CLOSE_LINKED, kind, &env, Duration::from_secs(30))
+    support::child_leaking_on_purpose(CHILD_CLOSE_LINKED, kind, Duration::from_secs(30))
 }
 
 fn child_close_linked(kind: BackendKind) -> Outcome {
@@ -697,8 +693,7 @@ fn start_closing_the_file() {
 /// the socket that reused the number. In a child with LeakSanitizer off (the forgotten
 /// chain leaks on purpose).
 fn a_file_closed_from_a_wakers_clone_keeps_its_links_number(kind: BackendKind) -> Outcome {
-    let env = [("ASAN_OPTIONS", "detect_leaks=0")];
-    support::child(CHILD_CLOSE_IN_CLONE, kind, &env, Duration::from_secs(30))
+    support::child_leaking_on_purpose(CHILD_CLOSE_IN_CLONE, kind, Duration::from_secs(30))
 }
 
 fn child_close_in_clone(kind: BackendKind) -> Outcome {
@@ -753,8 +748,7 @@ fn child_close_in_clone(kind: BackendKind) -> Outcome {
 /// through the backend's ordinary close (a `CLOSE` queued behind them). In a child with
 /// LeakSanitizer off: the forgotten writes leak on purpose.
 fn a_file_dropped_after_an_sqpoll_shutdown_gets_no_queued_write(kind: BackendKind) -> Outcome {
-    let env = [("ASAN_OPTIONS", "detect_leaks=0")];
-    support::child(CHILD_SQPOLL_QUEUED, kind, &env, Duration::from_secs(30))
+    support::child_leaking_on_purpose(CHILD_SQPOLL_QUEUED, kind, Duration::from_secs(30))
 }
 
 fn child_sqpoll_queued(kind: BackendKind) -> Outcome {
@@ -815,13 +809,7 @@ fn drop_the_victim() {
 /// its peer never saw the close. Parked work now runs at the end of that backend call. In
 /// a child with LeakSanitizer off: the op left in flight at shutdown keeps its memory.
 fn a_stream_dropped_by_a_wakers_clone_after_shutdown_closes(kind: BackendKind) -> Outcome {
-    let env = [("ASAN_OPTIONS", "detect_leaks=0")];
-    support::child(
-        CHILD_CLONE_AFTER_SHUTDOWN,
-        kind,
-        &env,
-        Duration::from_secs(30),
-    )
+    support::child_leaking_on_purpose(CHILD_CLONE_AFTER_SHUTDOWN, kind, Duration::from_secs(30))
 }
 
 fn child_clone_after_shutdown(kind: BackendKind) -> Outcome {
@@ -872,8 +860,7 @@ fn child_clone_after_shutdown(kind: BackendKind) -> Outcome {
 /// no end of stream. The number now holds a placeholder while the socket goes at once.
 /// In a child with LeakSanitizer off: the forgotten chain leaks on purpose.
 fn a_stream_a_dropped_chain_names_shows_its_close_at_once(kind: BackendKind) -> Outcome {
-    let env = [("ASAN_OPTIONS", "detect_leaks=0")];
-    support::child(CHILD_STREAM_LINKED, kind, &env, Duration::from_secs(30))
+    support::child_leaking_on_purpose(CHILD_STREAM_LINKED, kind, Duration::from_secs(30))
 }
 
 fn child_stream_linked(kind: BackendKind) -> Outcome {
@@ -919,8 +906,7 @@ fn child_stream_linked(kind: BackendKind) -> Outcome {
 /// reused the number. The number now stays taken (a placeholder) for good. In a child
 /// with LeakSanitizer off: the op abandoned at shutdown keeps its memory on purpose.
 fn a_file_outliving_its_runtime_keeps_a_pending_links_number(kind: BackendKind) -> Outcome {
-    let env = [("ASAN_OPTIONS", "detect_leaks=0")];
-    support::child(CHILD_OUTLIVING_LINKED, kind, &env, Duration::from_secs(30))
+    support::child_leaking_on_purpose(CHILD_OUTLIVING_LINKED, kind, Duration::from_secs(30))
 }
 
 fn child_outliving_linked(kind: BackendKind) -> Outcome {
@@ -959,8 +945,7 @@ fn child_outliving_linked(kind: BackendKind) -> Outcome {
 }
 
 fn an_abandoned_op_never_hands_back_its_buffer(kind: BackendKind) -> Outcome {
-    let env = [("ASAN_OPTIONS", "detect_leaks=0")];
-    support::child(CHILD_ABANDONED, kind, &env, Duration::from_secs(60))
+    support::child_leaking_on_purpose(CHILD_ABANDONED, kind, Duration::from_secs(60))
 }
 
 fn child_abandoned_op(kind: BackendKind) -> Outcome {

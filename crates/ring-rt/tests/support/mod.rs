@@ -284,6 +284,12 @@ pub fn child_run(
     })
 }
 
+/// [`child`] with LeakSanitizer off, for a child that leaks on purpose (memory the kernel
+/// or a stuck thread may still use when the runtime gives up on it).
+pub fn child_leaking_on_purpose(name: &str, kind: BackendKind, limit: Duration) -> Outcome {
+    child(name, kind, &[("ASAN_OPTIONS", "detect_leaks=0")], limit)
+}
+
 /// [`child_run`], mapped to an outcome: the child's own skip is this test's skip; anything
 /// but a clean pass (a failure, an abort, a kill at `limit`) fails with its output.
 pub fn child(name: &str, kind: BackendKind, env: &[(&str, &str)], limit: Duration) -> Outcome {
