@@ -12,7 +12,7 @@ use std::process::ExitCode;
 /// ring-rt's layers, ground floor first: a module may use `crate::m` only for an `m` of
 /// its own layer or a lower one.
 const LAYERS: &[&[&str]] = &[
-    &["sys", "unpark", "buf", "waiters"],
+    &["sys", "unpark", "buf", "waiters", "completion"],
     &["backend", "executor"],
     &["worker"],
     &["op", "pool"],

@@ -336,7 +336,7 @@ pub(crate) unsafe fn read_output<B: IoBufMut>(
     cqe: &ring_core::cqe::Cqe,
     mut buf: B,
 ) -> (std::io::Result<usize>, B) {
-    let res = crate::op::result(cqe).map(|n| n as usize);
+    let res = crate::completion::result(cqe).map(|n| n as usize);
     if let Ok(n) = res {
         // SAFETY: per this function's contract, the kernel wrote `n` bytes at the start.
         unsafe { buf.set_init(n) };

@@ -260,6 +260,7 @@ pub mod buf;
 mod builder;
 #[cfg(any(feature = "tokio-io", feature = "futures-io"))]
 pub mod compat;
+mod completion;
 mod executor;
 pub mod fs;
 // The page is docs/FROM_TOKIO.md (this file is a link to it, so that the published crate

@@ -119,7 +119,7 @@ unsafe impl IoBuf for PooledBuf {
 
 /// Turns a buffer-select completion into a pooled buffer. `Ok(None)` is end of stream.
 pub(crate) fn from_cqe(group: &BufGroup, cqe: Cqe) -> io::Result<Option<PooledBuf>> {
-    let n = match crate::op::result(&cqe) {
+    let n = match crate::completion::result(&cqe) {
         Ok(n) => n as usize,
         Err(err) => {
             if let Some(bid) = cqe.bid() {

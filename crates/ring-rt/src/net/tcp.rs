@@ -393,7 +393,7 @@ impl<'a> Incoming<'a> {
                     Multishot::new(socket.core.clone(), def)
                 });
                 let cqe = ready!(multishot.poll_next(cx))?;
-                match crate::op::result(&cqe) {
+                match crate::completion::result(&cqe) {
                     // Cancelled at its bound (or at shutdown): accept again, one way or
                     // the other.
                     Err(e) if !cqe.is_more() && e.raw_os_error() == Some(libc::ECANCELED) => {

@@ -23,7 +23,7 @@ use ring_core::user_data::OpId;
 
 pub use crate::backend::{BlockingJob, Emulation, Operation};
 use crate::backend::{Start, Token};
-use crate::worker::refused::Refused;
+use crate::completion::Refused;
 use crate::worker::Core;
 pub use unclaimed::ChainTurns;
 
@@ -139,7 +139,7 @@ impl<T: OpDef> Op<T> {
 
 /// A CQE standing for an error that happened before the kernel saw the op. A refusal of
 /// the runtime's own (not running here, dropped) keeps its message through a result code
-/// of its own, which [`result`] reads back; another error without an errno keeps its kind
+/// of its own, which [`crate::completion::result`] reads back; another error without an errno keeps its kind
 /// through the errno of that kind, not a blanket `EIO`.
 pub(crate) fn error_cqe(err: &io::Error) -> Cqe {
     let res = match Refused::of(err) {
@@ -147,17 +147,6 @@ pub(crate) fn error_cqe(err: &io::Error) -> Cqe {
         None => -errno_of(err),
     };
     Cqe::new(0, res, 0)
-}
-
-/// A CQE's result as ring-rt's ops report it: the kernel's errno, or the runtime's own
-/// refusal that [`error_cqe`] put there. Every op of ring-rt reads its result through this.
-#[inline]
-#[allow(clippy::disallowed_methods)] // The one place that reads a result code by hand.
-pub(crate) fn result(cqe: &Cqe) -> io::Result<u32> {
-    match Refused::from_res(cqe.res) {
-        Some(refused) => Err(refused.error()),
-        None => cqe.result(),
-    }
 }
 
 fn errno_of(err: &io::Error) -> i32 {

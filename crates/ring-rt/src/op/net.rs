@@ -141,7 +141,7 @@ impl OpDef for Accept {
     type Output = io::Result<(OwnedFd, SockAddr)>;
 
     fn complete(self, cqe: Cqe) -> Self::Output {
-        let fd = owned_fd(crate::op::result(&cqe)?);
+        let fd = owned_fd(crate::completion::result(&cqe)?);
         Ok((fd, self.addr.into_addr()))
     }
 
@@ -271,7 +271,7 @@ impl OpDef for Connect {
     type Output = io::Result<()>;
 
     fn complete(self, cqe: Cqe) -> io::Result<()> {
-        crate::op::result(&cqe).map(drop)
+        crate::completion::result(&cqe).map(drop)
     }
 }
 
@@ -513,7 +513,10 @@ impl<B: IoBuf> OpDef for Send<B> {
     type Output = (io::Result<usize>, B);
 
     fn complete(self, cqe: Cqe) -> Self::Output {
-        (crate::op::result(&cqe).map(|n| n as usize), self.buf)
+        (
+            crate::completion::result(&cqe).map(|n| n as usize),
+            self.buf,
+        )
     }
 }
 
@@ -819,7 +822,10 @@ impl<B: IoBuf> OpDef for SendMsg<B> {
     type Output = (io::Result<usize>, B);
 
     fn complete(self, cqe: Cqe) -> Self::Output {
-        (crate::op::result(&cqe).map(|n| n as usize), self.buf)
+        (
+            crate::completion::result(&cqe).map(|n| n as usize),
+            self.buf,
+        )
     }
 }
 
@@ -861,7 +867,7 @@ impl<B: IoBufMut> OpDef for RecvMsg<B> {
     type Output = (io::Result<(usize, SockAddr)>, B);
 
     fn complete(mut self, cqe: Cqe) -> Self::Output {
-        let res = crate::op::result(&cqe).map(|n| n as usize);
+        let res = crate::completion::result(&cqe).map(|n| n as usize);
         let Ok(n) = res else {
             return (res.map(|_| unreachable!("Err checked")), self.buf);
         };

@@ -32,7 +32,7 @@ fn len_u32(len: usize) -> u32 {
 
 /// A CQE result as a byte count.
 fn count(cqe: &Cqe) -> io::Result<usize> {
-    crate::op::result(cqe).map(|n| n as usize)
+    crate::completion::result(cqe).map(|n| n as usize)
 }
 
 /// The CQE result of a libc call returning `c_int`.
@@ -102,7 +102,7 @@ impl OpDef for OpenAt {
     type Output = io::Result<OwnedFd>;
 
     fn complete(self, cqe: Cqe) -> Self::Output {
-        let fd = crate::op::result(&cqe)? as RawFd;
+        let fd = crate::completion::result(&cqe)? as RawFd;
         // SAFETY: a successful openat's result is a new fd nobody else owns.
         Ok(unsafe { OwnedFd::from_raw_fd(fd) })
     }
@@ -504,7 +504,7 @@ impl OpDef for Fsync {
     type Output = io::Result<()>;
 
     fn complete(self, cqe: Cqe) -> io::Result<()> {
-        crate::op::result(&cqe).map(drop)
+        crate::completion::result(&cqe).map(drop)
     }
 }
 
@@ -550,7 +550,7 @@ impl OpDef for Fallocate {
     type Output = io::Result<()>;
 
     fn complete(self, cqe: Cqe) -> io::Result<()> {
-        crate::op::result(&cqe).map(drop)
+        crate::completion::result(&cqe).map(drop)
     }
 }
 
@@ -588,7 +588,7 @@ impl OpDef for Ftruncate {
     type Output = io::Result<()>;
 
     fn complete(self, cqe: Cqe) -> io::Result<()> {
-        crate::op::result(&cqe).map(drop)
+        crate::completion::result(&cqe).map(drop)
     }
 }
 
@@ -645,7 +645,7 @@ impl OpDef for Close {
     fn complete(mut self, cqe: Cqe) -> io::Result<()> {
         self.settle(&cqe);
         // Cancelled before it ran: `self.fd` closes the fd as it drops.
-        crate::op::result(&cqe).map(drop)
+        crate::completion::result(&cqe).map(drop)
     }
 
     fn into_orphan(self) -> Box<dyn Orphan> {

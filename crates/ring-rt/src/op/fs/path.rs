@@ -80,7 +80,7 @@ impl OpDef for Statx {
     type Output = io::Result<libc::statx>;
 
     fn complete(self, cqe: Cqe) -> Self::Output {
-        crate::op::result(&cqe).map(|_| *self.out)
+        crate::completion::result(&cqe).map(|_| *self.out)
     }
 }
 
@@ -116,7 +116,7 @@ impl OpDef for UnlinkAt {
     type Output = io::Result<()>;
 
     fn complete(self, cqe: Cqe) -> io::Result<()> {
-        crate::op::result(&cqe).map(drop)
+        crate::completion::result(&cqe).map(drop)
     }
 }
 
@@ -152,7 +152,7 @@ impl OpDef for RenameAt {
     type Output = io::Result<()>;
 
     fn complete(self, cqe: Cqe) -> io::Result<()> {
-        crate::op::result(&cqe).map(drop)
+        crate::completion::result(&cqe).map(drop)
     }
 }
 
@@ -188,6 +188,6 @@ impl OpDef for MkDirAt {
     type Output = io::Result<()>;
 
     fn complete(self, cqe: Cqe) -> io::Result<()> {
-        crate::op::result(&cqe).map(drop)
+        crate::completion::result(&cqe).map(drop)
     }
 }

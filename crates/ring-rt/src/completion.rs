@@ -1,13 +1,28 @@
-//! Why the worker refuses an op, as an error that keeps its words through a CQE.
+//! What a completion says: its result as ring-rt reports it, and the runtime's refusals
+//! that travel in it.
 //!
-//! An op that cannot run completes through the same `OpDef::complete` as one the kernel
-//! ran, fed a CQE. Carried as an errno, the runtime's message was lost on the way: a file
-//! read after the runtime was dropped said "Transport endpoint is not connected". So each
-//! refusal has a result code of its own, below any the kernel posts (it posts -4095..=-1
-//! for errors), and [`crate::op::result`] turns it back into this error.
+//! An op that cannot run (its runtime is not running here, or was dropped) completes
+//! through the same `OpDef::complete` as one the kernel ran, fed a CQE. Carried as an
+//! errno, the runtime's message was lost on the way: a file read after the runtime was
+//! dropped said "Transport endpoint is not connected". So each refusal has a result code
+//! of its own, below any the kernel posts (it posts -4095..=-1 for errors), and
+//! [`result`] turns it back into the refusal's error.
 
 use std::fmt;
 use std::io;
+
+use ring_core::cqe::Cqe;
+
+/// A CQE's result as ring-rt's ops report it: the kernel's errno, or the runtime's own
+/// refusal (see the module header). Every op of ring-rt reads its result through this.
+#[inline]
+#[allow(clippy::disallowed_methods)] // The one place that reads a result code by hand.
+pub(crate) fn result(cqe: &Cqe) -> io::Result<u32> {
+    match Refused::from_res(cqe.res) {
+        Some(refused) => Err(refused.error()),
+        None => cqe.result(),
+    }
+}
 
 /// Result codes start here and go down; far below the kernel's errno range.
 const RES_BASE: i32 = -0x0100_0000;
