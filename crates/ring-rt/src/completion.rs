@@ -14,14 +14,29 @@ use std::io;
 use ring_core::cqe::Cqe;
 
 /// A CQE's result as ring-rt's ops report it: the kernel's errno, or the runtime's own
-/// refusal (see the module header). Every op of ring-rt reads its result through this.
+/// refusal (see the module header). Every op of ring-rt turns its result into an
+/// `io::Result` through this (clippy forbids ring-core's `Cqe::result` and `errno::cvt`
+/// in ring-rt).
 #[inline]
-#[allow(clippy::disallowed_methods)] // The one place that reads a result code by hand.
 pub(crate) fn result(cqe: &Cqe) -> io::Result<u32> {
-    match Refused::from_res(cqe.res) {
+    result_of(cqe.res)
+}
+
+/// [`result`] of a result code kept apart from its CQE (a zero-copy send's, which comes
+/// before its notification).
+#[inline]
+#[allow(clippy::disallowed_methods)] // The one place that maps a result code to an error.
+pub(crate) fn result_of(res: i32) -> io::Result<u32> {
+    match Refused::from_res(res) {
         Some(refused) => Err(refused.error()),
-        None => cqe.result(),
+        None => ring_core::errno::cvt(res),
     }
+}
+
+/// Whether `cqe` is the runtime's refusal of an op, which never ran (not a kernel result).
+#[inline]
+pub(crate) fn is_refusal(cqe: &Cqe) -> bool {
+    Refused::from_res(cqe.res).is_some()
 }
 
 /// Result codes start here and go down; far below the kernel's errno range.

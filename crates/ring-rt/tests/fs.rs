@@ -8,7 +8,7 @@ mod support;
 use std::future::{poll_fn, Future, IntoFuture};
 use std::io::{self, ErrorKind};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::pin::{pin, Pin};
 use std::rc::Rc;
@@ -19,7 +19,7 @@ use io_uring::opcode;
 use libtest_mimic::{Completion, Failed};
 use ring_rt::fs::{self, AlignedBuf, File, OpenOptions};
 use ring_rt::time::{sleep, timeout};
-use ring_rt::{BackendKind, FeatureMask, Runtime};
+use ring_rt::{BackendKind, Builder, FeatureMask, Runtime};
 use support::{bounded, open_fds, pattern, Outcome};
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -86,6 +86,10 @@ fn main() {
         (
             "close_outside_the_runtime_still_closes_the_file",
             close_outside_the_runtime_still_closes_the_file,
+        ),
+        (
+            "a_close_refused_in_flight_still_closes_the_file",
+            a_close_refused_in_flight_still_closes_the_file,
         ),
         (
             "a_dropped_chain_never_writes_to_what_reuses_its_files_fd",
@@ -1034,6 +1038,69 @@ fn close_outside_the_runtime_still_closes_the_file(kind: BackendKind) -> Outcome
         drop(alive);
     }
     Ok(Completion::Completed)
+}
+
+/// Review V: a `close()` already started, then finished outside the runtime's `block_on`
+/// or after its drop, was cancelled before it ran, but its refusal looked as if the close
+/// had run: the fd stayed open for good (epoll, whose close waited behind a busy blocking
+/// thread; io_uring's close runs at once).
+fn a_close_refused_in_flight_still_closes_the_file(kind: BackendKind) -> Outcome {
+    for drop_runtime in [false, true] {
+        let rt = runtime!(kind, Builder::default().threads(1).blocking_threads(1));
+        let dir = Scratch::new("close-refused", kind)?;
+        let (path, fifo) = (dir.path("f"), dir.path("fifo"));
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes())?;
+        // SAFETY: c is a valid NUL-terminated path.
+        if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } != 0 {
+            return Err(format!("mkfifo: {}", io::Error::last_os_error()).into());
+        }
+        let file = rt.block_on(open_rw(&path))?;
+        let mut close = Box::pin(file.close());
+        let first = rt.block_on(async {
+            // The one blocking thread opens a FIFO no writer has opened yet (epoll), so
+            // the close waits behind it.
+            let reader = fifo.clone();
+            drop(ring_rt::spawn(async move {
+                let _ = ring_rt::fs::File::open(&reader).await;
+            }));
+            sleep(Duration::from_millis(100)).await;
+            poll_fn(|cx| Poll::Ready(close.as_mut().poll(cx).is_ready())).await
+        });
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            // Non-blocking: on io_uring nobody is left reading (its open did not wait).
+            let _w = std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(&fifo);
+        });
+        let alive = if drop_runtime {
+            drop(rt);
+            None
+        } else {
+            Some(rt)
+        };
+        let polled = support::poll_on_thread(close.as_mut(), Duration::from_secs(10));
+        let _ = writer.join();
+        drop(alive);
+        let open = fds_open_on(&path);
+        check!(
+            open == 0,
+            "close() (done in block_on: {first}, runtime dropped: {drop_runtime}) gave \
+             {polled:?} and left {open} fd(s) open on the file"
+        );
+    }
+    Ok(Completion::Completed)
+}
+
+/// How many of this process's fds are open on `path`.
+fn fds_open_on(path: &Path) -> usize {
+    let Ok(fds) = std::fs::read_dir("/proc/self/fd") else {
+        return 0;
+    };
+    fds.filter_map(Result::ok)
+        .filter(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target == path))
+        .count()
 }
 
 fn std_file_round_trip(kind: BackendKind) -> Outcome {

@@ -77,6 +77,10 @@ fn main() {
             an_op_that_cannot_run_says_why_in_its_error,
         ),
         (
+            "an_op_refused_in_flight_says_why_in_its_error",
+            an_op_refused_in_flight_says_why_in_its_error,
+        ),
+        (
             "a_panicking_timer_waker_leaves_other_timers_woken",
             a_panicking_timer_waker_leaves_other_timers_woken,
         ),
@@ -436,7 +440,8 @@ fn second_runtime(kind: BackendKind) -> ring_rt::Runtime {
 
 /// An op that cannot run (polled outside its runtime, or after the runtime was dropped)
 /// fails with the runtime's own message, whichever way the op reports its result: a
-/// socket read, a file read and a chain (an open outside every runtime says there is none). The message went through the op's
+/// socket read, a zero-copy send, a file read and a chain (an open outside every runtime
+/// says there is none). The message went through the op's
 /// completion as a bare errno before, so a file read after the drop said "Transport
 /// endpoint is not connected" and one outside the runtime "Invalid argument".
 fn an_op_that_cannot_run_says_why_in_its_error(kind: BackendKind) -> Outcome {
@@ -470,6 +475,19 @@ fn an_op_that_cannot_run_says_why_in_its_error(kind: BackendKind) -> Outcome {
         ErrorKind::InvalidInput,
         outside,
     )?;
+    let (tcp, _tcp_peer) = rt.block_on(async {
+        let listener = ring_rt::net::TcpListener::bind("127.0.0.1:0")?;
+        let tcp = TcpStream::connect(listener.local_addr()?).await?;
+        std::io::Result::Ok((tcp, listener.accept().await?))
+    })?;
+    let zc = support::poll_on_thread(tcp.send_zc(vec![1; 8]), limit);
+    let zc = zc.ok_or("the zero-copy send outside the runtime hung")?;
+    says(
+        "zero-copy send outside",
+        zc.0,
+        ErrorKind::InvalidInput,
+        outside,
+    )?;
     let open = support::poll_on_thread(ring_rt::fs::File::open(&path), limit)
         .ok_or("the open outside the runtime hung")?;
     // A path op belongs to no runtime yet: outside every runtime it says there is none.
@@ -497,6 +515,14 @@ fn an_op_that_cannot_run_says_why_in_its_error(kind: BackendKind) -> Outcome {
         ErrorKind::NotConnected,
         gone,
     )?;
+    let zc = support::poll_on_thread(tcp.send_zc(vec![1; 8]), limit);
+    let zc = zc.ok_or("the zero-copy send after the drop hung")?;
+    says(
+        "zero-copy send after the drop",
+        zc.0,
+        ErrorKind::NotConnected,
+        gone,
+    )?;
     let chain = file.read_at(vec![0; 4], 0).link(sock.write(b"x".to_vec()));
     let ((r, _), (w, _)) = support::poll_on_thread(chain.into_future(), limit)
         .ok_or("the chain after the drop hung")?;
@@ -512,6 +538,68 @@ fn an_op_that_cannot_run_says_why_in_its_error(kind: BackendKind) -> Outcome {
         "the chained write after the failed read: {w:?}"
     );
     let _ = std::fs::remove_file(&path);
+    Ok(Completion::Completed)
+}
+
+/// An op started inside its runtime and refused while in flight (polled again outside the
+/// runtime's `block_on`, or after the runtime was dropped) says why, as one refused before
+/// it started does: a timed read, a receive stream and a chain's first op. On io_uring
+/// these came back as a bare `ECANCELED` (review V): the cancel the refusal sent was
+/// reported as the kernel's.
+fn an_op_refused_in_flight_says_why_in_its_error(kind: BackendKind) -> Outcome {
+    let limit = Duration::from_secs(5);
+    for dropped in [false, true] {
+        let (kind_wanted, words) = match dropped {
+            false => (ErrorKind::InvalidInput, "not running here"),
+            true => (ErrorKind::NotConnected, "was dropped"),
+        };
+        let says = |what: &str, r: std::io::Result<usize>| {
+            match r {
+            Err(e) if e.kind() == kind_wanted && e.to_string().contains(words) => Ok(()),
+            other => Err(format!(
+                "{what} (runtime dropped: {dropped}): {other:?}, not {kind_wanted:?} saying '{words}'"
+            )),
+        }
+        };
+        let rt = runtime!(kind);
+        let (a, _b) = rt.block_on(async { UnixStream::pair() })?;
+        let mut timed = Box::pin(a.read(vec![0; 4]).timeout(Duration::from_secs(30)));
+        let mut chunks = a.recv_stream();
+        let mut chain = Box::pin(
+            a.read(vec![0; 4])
+                .link(a.write(b"x".to_vec()))
+                .into_future(),
+        );
+        let (mut next, mut chained) = (Box::pin(chunks.next()), chain.as_mut());
+        rt.block_on(async {
+            // Each starts (and waits for data that never comes), then the runtime settles.
+            let started = poll_fn(|cx| {
+                let t = timed.as_mut().poll(cx).is_pending();
+                let n = next.as_mut().poll(cx).is_pending();
+                let c = chained.as_mut().poll(cx).is_pending();
+                Poll::Ready(t && n && c)
+            })
+            .await;
+            sleep(Duration::from_millis(20)).await;
+            started
+        })
+        .then_some(())
+        .ok_or("an op finished inside the runtime")?;
+        let alive = if dropped {
+            drop(rt);
+            None
+        } else {
+            Some(rt)
+        };
+        let timed = support::poll_on_thread(timed, limit).ok_or("the timed read hung")?;
+        says("timed read", timed.0)?;
+        let chunk = support::poll_on_thread(next, limit).ok_or("the receive stream hung")?;
+        let chunk = chunk.ok_or("the receive stream ended without an error")?;
+        says("receive stream", chunk.map(|c| c.len()))?;
+        let ((r, _), _) = support::poll_on_thread(chain, limit).ok_or("the chain hung")?;
+        says("chain's read", r)?;
+        drop(alive);
+    }
     Ok(Completion::Completed)
 }
 

@@ -459,8 +459,9 @@ impl<C: Chain> Drop for InKernel<C> {
 ///
 /// On io_uring the chain is submitted at once (`IOSQE_IO_LINK`) and the kernel starts each
 /// op when the one before succeeds; on epoll the same ops run one after another. Either
-/// way, an op after a failed one completes with `ECANCELED`. Dropping the chain in flight
-/// cancels what is still running.
+/// way, an op after a failed one completes with `ECANCELED`. A chain that cannot start at
+/// all (awaited outside its runtime) fails every op with that error instead. Dropping the
+/// chain in flight cancels what is still running.
 ///
 /// # Examples
 ///

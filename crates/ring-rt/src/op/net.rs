@@ -577,7 +577,10 @@ impl<B: IoBuf> OpDef for SendZc<B> {
         } else {
             cqe.res
         };
-        (ring_core::errno::cvt(res).map(|n| n as usize), self.buf)
+        (
+            crate::completion::result_of(res).map(|n| n as usize),
+            self.buf,
+        )
     }
 }
 

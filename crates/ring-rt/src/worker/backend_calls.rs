@@ -118,12 +118,21 @@ impl Core {
     }
 
     /// Polls op table entry `id` (a multishot op, a chain's op); `Err` if the backend is
-    /// busy (the caller wakes itself and tries again from its task).
+    /// busy (the caller wakes itself and tries again from its task). An op the shutdown's
+    /// drain cancelled says so, as [`Core::poll`] does, not with a bare `ECANCELED`.
     pub(crate) fn poll_id(&self, id: OpId, waker: &Waker) -> io::Result<Poll<io::Result<Cqe>>> {
         if self.is_elsewhere() {
             return Ok(self.poll_id_elsewhere(id, waker));
         }
-        self.with_backend(|b| b.poll_id(id, waker))
+        let polled = self.with_backend(|b| b.poll_id(id, waker))?;
+        Ok(match polled {
+            Poll::Ready(Ok(cqe))
+                if self.is_shut_down() && cqe.res == -libc::ECANCELED && !cqe.is_more() =>
+            {
+                Poll::Ready(Err(super::shut_down()))
+            }
+            polled => polled,
+        })
     }
 
     /// Cancels op `id`, whose owner stays to take its final CQE.

@@ -30,7 +30,8 @@ impl Core {
     /// [`Core::poll_id`] for an op table entry (a multishot op, a chain's op) polled
     /// elsewhere: as [`poll_elsewhere`](Self::poll_elsewhere), its completions are taken
     /// in by turning this core's ring without waiting, and it is cancelled (once) while it
-    /// has nothing to give.
+    /// has nothing to give; the completion of that cancel says so (not a bare
+    /// `ECANCELED`).
     pub(super) fn poll_id_elsewhere(&self, id: OpId, waker: &Waker) -> Poll<io::Result<Cqe>> {
         let _ = self.with_backend(|b| b.turn(Wait::No));
         self.run_deferred();
@@ -40,7 +41,11 @@ impl Core {
         };
         match polled {
             Poll::Ready(Ok(cqe)) if !cqe.is_more() => {
+                let was_cancelled = self.cancelled_elsewhere.borrow().contains(&id);
                 self.cancelled_elsewhere.borrow_mut().retain(|&c| c != id);
+                if was_cancelled && cqe.res == -libc::ECANCELED {
+                    return Poll::Ready(Err(elsewhere()));
+                }
                 Poll::Ready(Ok(cqe))
             }
             Poll::Ready(other) => Poll::Ready(other),

@@ -609,10 +609,11 @@ impl Close {
     }
 
     /// The close's final CQE: it ran (whatever it reported, the fd is gone, as close(2)
-    /// releases it even on error), unless it was cancelled before running; then the fd is
-    /// still open, and dropping it here closes it.
+    /// releases it even on error), unless it was cancelled before running or refused by
+    /// the runtime (polled outside it, or after its drop: a refusal always means the op
+    /// did not run); then the fd is still open, and dropping it here closes it.
     fn settle(&mut self, cqe: &Cqe) {
-        if cqe.res != -libc::ECANCELED {
+        if cqe.res != -libc::ECANCELED && !crate::completion::is_refusal(cqe) {
             // The close ran and released the number: do not close it again.
             self.fd.take().map(IntoRawFd::into_raw_fd);
         }
