@@ -88,6 +88,10 @@ fn main() {
             close_outside_the_runtime_still_closes_the_file,
         ),
         (
+            "opening_a_fifo_never_waits_for_its_other_end",
+            opening_a_fifo_never_waits_for_its_other_end,
+        ),
+        (
             "a_close_refused_in_flight_still_closes_the_file",
             a_close_refused_in_flight_still_closes_the_file,
         ),
@@ -1040,6 +1044,56 @@ fn close_outside_the_runtime_still_closes_the_file(kind: BackendKind) -> Outcome
     Ok(Completion::Completed)
 }
 
+/// Opening a FIFO does not wait for its other end, the same on both backends (as
+/// io_uring's OPENAT opens, and tokio's `unix::pipe`): for reading it opens at once, for
+/// writing with no reader it fails with `ENXIO`. Before, epoll's blocking pool waited in
+/// `open(2)` for the other end (holding a pool thread nothing could interrupt) where
+/// io_uring returned at once. Only `O_NONBLOCK` the caller asked for stays on the fd.
+fn opening_a_fifo_never_waits_for_its_other_end(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let dir = Scratch::new("fifo-open", kind)?;
+    let fifo = dir.path("fifo");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes())?;
+    // SAFETY: c is a valid NUL-terminated path.
+    if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } != 0 {
+        return Err(format!("mkfifo: {}", io::Error::last_os_error()).into());
+    }
+    let nonblocking = |f: &File| {
+        // SAFETY: F_GETFL on an fd the file owns.
+        let fl = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GETFL) };
+        fl >= 0 && fl & libc::O_NONBLOCK != 0
+    };
+    rt.block_on(bounded(LIMIT, async {
+        let within = Duration::from_secs(2);
+        let reader = timeout(within, OpenOptions::new().read(true).open(&fifo)).await;
+        let reader = reader.map_err(|_| "opening the read end waited for a writer")??;
+        check!(
+            !nonblocking(&reader),
+            "the read end kept an O_NONBLOCK nobody asked for"
+        );
+        drop(reader);
+        sleep(Duration::from_millis(20)).await; // the drop's close runs at the next turn
+        let writer = timeout(within, OpenOptions::new().write(true).open(&fifo)).await;
+        let writer = writer.map_err(|_| "opening the write end waited for a reader")?;
+        check!(
+            writer.as_ref().err().and_then(|e| e.raw_os_error()) == Some(libc::ENXIO),
+            "the write end with no reader: {:?}",
+            writer.map(|_| ())
+        );
+        let asked = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo)
+            .await?;
+        check!(nonblocking(&asked), "O_NONBLOCK asked for was cleared");
+        // A reader is there now: the write end opens.
+        let writer = timeout(within, OpenOptions::new().write(true).open(&fifo)).await;
+        writer.map_err(|_| "opening the write end waited")??;
+        Ok::<(), Failed>(())
+    }))??;
+    Ok(Completion::Completed)
+}
+
 /// Review V: a `close()` already started, then finished outside the runtime's `block_on`
 /// or after its drop, was cancelled before it ran, but its refusal looked as if the close
 /// had run: the fd stayed open for good (epoll, whose close waited behind a busy blocking
@@ -1057,20 +1111,24 @@ fn a_close_refused_in_flight_still_closes_the_file(kind: BackendKind) -> Outcome
         let file = rt.block_on(open_rw(&path))?;
         let mut close = Box::pin(file.close());
         let first = rt.block_on(async {
-            // The one blocking thread opens a FIFO no writer has opened yet (epoll), so
-            // the close waits behind it.
-            let reader = fifo.clone();
+            // The one blocking thread opens a FIFO's write end no reader has opened yet
+            // (epoll; an open that creates runs blocking), so the close waits behind it.
+            let writer = fifo.clone();
             drop(ring_rt::spawn(async move {
-                let _ = ring_rt::fs::File::open(&reader).await;
+                let _ = OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .open(&writer)
+                    .await;
             }));
             sleep(Duration::from_millis(100)).await;
             poll_fn(|cx| Poll::Ready(close.as_mut().poll(cx).is_ready())).await
         });
-        let writer = std::thread::spawn(move || {
+        let release = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(300));
-            // Non-blocking: on io_uring nobody is left reading (its open did not wait).
-            let _w = std::fs::OpenOptions::new()
-                .write(true)
+            // The read end, which releases the open waiting for it.
+            let _r = std::fs::OpenOptions::new()
+                .read(true)
                 .custom_flags(libc::O_NONBLOCK)
                 .open(&fifo);
         });
@@ -1081,9 +1139,9 @@ fn a_close_refused_in_flight_still_closes_the_file(kind: BackendKind) -> Outcome
             Some(rt)
         };
         let polled = support::poll_on_thread(close.as_mut(), Duration::from_secs(10));
-        let _ = writer.join();
+        let _ = release.join();
         drop(alive);
-        let open = fds_open_on(&path);
+        let open = support::fds_open_on(&path).len();
         check!(
             open == 0,
             "close() (done in block_on: {first}, runtime dropped: {drop_runtime}) gave \
@@ -1091,16 +1149,6 @@ fn a_close_refused_in_flight_still_closes_the_file(kind: BackendKind) -> Outcome
         );
     }
     Ok(Completion::Completed)
-}
-
-/// How many of this process's fds are open on `path`.
-fn fds_open_on(path: &Path) -> usize {
-    let Ok(fds) = std::fs::read_dir("/proc/self/fd") else {
-        return 0;
-    };
-    fds.filter_map(Result::ok)
-        .filter(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target == path))
-        .count()
 }
 
 fn std_file_round_trip(kind: BackendKind) -> Outcome {

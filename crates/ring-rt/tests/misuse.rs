@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use libtest_mimic::Completion;
 use ring_rt::net::{TcpStream, UnixListener, UnixStream};
-use ring_rt::time::sleep;
+use ring_rt::time::{sleep, timeout};
 use ring_rt::{BackendKind, Builder};
 use support::{bounded, Outcome};
 
@@ -79,6 +79,14 @@ fn main() {
         (
             "an_op_refused_in_flight_says_why_in_its_error",
             an_op_refused_in_flight_says_why_in_its_error,
+        ),
+        (
+            "a_stream_refused_outside_its_runtime_works_again_inside",
+            a_stream_refused_outside_its_runtime_works_again_inside,
+        ),
+        (
+            "only_the_runtimes_own_cancels_are_reported_as_refusals",
+            only_the_runtimes_own_cancels_are_reported_as_refusals,
         ),
         (
             "a_panicking_timer_waker_leaves_other_timers_woken",
@@ -600,6 +608,100 @@ fn an_op_refused_in_flight_says_why_in_its_error(kind: BackendKind) -> Outcome {
         says("chain's read", r)?;
         drop(alive);
     }
+    Ok(Completion::Completed)
+}
+
+/// An accept stream armed inside the runtime, refused once outside it (its multishot
+/// accept cancelled), accepts again inside, and once dropped leaves the listener working.
+/// Review W: on io_uring the refusal left the stream holding the freed op's id, so every
+/// later `next()` failed ("not in flight") and the drop's orphan left the listener's
+/// accepts waiting for ever.
+fn a_stream_refused_outside_its_runtime_works_again_inside(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let listener = rt.block_on(async { ring_rt::net::TcpListener::bind("127.0.0.1:0") })?;
+    let addr = listener.local_addr()?;
+    let mut incoming = listener.incoming();
+    let armed = rt.block_on(async {
+        let mut next = pin!(incoming.next());
+        poll_fn(|cx| Poll::Ready(next.as_mut().poll(cx).is_pending())).await
+    });
+    check!(
+        armed,
+        "the accept stream had a connection before any client"
+    );
+    let outside = support::poll_on_thread(incoming.next(), Duration::from_secs(5))
+        .ok_or("the accept stream outside the runtime hung")?;
+    check!(
+        matches!(&outside, Some(Err(e)) if e.kind() == ErrorKind::InvalidInput),
+        "outside the runtime: {:?}",
+        outside.map(|r| r.map(|_| ()))
+    );
+    let _client = std::net::TcpStream::connect(addr)?;
+    let inside = rt.block_on(bounded(LIMIT, async { incoming.next().await }))?;
+    check!(
+        matches!(inside, Some(Ok(_))),
+        "inside again: {:?}",
+        inside.map(|r| r.map(|_| ()))
+    );
+    drop(incoming);
+    let _second = std::net::TcpStream::connect(addr)?;
+    let accepted = rt.block_on(async { timeout(Duration::from_secs(5), listener.accept()).await });
+    check!(
+        matches!(accepted, Ok(Ok(_))),
+        "accept after the stream was dropped: {:?}",
+        accepted.map(|r| r.map(|_| ()))
+    );
+    Ok(Completion::Completed)
+}
+
+/// A cancel the runtime sent (the op was polled outside it, or the runtime shut down) is
+/// reported as that refusal wherever the op is polled next; a cancel of the op's own (its
+/// timeout fired) stays what it was, even when polled after the drop. Review W: after the
+/// drop every `ECANCELED` read as "was dropped" (a fired timeout too), and a read refused
+/// outside, then awaited inside, ended with a bare `ECANCELED` on io_uring.
+fn only_the_runtimes_own_cancels_are_reported_as_refusals(kind: BackendKind) -> Outcome {
+    let limit = Duration::from_secs(5);
+    // A timeout that fired inside the runtime, its op's end polled after the drop.
+    let rt = runtime!(kind);
+    let (a, _b) = rt.block_on(async { UnixStream::pair() })?;
+    let mut timed = Box::pin(a.read(vec![0; 4]).timeout(Duration::from_millis(10)));
+    rt.block_on(async {
+        let _ = poll_fn(|cx| Poll::Ready(timed.as_mut().poll(cx).is_pending())).await;
+        sleep(Duration::from_millis(100)).await;
+    });
+    drop(rt);
+    let (r, _) = support::poll_on_thread(timed, limit).ok_or("the timed read hung")?;
+    // io_uring's kernel ended the read at its timeout, before the drop. epoll times an op
+    // by a worker timer whose expiry only the op's next poll sees: that poll came after
+    // the drop, which refuses it first.
+    let got = r.as_ref().err().map(|e| e.kind());
+    let wanted: &[ErrorKind] = match kind {
+        BackendKind::Uring => &[ErrorKind::TimedOut],
+        _ => &[ErrorKind::TimedOut, ErrorKind::NotConnected],
+    };
+    check!(
+        got.is_some_and(|k| wanted.contains(&k)),
+        "a timeout that fired before the drop, polled after it: {r:?}"
+    );
+    // A read refused outside the runtime, then awaited inside it.
+    let rt = runtime!(kind);
+    let (a, _b) = rt.block_on(async { UnixStream::pair() })?;
+    let mut read = Box::pin(a.read(vec![0; 4]).into_future());
+    rt.block_on(async {
+        let _ = poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx).is_pending())).await;
+    });
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let outside = read.as_mut().poll(&mut cx);
+    let (r, _) = match outside {
+        Poll::Ready(out) => out,
+        Poll::Pending => rt.block_on(bounded(LIMIT, read))?,
+    };
+    check!(
+        r.as_ref()
+            .is_err_and(|e| e.kind() == ErrorKind::InvalidInput
+                && e.to_string().contains("not running here")),
+        "a read refused outside, then awaited inside: {r:?}"
+    );
     Ok(Completion::Completed)
 }
 

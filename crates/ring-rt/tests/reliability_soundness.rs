@@ -400,7 +400,7 @@ fn child_thread_local_runtime(kind: BackendKind) -> Outcome {
 }
 
 /// Dropping a runtime while a blocking op is stuck in the kernel (opening a FIFO that has no
-/// writer) returns within the shutdown bound; it does not wait for the op for ever.
+/// reader, for writing) returns within the shutdown bound; it does not wait for the op for ever.
 ///
 /// The stuck op's memory is leaked on purpose (its thread may still use it when the
 /// runtime gives up waiting), so LeakSanitizer is off in that child.
@@ -413,7 +413,7 @@ fn child_drop_with_stuck_blocking_op(kind: BackendKind) -> Outcome {
     let rt = runtime!(kind);
     rt.block_on(async {
         let path = fifo.0.clone();
-        ring_rt::spawn(async move { File::open(&path).await });
+        ring_rt::spawn(open_waiting_for_a_reader(path));
         sleep(Duration::from_millis(100)).await;
     });
     let start = Instant::now();
@@ -425,22 +425,22 @@ fn child_drop_with_stuck_blocking_op(kind: BackendKind) -> Outcome {
     );
     eprintln!("{kind}: runtime dropped in {took:?} with a stuck open");
     // The open the runtime gave up on now succeeds: its fd reaches no op, and must be
-    // closed rather than leaked (by the pool thread on epoll). io_uring cancelled it at
-    // drop: no reader is left, and the write end does not open (ENXIO).
-    let Some(writer) = fifo.release() else {
+    // closed rather than leaked (by the pool thread on epoll; io_uring cancelled it at
+    // drop).
+    let Some(reader) = fifo.release() else {
         return Ok(Completion::Completed);
     };
-    let writer_fd = writer.as_raw_fd();
-    let readers = || {
-        fds_open_on(&fifo.0)
+    let reader_fd = reader.as_raw_fd();
+    let writers = || {
+        support::fds_open_on(&fifo.0)
             .into_iter()
-            .filter(|&fd| fd != writer_fd)
+            .filter(|&fd| fd != reader_fd)
             .count()
     };
-    // The thread's open returns once the writer exists; give it time to close what it got.
+    // The thread's open returns once the reader exists; give it time to close what it got.
     std::thread::sleep(Duration::from_millis(200));
-    let left = readers();
-    drop(writer);
+    let left = writers();
+    drop(reader);
     drop(fifo);
     check!(
         left == 0,
@@ -1204,16 +1204,16 @@ fn dropped_close_still_closes_the_fd(kind: BackendKind) -> Outcome {
         let file = File::create(&path).await?;
         let fd = file.as_raw_fd();
         let inode = std::fs::metadata(&path).map(|m| std::os::unix::fs::MetadataExt::ino(&m))?;
-        // Occupy the one blocking thread (epoll) with an open that waits for a writer.
+        // Occupy the one blocking thread (epoll) with an open that waits for a reader.
         let stuck = {
             let fifo = fifo.0.clone();
-            ring_rt::spawn(async move { File::open(&fifo).await })
+            ring_rt::spawn(open_waiting_for_a_reader(fifo))
         };
         sleep(Duration::from_millis(20)).await;
         let mut close = Box::pin(file.close());
         let first = poll_fn(|cx| Poll::Ready(close.as_mut().poll(cx))).await;
         drop(close);
-        let _writer = fifo.release();
+        let _reader = fifo.release();
         stuck.await??;
         // The number may have been reused since (the FIFO's ends): closed means it no
         // longer refers to the file.
@@ -1339,7 +1339,7 @@ fn drops_inside_a_turn_cancel_and_deregister(kind: BackendKind) -> Outcome {
         let file = File::create(&path).await?;
         let stuck = {
             let fifo = fifo.0.clone();
-            ring_rt::spawn(async move { File::open(&fifo).await })
+            ring_rt::spawn(open_waiting_for_a_reader(fifo))
         };
         sleep(Duration::from_millis(20)).await;
         // Writes whose buffers hold both, dropped in flight: their orphans drop them.
@@ -1385,7 +1385,7 @@ fn drops_inside_a_turn_cancel_and_deregister(kind: BackendKind) -> Outcome {
             matches!(got, Ok(Ok(Ok(4)))),
             "a socket reusing the number of one dropped while the backend was busy: {got:?}"
         );
-        let _writer = fifo.release();
+        let _reader = fifo.release();
         stuck.await??;
         // The hostage read was dropped: it must not take the next bytes on `c`.
         c_peer.write_all(&b"for the next read"[..]).await.0?;
@@ -1454,19 +1454,19 @@ fn sub_millisecond_sleeps_are_not_rounded_up(kind: BackendKind) -> Outcome {
     Ok(Completion::Completed)
 }
 
-/// A FIFO whose reader (an `open` parked in the kernel until a writer comes) is released
-/// when this is dropped, whatever the test did; then the FIFO is removed.
-/// This process's fds open on `path`.
-fn fds_open_on(path: &std::path::Path) -> Vec<i32> {
-    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
-        return Vec::new();
-    };
-    dir.flatten()
-        .filter(|e| std::fs::read_link(e.path()).is_ok_and(|target| target == path))
-        .filter_map(|e| e.file_name().to_str()?.parse().ok())
-        .collect()
+/// An open of `fifo`'s write end, which waits in `open(2)` until a reader comes, on both
+/// backends (an open that creates runs blocking: in io_uring's worker thread, on epoll's
+/// pool): a blocking op stuck until [`Fifo::release`].
+async fn open_waiting_for_a_reader(fifo: std::path::PathBuf) -> std::io::Result<File> {
+    ring_rt::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .open(&fifo)
+        .await
 }
 
+/// A FIFO whose writer (an `open` parked in the kernel until a reader comes) is released
+/// when this is dropped, whatever the test did; then the FIFO is removed.
 struct Fifo(std::path::PathBuf);
 
 impl Fifo {
@@ -1480,11 +1480,11 @@ impl Fifo {
         Ok(Fifo(path))
     }
 
-    /// Opens the write end without blocking: releases a reader waiting in `open`.
+    /// Opens the read end without blocking: releases a writer waiting in `open`.
     fn release(&self) -> Option<std::fs::File> {
         use std::os::unix::fs::OpenOptionsExt;
         std::fs::OpenOptions::new()
-            .write(true)
+            .read(true)
             .custom_flags(libc::O_NONBLOCK)
             .open(&self.0)
             .ok()

@@ -516,7 +516,13 @@ impl Mechanism for EpollBackend {
     /// thread may still write into the op's memory, so the op stays in the table (polling
     /// it stays pending, its future never gets its buffer back) and the backend's drop
     /// leaks that memory instead of freeing it (the thread is left to finish on its own).
-    fn drain(&mut self, deadline: Instant) {
+    fn drain(&mut self, deadline: Instant) -> Vec<OpId> {
+        let ops = &self.ops;
+        let in_flight = ops
+            .ids()
+            .into_iter()
+            .filter(|&id| ops.awaits_kernel_for(id));
+        let in_flight = in_flight.collect();
         for id in self.ops.ids() {
             if self.pool.cancel(id) {
                 self.dispatch(Cqe::new(id.to_user_data(), -libc::ECANCELED, 0));
@@ -535,6 +541,7 @@ impl Mechanism for EpollBackend {
             self.dispatch(Cqe::new(id.to_user_data(), res, 0));
         }
         self.abandoned |= self.ops.awaiting_kernel() > 0;
+        in_flight
     }
 
     /// Whether reads of `fd` should first try the page cache on the loop thread

@@ -394,8 +394,9 @@ pub(crate) trait Mechanism {
     fn take_deferred(&mut self, out: &mut Deferred);
 
     /// Shutdown: cancels every op and waits until `deadline` for the kernel (or the pool)
-    /// to finish with them; what is not done by then keeps its memory for ever.
-    fn drain(&mut self, deadline: Instant);
+    /// to finish with them; what is not done by then keeps its memory for ever. Returns
+    /// the ops that were still in flight when it began: what it cancelled.
+    fn drain(&mut self, deadline: Instant) -> Vec<OpId>;
 
     /// Puts a socket adopted by the runtime in the blocking mode this backend wants.
     fn adopt_socket(&self, fd: RawFd) -> io::Result<()>;
@@ -515,7 +516,7 @@ impl Mechanism for Backend {
     fn take_deferred(&mut self, out: &mut Deferred) {
         each!(self, b => b.take_deferred(out))
     }
-    fn drain(&mut self, deadline: Instant) {
+    fn drain(&mut self, deadline: Instant) -> Vec<OpId> {
         each!(self, b => b.drain(deadline))
     }
     fn adopt_socket(&self, fd: RawFd) -> io::Result<()> {

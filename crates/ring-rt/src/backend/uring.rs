@@ -432,11 +432,17 @@ impl Mechanism for UringBackend {
     }
 
     /// Shutdown: cancels every op and waits until `deadline` for their final CQEs.
-    fn drain(&mut self, deadline: Instant) {
+    fn drain(&mut self, deadline: Instant) -> Vec<OpId> {
         if let Some(id) = self.wake_op.take() {
             // SAFETY: the wake poll is this backend's own op; it points at no memory.
             unsafe { self.driver.orphan(id, Box::new(Keep(()))) };
         }
+        let ops = self.driver.ops();
+        let in_flight = ops
+            .ids()
+            .into_iter()
+            .filter(|&id| ops.awaits_kernel_for(id));
+        let in_flight = in_flight.collect();
         self.driver.drain(deadline);
         self.close_unlinked();
         let left = self.linked_fds.take_all_closes();
@@ -445,6 +451,7 @@ impl Mechanism for UringBackend {
             // stays open (leaked) rather than its number reaching someone else.
             tracing::warn!(target: "ring_rt", fds = ?left, "fds left open at shutdown: kernel-linked ops naming them never ended");
         }
+        in_flight
     }
 }
 

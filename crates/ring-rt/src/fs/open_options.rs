@@ -253,6 +253,14 @@ impl OpenOptions {
     /// directory opened for writing, `InvalidInput` for contradictory options or a path
     /// with a NUL byte.
     ///
+    /// A FIFO opens without waiting for its other end, as io_uring's `OPENAT` opens it
+    /// (and as tokio's `net::unix::pipe` does): for reading at once (a read before any
+    /// writer came says end of file), for writing with no reader `ENXIO`. Unlike
+    /// `std::fs::File::open`, which waits for the other end. The epoll backend opens the
+    /// same way. Two exceptions follow io_uring, whose kernel then opens in a worker thread
+    /// that waits: an open that creates or truncates, and on io_uring an open whose path
+    /// the kernel must first read from disk (not in its cache).
+    ///
     /// # Examples
     ///
     /// ```

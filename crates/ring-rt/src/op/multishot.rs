@@ -85,11 +85,14 @@ impl<T: MultishotDef> Multishot<T> {
                 return Poll::Pending;
             }
         };
-        let cqe = std::task::ready!(polled)?;
-        if !cqe.is_more() {
+        let polled = std::task::ready!(polled);
+        // An error here (a refusal, or the op no longer in the table) means the op is
+        // over: what stayed armed would name a freed slot, and a stream polled again
+        // could then never re-arm.
+        if polled.as_ref().map_or(true, |cqe| !cqe.is_more()) {
             self.armed = None;
         }
-        Poll::Ready(Ok(cqe))
+        Poll::Ready(polled)
     }
 }
 

@@ -118,19 +118,16 @@ impl Core {
     }
 
     /// Polls op table entry `id` (a multishot op, a chain's op); `Err` if the backend is
-    /// busy (the caller wakes itself and tries again from its task). An op the shutdown's
-    /// drain cancelled says so, as [`Core::poll`] does, not with a bare `ECANCELED`.
+    /// busy (the caller wakes itself and tries again from its task). A cancel the runtime
+    /// sent (shutdown, a poll outside it) ends the op with that refusal, as in
+    /// [`Core::poll`], not with a bare `ECANCELED`.
     pub(crate) fn poll_id(&self, id: OpId, waker: &Waker) -> io::Result<Poll<io::Result<Cqe>>> {
         if self.is_elsewhere() {
             return Ok(self.poll_id_elsewhere(id, waker));
         }
         let polled = self.with_backend(|b| b.poll_id(id, waker))?;
         Ok(match polled {
-            Poll::Ready(Ok(cqe))
-                if self.is_shut_down() && cqe.res == -libc::ECANCELED && !cqe.is_more() =>
-            {
-                Poll::Ready(Err(super::shut_down()))
-            }
+            Poll::Ready(Ok(cqe)) => Poll::Ready(self.refusal_of(Some(id), cqe)),
             polled => polled,
         })
     }

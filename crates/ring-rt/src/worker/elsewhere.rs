@@ -41,12 +41,9 @@ impl Core {
         };
         match polled {
             Poll::Ready(Ok(cqe)) if !cqe.is_more() => {
-                let was_cancelled = self.cancelled_elsewhere.borrow().contains(&id);
+                let refused = self.refusal_of(Some(id), cqe);
                 self.cancelled_elsewhere.borrow_mut().retain(|&c| c != id);
-                if was_cancelled && cqe.res == -libc::ECANCELED {
-                    return Poll::Ready(Err(elsewhere()));
-                }
-                Poll::Ready(Ok(cqe))
+                Poll::Ready(refused)
             }
             Poll::Ready(other) => Poll::Ready(other),
             Poll::Pending => {
@@ -99,14 +96,11 @@ impl Core {
             Ok(polled) => polled,
             Err(_) => Poll::Pending,
         };
-        let was_cancelled = self.cancelled_elsewhere.borrow().contains(&id);
         match polled {
             Poll::Ready(Ok(cqe)) if !cqe.is_more() => {
+                let refused = self.refusal_of(Some(id), cqe);
                 self.cancelled_elsewhere.borrow_mut().retain(|&c| c != id);
-                if was_cancelled && cqe.res == -libc::ECANCELED {
-                    return Poll::Ready(Err(elsewhere()));
-                }
-                Poll::Ready(Ok(cqe))
+                Poll::Ready(refused)
             }
             Poll::Ready(other) => Poll::Ready(other),
             Poll::Pending => {

@@ -86,6 +86,9 @@ pub struct Core {
     /// Ops polled while this runtime did not run, and cancelled for that (see
     /// `elsewhere.rs`), until their final completion.
     cancelled_elsewhere: RefCell<Vec<OpId>>,
+    /// The ops the shutdown's drain cancelled (in flight when it began): their
+    /// `ECANCELED` is the shutdown's, reported as such.
+    drained: RefCell<std::collections::HashSet<OpId>>,
     /// Every worker of the runtime (set once they all started): what `Handle::current`
     /// gives on this worker's thread.
     pub(crate) set: Arc<OnceLock<Arc<WorkerSet>>>,
@@ -123,6 +126,7 @@ impl Core {
             is_running: Cell::new(false),
             is_shut_down: Cell::new(false),
             cancelled_elsewhere: RefCell::new(Vec::new()),
+            drained: RefCell::default(),
             set,
         }
     }
@@ -226,15 +230,33 @@ impl Core {
         if self.is_elsewhere() {
             return self.poll_elsewhere(token, op, waker);
         }
+        let id = token.in_flight().map(|(id, _)| id);
         match self.with_backend(|b| b.poll(token, op, waker)) {
-            // Cancelled by the shutdown's drain: say so, as every later op does.
-            Ok(Poll::Ready(Ok(cqe)))
-                if self.is_shut_down.get() && cqe.res == -libc::ECANCELED && !cqe.is_more() =>
-            {
-                Poll::Ready(Err(shut_down()))
-            }
+            Ok(Poll::Ready(Ok(cqe))) => Poll::Ready(self.refusal_of(id, cqe)),
             Ok(polled) => polled,
             Err(err) => Poll::Ready(Err(err)),
+        }
+    }
+
+    /// The final completion of op `id`, or the refusal it stands for: the `ECANCELED` of a
+    /// cancel the runtime sent because the op was polled outside it (see `elsewhere.rs`)
+    /// or because the runtime shut down is reported as that refusal, as an op refused
+    /// before it started is. Any other completion (a cancel of the op's own, a timeout's)
+    /// is the kernel's.
+    pub(crate) fn refusal_of(&self, id: Option<OpId>, cqe: Cqe) -> io::Result<Cqe> {
+        let (Some(id), true) = (id, cqe.res == -libc::ECANCELED && !cqe.is_more()) else {
+            return Ok(cqe);
+        };
+        if self.is_shut_down.get() && self.drained.borrow().contains(&id) {
+            return Err(shut_down());
+        }
+        let mut cancelled = self.cancelled_elsewhere.borrow_mut();
+        match cancelled.iter().position(|&c| c == id) {
+            Some(at) => {
+                cancelled.swap_remove(at);
+                Err(elsewhere())
+            }
+            None => Ok(cqe),
         }
     }
 
@@ -476,7 +498,9 @@ impl Core {
         self.executor.shared.unparker.clear_ring();
         self.executor.shutdown();
         let deadline = deadline();
-        let _ = self.with_backend(|b| b.drain(deadline));
+        if let Ok(drained) = self.with_backend(|b| b.drain(deadline)) {
+            *self.drained.borrow_mut() = drained.into_iter().collect();
+        }
         self.is_shut_down.set(true);
         // The drain's wakes and releases run user code (wakers, buffer destructors). A
         // panic there is reported, not raised: shutdown runs in `Runtime`'s drop, maybe

@@ -89,6 +89,17 @@ pub fn runtime_with(kind: BackendKind, builder: ring_rt::Builder) -> Result<Runt
     }
 }
 
+/// This process's fds open on `path`.
+pub fn fds_open_on(path: &std::path::Path) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter(|e| std::fs::read_link(e.path()).is_ok_and(|target| target == path))
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
 /// Open fds of this process.
 pub fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd")

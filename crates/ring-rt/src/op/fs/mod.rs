@@ -93,9 +93,52 @@ unsafe impl Operation for OpenAt {
         let (path, flags, mode) = (self.path.as_ptr() as usize, self.flags, self.mode);
         Emulation::Blocking(Box::new(move || {
             // SAFETY: `path` is the op's NUL-terminated CString, alive until completion.
-            res_int(unsafe { libc::openat(libc::AT_FDCWD, path as *const _, flags, mode) })
+            unsafe { openat_as_io_uring_does(path as *const libc::c_char, flags, mode) }
         }))
     }
+}
+
+/// `openat(2)` as io_uring's OPENAT runs it, so a FIFO opens alike on both backends. An
+/// open that neither creates nor truncates (io_uring sends those to a worker thread, which
+/// opens blocking) is tried with `O_NONBLOCK`: a FIFO then opens for reading without
+/// waiting for a writer, and fails with `ENXIO` for writing with no reader, where a
+/// blocking open would wait, holding a pool thread nothing can interrupt. `EAGAIN` from
+/// that try (a lease being broken) is retried blocking, as io_uring retries it in a
+/// worker; an `O_NONBLOCK` the caller did not ask for is cleared from the fd afterwards.
+///
+/// Returns a CQE result: the new fd, or `-errno`.
+///
+/// # Safety
+/// `path` points at a NUL-terminated string that lives through the call.
+unsafe fn openat_as_io_uring_does(path: *const libc::c_char, flags: i32, mode: u32) -> i32 {
+    let open = |flags: i32| {
+        // SAFETY: `path` is NUL-terminated and alive, per this function's contract.
+        res_int(unsafe { libc::openat(libc::AT_FDCWD, path, flags, mode) })
+    };
+    if flags & (libc::O_CREAT | libc::O_TRUNC | libc::O_TMPFILE | libc::O_NONBLOCK) != 0 {
+        return open(flags);
+    }
+    let fd = match open(flags | libc::O_NONBLOCK) {
+        res if res == -libc::EAGAIN => return open(flags),
+        res if res < 0 => return res,
+        fd => fd,
+    };
+    // SAFETY: F_GETFL/F_SETFL on the fd just opened, which nobody else has seen yet.
+    let set = unsafe {
+        let fl = libc::fcntl(fd, libc::F_GETFL);
+        if fl < 0 {
+            fl
+        } else {
+            libc::fcntl(fd, libc::F_SETFL, fl & !libc::O_NONBLOCK)
+        }
+    };
+    if set >= 0 {
+        return fd;
+    }
+    let err = res_int(set);
+    // SAFETY: the fd is ours and goes to nobody on this error path.
+    unsafe { libc::close(fd) };
+    err
 }
 
 impl OpDef for OpenAt {
