@@ -127,7 +127,9 @@ impl Core {
         }
         let polled = self.with_backend(|b| b.poll_id(id, waker))?;
         Ok(match polled {
-            Poll::Ready(Ok(cqe)) => Poll::Ready(self.refusal_of(Some(id), cqe)),
+            Poll::Ready(Ok(cqe)) if super::is_final_cancel(&cqe) => {
+                Poll::Ready(self.refusal_of(Some(id), cqe))
+            }
             polled => polled,
         })
     }

@@ -230,21 +230,24 @@ impl Core {
         if self.is_elsewhere() {
             return self.poll_elsewhere(token, op, waker);
         }
-        let id = token.in_flight().map(|(id, _)| id);
         match self.with_backend(|b| b.poll(token, op, waker)) {
-            Ok(Poll::Ready(Ok(cqe))) => Poll::Ready(self.refusal_of(id, cqe)),
+            Ok(Poll::Ready(Ok(cqe))) if is_final_cancel(&cqe) => {
+                Poll::Ready(self.refusal_of(token.in_flight().map(|(id, _)| id), cqe))
+            }
             Ok(polled) => polled,
             Err(err) => Poll::Ready(Err(err)),
         }
     }
 
-    /// The final completion of op `id`, or the refusal it stands for: the `ECANCELED` of a
-    /// cancel the runtime sent because the op was polled outside it (see `elsewhere.rs`)
-    /// or because the runtime shut down is reported as that refusal, as an op refused
-    /// before it started is. Any other completion (a cancel of the op's own, a timeout's)
-    /// is the kernel's.
+    /// The final completion `cqe` of op `id` (one [`is_final_cancel`] says is a cancel's),
+    /// or the refusal it stands for: the `ECANCELED` of a cancel the runtime sent because
+    /// the op was polled outside it (see `elsewhere.rs`) or because the runtime shut down
+    /// is reported as that refusal, as an op refused before it started is. Any other
+    /// cancel (the op's own, a timeout's) is the kernel's. Kept off the path of every
+    /// other completion (callgrind: 38 instructions per echo request on epoll, called).
+    #[cold]
     pub(crate) fn refusal_of(&self, id: Option<OpId>, cqe: Cqe) -> io::Result<Cqe> {
-        let (Some(id), true) = (id, cqe.res == -libc::ECANCELED && !cqe.is_more()) else {
+        let Some(id) = id else {
             return Ok(cqe);
         };
         if self.is_shut_down.get() && self.drained.borrow().contains(&id) {
@@ -588,6 +591,12 @@ impl Drop for RunningGuard<'_> {
         shared.is_running.store(self.1, Ordering::Relaxed);
         self.0.publish_gauges();
     }
+}
+
+/// Whether `cqe` is an op's final `ECANCELED`: the completions [`Core::refusal_of`] looks at.
+#[inline]
+pub(crate) fn is_final_cancel(cqe: &Cqe) -> bool {
+    cqe.res == -libc::ECANCELED && !cqe.is_more()
 }
 
 /// What [`Core::check_startable`] gives when an op may start: [`Core::start`] asks for it,
