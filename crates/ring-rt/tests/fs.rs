@@ -839,11 +839,7 @@ fn positional_io_on_a_fifo_is_espipe_on_both_backends(kind: BackendKind) -> Outc
         let rt = runtime!(kind);
         let dir = Scratch::new("fifo", kind)?;
         let path = dir.path("fifo");
-        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())?;
-        // SAFETY: c is a valid NUL-terminated path.
-        if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } != 0 {
-            return Err(format!("mkfifo: {}", io::Error::last_os_error()).into());
-        }
+        support::mkfifo(&path).map_err(|e| format!("mkfifo: {e}"))?;
         rt.block_on(bounded(LIMIT, async {
             let f = OpenOptions::new()
                 .read(true)
@@ -1053,11 +1049,7 @@ fn opening_a_fifo_never_waits_for_its_other_end(kind: BackendKind) -> Outcome {
     let rt = runtime!(kind);
     let dir = Scratch::new("fifo-open", kind)?;
     let fifo = dir.path("fifo");
-    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes())?;
-    // SAFETY: c is a valid NUL-terminated path.
-    if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } != 0 {
-        return Err(format!("mkfifo: {}", io::Error::last_os_error()).into());
-    }
+    support::mkfifo(&fifo).map_err(|e| format!("mkfifo: {e}"))?;
     let nonblocking = |f: &File| {
         // SAFETY: F_GETFL on an fd the file owns.
         let fl = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GETFL) };
@@ -1103,11 +1095,7 @@ fn a_close_refused_in_flight_still_closes_the_file(kind: BackendKind) -> Outcome
         let rt = runtime!(kind, Builder::default().threads(1).blocking_threads(1));
         let dir = Scratch::new("close-refused", kind)?;
         let (path, fifo) = (dir.path("f"), dir.path("fifo"));
-        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes())?;
-        // SAFETY: c is a valid NUL-terminated path.
-        if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } != 0 {
-            return Err(format!("mkfifo: {}", io::Error::last_os_error()).into());
-        }
+        support::mkfifo(&fifo).map_err(|e| format!("mkfifo: {e}"))?;
         let file = rt.block_on(open_rw(&path))?;
         let mut close = Box::pin(file.close());
         let first = rt.block_on(async {

@@ -449,104 +449,68 @@ fn second_runtime(kind: BackendKind) -> ring_rt::Runtime {
 /// An op that cannot run (polled outside its runtime, or after the runtime was dropped)
 /// fails with the runtime's own message, whichever way the op reports its result: a
 /// socket read, a zero-copy send, a file read and a chain (an open outside every runtime
-/// says there is none). The message went through the op's
-/// completion as a bare errno before, so a file read after the drop said "Transport
-/// endpoint is not connected" and one outside the runtime "Invalid argument".
+/// says there is none). The message went through the op's completion as a bare errno
+/// before, so a file read after the drop said "Transport endpoint is not connected" and
+/// one outside the runtime "Invalid argument".
 fn an_op_that_cannot_run_says_why_in_its_error(kind: BackendKind) -> Outcome {
-    let says = |what: &str, r: std::io::Result<usize>, kind: ErrorKind, words: &str| match r {
-        Err(e) if e.kind() == kind && e.to_string().contains(words) => Ok(()),
-        other => Err(format!("{what}: {other:?}, not {kind:?} saying '{words}'")),
-    };
     let rt = runtime!(kind);
     let path = std::env::temp_dir().join(format!("ring-rt-says-why-{}", std::process::id()));
     std::fs::write(&path, b"0123456789")?;
-    let (sock, _peer, file) = rt.block_on(async {
+    let (sock, _peer, file, tcp, _tcp_peer) = rt.block_on(async {
         let (a, b) = UnixStream::pair()?;
         let file = ring_rt::fs::File::open(&path).await?;
-        std::io::Result::Ok((a, b, file))
-    })?;
-    let limit = Duration::from_secs(5);
-    let outside = "not running here";
-    let read = support::poll_on_thread(sock.read(vec![0; 4]).into_future(), limit);
-    let read = read.ok_or("the read outside the runtime hung")?;
-    says(
-        "socket read outside",
-        read.0,
-        ErrorKind::InvalidInput,
-        outside,
-    )?;
-    let read = support::poll_on_thread(file.read_at(vec![0; 4], 0).into_future(), limit);
-    let read = read.ok_or("the file read outside the runtime hung")?;
-    says(
-        "file read outside",
-        read.0,
-        ErrorKind::InvalidInput,
-        outside,
-    )?;
-    let (tcp, _tcp_peer) = rt.block_on(async {
         let listener = ring_rt::net::TcpListener::bind("127.0.0.1:0")?;
         let tcp = TcpStream::connect(listener.local_addr()?).await?;
-        std::io::Result::Ok((tcp, listener.accept().await?))
+        std::io::Result::Ok((a, b, file, tcp, listener.accept().await?))
     })?;
-    let zc = support::poll_on_thread(tcp.send_zc(vec![1; 8]), limit);
-    let zc = zc.ok_or("the zero-copy send outside the runtime hung")?;
-    says(
-        "zero-copy send outside",
-        zc.0,
-        ErrorKind::InvalidInput,
-        outside,
-    )?;
-    let open = support::poll_on_thread(ring_rt::fs::File::open(&path), limit)
-        .ok_or("the open outside the runtime hung")?;
-    // A path op belongs to no runtime yet: outside every runtime it says there is none.
-    says(
-        "open outside",
-        open.map(|_| 0),
-        ErrorKind::Other,
-        "no ring-rt runtime",
-    )?;
-    drop(rt);
-    let gone = "was dropped";
-    let read = support::poll_on_thread(sock.read(vec![0; 4]).into_future(), limit);
-    let read = read.ok_or("the read after the drop hung")?;
-    says(
-        "socket read after the drop",
-        read.0,
-        ErrorKind::NotConnected,
-        gone,
-    )?;
-    let read = support::poll_on_thread(file.read_at(vec![0; 4], 0).into_future(), limit);
-    let read = read.ok_or("the file read after the drop hung")?;
-    says(
-        "file read after the drop",
-        read.0,
-        ErrorKind::NotConnected,
-        gone,
-    )?;
-    let zc = support::poll_on_thread(tcp.send_zc(vec![1; 8]), limit);
-    let zc = zc.ok_or("the zero-copy send after the drop hung")?;
-    says(
-        "zero-copy send after the drop",
-        zc.0,
-        ErrorKind::NotConnected,
-        gone,
-    )?;
-    let chain = file.read_at(vec![0; 4], 0).link(sock.write(b"x".to_vec()));
-    let ((r, _), (w, _)) = support::poll_on_thread(chain.into_future(), limit)
-        .ok_or("the chain after the drop hung")?;
-    says(
-        "chained read after the drop",
-        r,
-        ErrorKind::NotConnected,
-        gone,
-    )?;
-    // The op after a failed one is cancelled, as in every chain.
-    check!(
-        w.as_ref().err().and_then(|e| e.raw_os_error()) == Some(libc::ECANCELED),
-        "the chained write after the failed read: {w:?}"
-    );
+    let mut rt = Some(rt);
+    for dropped in [false, true] {
+        if dropped {
+            drop(rt.take());
+        }
+        let (wanted, words) = match dropped {
+            false => (ErrorKind::InvalidInput, "not running here"),
+            true => (ErrorKind::NotConnected, "was dropped"),
+        };
+        let says = |what: &str, r: std::io::Result<usize>| match r {
+            Err(e) if e.kind() == wanted && e.to_string().contains(words) => Ok(()),
+            other => Err(format!(
+                "{what} (runtime dropped: {dropped}): {other:?}, not {wanted:?} saying '{words}'"
+            )),
+        };
+        says(
+            "socket read",
+            poll_outside(sock.read(vec![0; 4]).into_future())?.0,
+        )?;
+        says(
+            "file read",
+            poll_outside(file.read_at(vec![0; 4], 0).into_future())?.0,
+        )?;
+        says("zero-copy send", poll_outside(tcp.send_zc(vec![1; 8]))?.0)?;
+        let chain = file.read_at(vec![0; 4], 0).link(sock.write(b"x".to_vec()));
+        let ((r, _), (w, _)) = poll_outside(chain.into_future())?;
+        says("chain's read", r)?;
+        // The op after a failed one is cancelled, as in every chain (or, when the chain
+        // cannot start at all, fails the same way).
+        check!(w.is_err(), "the chain's write after its failed read: {w:?}");
+        if !dropped {
+            // A path op belongs to no runtime yet: outside every runtime it says so.
+            let open = poll_outside(ring_rt::fs::File::open(&path))?;
+            check!(
+                open.as_ref()
+                    .is_err_and(|e| e.to_string().contains("no ring-rt runtime")),
+                "an open outside every runtime: {:?}",
+                open.map(|_| ())
+            );
+        }
+    }
     let _ = std::fs::remove_file(&path);
     Ok(Completion::Completed)
+}
+
+/// Polls `fut` on this thread, outside every runtime, until it ends (at most 5 s).
+fn poll_outside<F: Future>(fut: F) -> Result<F::Output, &'static str> {
+    support::poll_on_thread(fut, Duration::from_secs(5)).ok_or("an op polled outside hung")
 }
 
 /// An op started inside its runtime and refused while in flight (polled again outside the

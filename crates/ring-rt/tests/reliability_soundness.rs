@@ -1472,11 +1472,7 @@ struct Fifo(std::path::PathBuf);
 impl Fifo {
     fn new(what: &str) -> std::io::Result<Fifo> {
         let path = temp_path(what);
-        let c_path = std::ffi::CString::new(path.to_str().unwrap_or_default())?;
-        // SAFETY: a valid NUL-terminated path.
-        if unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
+        support::mkfifo(&path)?;
         Ok(Fifo(path))
     }
 

@@ -89,6 +89,16 @@ pub fn runtime_with(kind: BackendKind, builder: ring_rt::Builder) -> Result<Runt
     }
 }
 
+/// Makes a FIFO at `path` (mode 0600).
+pub fn mkfifo(path: &std::path::Path) -> std::io::Result<()> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())?;
+    // SAFETY: `c` is a valid NUL-terminated path.
+    if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// This process's fds open on `path`.
 pub fn fds_open_on(path: &std::path::Path) -> Vec<i32> {
     let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
