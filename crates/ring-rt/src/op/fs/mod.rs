@@ -100,7 +100,7 @@ unsafe impl Operation for OpenAt {
 
 /// `openat(2)` as io_uring's OPENAT runs it, so a FIFO opens alike on both backends. An
 /// open that neither creates nor truncates (io_uring sends those to a worker thread, which
-/// opens blocking) is tried with `O_NONBLOCK`: a FIFO then opens for reading without
+/// opens blocking) nor asks for `O_PATH` is tried with `O_NONBLOCK`: a FIFO then opens for reading without
 /// waiting for a writer, and fails with `ENXIO` for writing with no reader, where a
 /// blocking open would wait, holding a pool thread nothing can interrupt. `EAGAIN` from
 /// that try (a lease being broken) is retried blocking, as io_uring retries it in a
@@ -115,7 +115,12 @@ unsafe fn openat_as_io_uring_does(path: *const libc::c_char, flags: i32, mode: u
         // SAFETY: `path` is NUL-terminated and alive, per this function's contract.
         res_int(unsafe { libc::openat(libc::AT_FDCWD, path, flags, mode) })
     };
-    if flags & (libc::O_CREAT | libc::O_TRUNC | libc::O_TMPFILE | libc::O_NONBLOCK) != 0 {
+    // `O_TMPFILE` includes `O_DIRECTORY`: only its own bit says "temporary file". An
+    // `O_PATH` fd opens no file (a FIFO's other end is never waited for) and refuses
+    // `F_SETFL`.
+    let tmpfile = libc::O_TMPFILE & !libc::O_DIRECTORY;
+    let as_is = libc::O_CREAT | libc::O_TRUNC | tmpfile | libc::O_NONBLOCK | libc::O_PATH;
+    if flags & as_is != 0 {
         return open(flags);
     }
     let fd = match open(flags | libc::O_NONBLOCK) {
@@ -126,7 +131,7 @@ unsafe fn openat_as_io_uring_does(path: *const libc::c_char, flags: i32, mode: u
     // SAFETY: F_GETFL/F_SETFL on the fd just opened, which nobody else has seen yet.
     let set = unsafe {
         let fl = libc::fcntl(fd, libc::F_GETFL);
-        if fl < 0 {
+        if fl < 0 || fl & libc::O_NONBLOCK == 0 {
             fl
         } else {
             libc::fcntl(fd, libc::F_SETFL, fl & !libc::O_NONBLOCK)
