@@ -775,14 +775,7 @@ fn child_sqpoll_queued(kind: BackendKind) -> Outcome {
     }))??;
     rt.shutdown_timeout(Duration::ZERO);
     drop(file);
-    let pairs: Vec<_> = (0..8)
-        .map(|_| std::os::unix::net::UnixStream::pair())
-        .collect::<Result<_, _>>()?;
-    std::thread::sleep(Duration::from_millis(1500));
-    let mut stray = 0;
-    for (x, y) in &pairs {
-        stray += support::waiting_bytes(x)? + support::waiting_bytes(y)?;
-    }
+    let stray = stray_bytes_on_new_sockets(8)?;
     drop(fill_file);
     let _ = std::fs::remove_file(&fill_path);
     let _ = std::fs::remove_file(&path);
@@ -928,14 +921,7 @@ fn child_outliving_linked(kind: BackendKind) -> Outcome {
     }))??;
     rt.shutdown_timeout(Duration::ZERO);
     drop(file);
-    let pairs: Vec<_> = (0..4)
-        .map(|_| std::os::unix::net::UnixStream::pair())
-        .collect::<Result<_, _>>()?;
-    std::thread::sleep(Duration::from_millis(1500));
-    let mut stray = 0;
-    for (x, y) in &pairs {
-        stray += support::waiting_bytes(x)? + support::waiting_bytes(y)?;
-    }
+    let stray = stray_bytes_on_new_sockets(4)?;
     let _ = std::fs::remove_file(&dir);
     check!(
         stray == 0,
@@ -1463,6 +1449,20 @@ async fn open_waiting_for_a_reader(fifo: std::path::PathBuf) -> std::io::Result<
         .create(true)
         .open(&fifo)
         .await
+}
+
+/// Opens `pairs` socket pairs (taking the fd numbers just freed), waits 1.5 s for ops a
+/// shut-down runtime may still let reach those numbers, and counts the bytes that came.
+fn stray_bytes_on_new_sockets(pairs: usize) -> std::io::Result<usize> {
+    let pairs: Vec<_> = (0..pairs)
+        .map(|_| std::os::unix::net::UnixStream::pair())
+        .collect::<Result<_, _>>()?;
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut stray = 0;
+    for (x, y) in &pairs {
+        stray += support::waiting_bytes(x)? + support::waiting_bytes(y)?;
+    }
+    Ok(stray)
 }
 
 /// A FIFO whose writer (an `open` parked in the kernel until a reader comes) is released
