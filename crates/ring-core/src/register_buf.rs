@@ -65,10 +65,17 @@ impl RegisteredBufs {
         Ok(RegisteredBufs(Rc::new(pool)))
     }
 
-    /// The pool without the kernel, for tests of the pure parts under Miri.
-    #[cfg(test)]
-    fn unregistered(count: u16, chunk_len: usize) -> io::Result<RegisteredBufs> {
+    /// The same pool without the kernel: page-aligned chunks lent out as [`FixedBuf`]s
+    /// that no ring knows (where no ring can register them: the epoll backend, a ring
+    /// whose registration failed). Plain READ / WRITE and syscalls use them as any memory.
+    pub fn unregistered(count: u16, chunk_len: usize) -> io::Result<RegisteredBufs> {
         Pool::new(count, chunk_len).map(|pool| RegisteredBufs(Rc::new(pool)))
+    }
+
+    /// Whether `buf` is a chunk of this pool (so its `buf_index` names it in the ring this
+    /// pool is registered with).
+    pub fn owns(&self, buf: &FixedBuf) -> bool {
+        Rc::ptr_eq(&self.0, &buf.pool)
     }
 
     /// Takes a free chunk, or `None` when all are lent out.

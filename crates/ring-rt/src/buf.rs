@@ -47,6 +47,14 @@ pub unsafe trait IoBuf: Unpin + 'static {
     /// Bytes available in all (what a read may fill; see the [trait's example](IoBuf)).
     fn bytes_total(&self) -> usize;
 
+    /// The registered chunk this buffer is, or lies in: file reads and writes of it on
+    /// the worker that lent it out go to the kernel as READ_FIXED / WRITE_FIXED (see
+    /// [`FixedBuf`]). Only ring-rt's own buffers answer; leave it to the default.
+    #[doc(hidden)]
+    fn fixed_buf(&self) -> Option<&FixedBuf> {
+        None
+    }
+
     /// A view of `range` of this buffer that is itself an owned buffer. The range is
     /// clamped to [`bytes_total`](Self::bytes_total); a read into a slice fills it from
     /// its start, a write sends its initialised part.
@@ -310,6 +318,10 @@ unsafe impl<T: IoBuf> IoBuf for Slice<T> {
     fn bytes_total(&self) -> usize {
         self.end - self.begin
     }
+    fn fixed_buf(&self) -> Option<&FixedBuf> {
+        // A slice of a chunk lies inside it: a fixed op may name the chunk for it.
+        self.buf.fixed_buf()
+    }
 }
 
 // SAFETY: as for IoBuf; the inner buffer is writable up to its bytes_total >= end.
@@ -391,6 +403,149 @@ pub(crate) fn advance(
 /// The `on_zero` of writes: the kernel accepted nothing.
 pub(crate) fn write_zero(_done: usize, _total: usize) -> std::io::Error {
     std::io::ErrorKind::WriteZero.into()
+}
+
+/// A buffer of its worker's registered pool: file reads and writes of it go to the kernel
+/// as `READ_FIXED` / `WRITE_FIXED`, which skip pinning the buffer's pages for every op (an
+/// `O_DIRECT` read or write otherwise pins them each time). Sized and counted by
+/// [`Builder::fixed_buffers`](crate::Builder::fixed_buffers), taken with
+/// [`FixedBuf::take`], page-aligned (so fit for `O_DIRECT`), and back in the pool when
+/// dropped.
+///
+/// It is an owned buffer like any other ([`IoBuf`], [`IoBufMut`], and a `[u8]` through
+/// `Deref`): the same calls take it on both backends. Where the kernel cannot use it as a
+/// registered buffer (the epoll backend, a ring whose registration failed, another
+/// worker's or another runtime's buffer, a socket op), it is plain memory, read and
+/// written as a `Vec` would be. [`is_registered`](Self::is_registered) says which.
+///
+/// It stays on the thread of the worker that lent it out (`!Send`): a registered buffer's
+/// index means something only to that worker's ring.
+///
+/// # Examples
+///
+/// ```
+/// use ring_rt::buf::FixedBuf;
+/// use ring_rt::fs::OpenOptions;
+///
+/// # let dir = std::env::temp_dir().join(format!("ring-rt-doc-fixed-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir)?;
+/// # let path = dir.join("f");
+/// let rt = ring_rt::Runtime::builder().fixed_buffers(4, 4096).build()?;
+/// rt.block_on(async {
+///     let file = OpenOptions::new().read(true).write(true).create(true).open(&path).await?;
+///     let mut buf = FixedBuf::take()?;
+///     buf.extend_from_slice(b"fixed");
+///     let (n, buf) = file.write_at(buf, 0).await;
+///     assert_eq!(n?, 5);
+///     drop(buf); // back in the pool
+///
+///     let (n, buf) = file.read_at(FixedBuf::take()?, 0).await;
+///     assert_eq!(&buf[..n?], b"fixed");
+///     std::io::Result::Ok(())
+/// })?;
+/// # std::fs::remove_dir_all(&dir)?;
+/// # std::io::Result::Ok(())
+/// ```
+pub struct FixedBuf {
+    chunk: ring_core::register_buf::FixedBuf,
+    /// The chunk's index in its worker's ring, if the pool is registered there.
+    registered: bool,
+}
+
+impl FixedBuf {
+    pub(crate) fn new(chunk: ring_core::register_buf::FixedBuf, registered: bool) -> FixedBuf {
+        FixedBuf { chunk, registered }
+    }
+
+    /// The chunk, for its worker to tell whether it is one of its own.
+    pub(crate) fn chunk(&self) -> &ring_core::register_buf::FixedBuf {
+        &self.chunk
+    }
+
+    /// Whether reads and writes of this buffer on its worker go to the kernel as
+    /// registered-buffer ops (false on epoll, or where the ring refused the registration).
+    pub fn is_registered(&self) -> bool {
+        self.registered
+    }
+
+    /// Bytes the buffer can hold: the pool's buffer length, rounded up to whole pages.
+    pub fn capacity(&self) -> usize {
+        self.chunk.capacity()
+    }
+
+    /// Appends as much of `data` as fits; how many bytes that was.
+    pub fn extend_from_slice(&mut self, data: &[u8]) -> usize {
+        let len = self.chunk.len();
+        let n = data.len().min(self.capacity() - len);
+        // SAFETY: `len + n <= capacity()`; the bytes written are `data`'s, after the `len`
+        // initialised ones, and `as_mut_ptr` is this buffer's own chunk.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.chunk.as_mut_ptr().add(len), n);
+            self.chunk.set_len(len + n);
+        }
+        n
+    }
+
+    /// Empties the buffer (its capacity stays).
+    pub fn clear(&mut self) {
+        // SAFETY: zero bytes are always initialised.
+        unsafe { self.chunk.set_len(0) };
+    }
+}
+
+impl std::ops::Deref for FixedBuf {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        self.chunk.as_slice()
+    }
+}
+
+impl std::ops::DerefMut for FixedBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        self.chunk.as_mut_slice()
+    }
+}
+
+impl std::fmt::Debug for FixedBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FixedBuf")
+            .field("len", &self.chunk.len())
+            .field("capacity", &self.capacity())
+            .field("registered", &self.registered)
+            .finish()
+    }
+}
+
+// SAFETY: the chunk is part of its pool's heap allocation, which the chunk's handle keeps
+// alive and never moves; `len` bytes hold data and `capacity` bytes are allocated.
+unsafe impl IoBuf for FixedBuf {
+    fn stable_ptr(&self) -> *const u8 {
+        self.chunk.as_ptr()
+    }
+    fn bytes_init(&self) -> usize {
+        self.chunk.len()
+    }
+    fn bytes_total(&self) -> usize {
+        self.chunk.capacity()
+    }
+    fn fixed_buf(&self) -> Option<&FixedBuf> {
+        Some(self)
+    }
+}
+
+// SAFETY: as for IoBuf; the whole chunk (`capacity` bytes) is writable and owned by this
+// buffer alone.
+unsafe impl IoBufMut for FixedBuf {
+    fn stable_mut_ptr(&mut self) -> *mut u8 {
+        self.chunk.as_mut_ptr()
+    }
+    unsafe fn set_init(&mut self, pos: usize) {
+        if pos > self.chunk.len() {
+            // SAFETY: the caller says the first `pos` bytes were initialised.
+            unsafe { self.chunk.set_len(pos) };
+        }
+    }
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use ring_core::probe::FeatureMask;
 use ring_core::setup::RingConfig;
 
 use crate::backend::select::{self, BackendConfig};
-use crate::backend::{BackendKind, RecvBuffers};
+use crate::backend::{BackendKind, FixedBuffers, RecvBuffers};
 
 use crate::runtime::Runtime;
 use crate::worker::blocking::BlockingTasks;
@@ -54,6 +54,7 @@ pub struct Builder {
     sqpoll_idle_ms: Option<u32>,
     pin_workers: bool,
     recv_buffers: RecvBuffers,
+    fixed_buffers: Option<FixedBuffers>,
     batch_wait: Duration,
     blocking_threads: Option<usize>,
     max_blocking_threads: usize,
@@ -99,6 +100,7 @@ impl Builder {
                 count: 1024,
                 len: 4096,
             },
+            fixed_buffers: None,
             batch_wait: DEFAULT_BATCH_WAIT,
             blocking_threads: None,
             max_blocking_threads: crate::worker::blocking::DEFAULT_MAX_THREADS,
@@ -236,6 +238,34 @@ impl Builder {
     /// ```
     pub fn recv_buffers(mut self, count: u16, len: u32) -> Builder {
         self.recv_buffers = RecvBuffers { count, len };
+        self
+    }
+
+    /// Gives each worker a pool of `count` registered buffers of `len` bytes (rounded up to
+    /// whole pages), lent out by [`FixedBuf::take`](crate::buf::FixedBuf::take): file reads
+    /// and writes of them go to the kernel as `READ_FIXED` / `WRITE_FIXED`, which skip
+    /// pinning the buffer's pages for every op. A worker allocates and registers its pool
+    /// when its first buffer is taken. None by default. `count` must be 1..=16,384 (the
+    /// kernel's limit) and `len` 1..=1 GiB, or `build` fails with `InvalidInput`.
+    ///
+    /// The pages are pinned for the ring's life and count against `RLIMIT_MEMLOCK` for a
+    /// user without `CAP_IPC_LOCK`; where the kernel refuses them (that limit, a seccomp
+    /// filter), and on epoll, the buffers work as plain memory and
+    /// [`is_registered`](crate::buf::FixedBuf::is_registered) says so.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let rt = ring_rt::Runtime::builder().fixed_buffers(64, 4096).build()?;
+    /// rt.block_on(async {
+    ///     let buf = ring_rt::buf::FixedBuf::take()?;
+    ///     assert_eq!(buf.capacity(), 4096);
+    ///     std::io::Result::Ok(())
+    /// })?;
+    /// # std::io::Result::Ok(())
+    /// ```
+    pub fn fixed_buffers(mut self, count: u16, len: usize) -> Builder {
+        self.fixed_buffers = Some(FixedBuffers { count, len });
         self
     }
 
@@ -411,6 +441,7 @@ impl Builder {
                     ..RingConfig::default()
                 },
                 recv_buffers: self.recv_buffers,
+                fixed_buffers: self.fixed_buffers.unwrap_or_default(),
                 batch_wait: self.batch_wait,
                 blocking_threads: self.blocking_threads,
             },
@@ -427,6 +458,11 @@ impl Builder {
     pub const MAX_THREADS: usize = 4096;
     /// The most buffers in [`recv_buffers`](Self::recv_buffers)' pool: a buffer ring's limit.
     pub const MAX_RECV_BUFFERS: u16 = 32768;
+    /// The most buffers in [`fixed_buffers`](Self::fixed_buffers)' pool: the kernel's
+    /// `IORING_MAX_REG_BUFFERS`.
+    pub const MAX_FIXED_BUFFERS: u16 = ring_core::register_buf::REG_BUFFERS_MAX;
+    /// The longest buffer [`fixed_buffers`](Self::fixed_buffers) takes: the kernel's 1 GiB.
+    pub const MAX_FIXED_BUFFER_LEN: usize = ring_core::register_buf::REG_BUFFER_LEN_MAX;
 
     /// The knobs whose bad values would otherwise surface late, or differently per backend.
     fn check_limits(&self) -> io::Result<()> {
@@ -441,6 +477,15 @@ impl Builder {
             return invalid(format!(
                 "recv_buffers({count}, {len}): count must be 1..={max} and len 1..={}",
                 i32::MAX
+            ));
+        }
+        let (count_max, len_max) = (Self::MAX_FIXED_BUFFERS, Self::MAX_FIXED_BUFFER_LEN);
+        if let Some(FixedBuffers { count, len }) = self
+            .fixed_buffers
+            .filter(|f| f.count == 0 || f.count > count_max || f.len == 0 || f.len > len_max)
+        {
+            return invalid(format!(
+                "fixed_buffers({count}, {len}): count must be 1..={count_max} and len 1..={len_max}"
             ));
         }
         if self.batch_wait > Self::MAX_BATCH_WAIT {

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use io_uring::opcode;
 use libtest_mimic::{Completion, Failed};
+use ring_rt::buf::IoBuf;
 use ring_rt::fs::{self, AlignedBuf, File, OpenOptions};
 use ring_rt::time::{sleep, timeout};
 use ring_rt::{BackendKind, Builder, FeatureMask, Runtime};
@@ -108,6 +109,23 @@ fn main() {
         (
             "cached_reads_need_no_helper_thread",
             cached_reads_need_no_helper_thread,
+        ),
+        (
+            "fixed_buffers_write_and_read_a_file",
+            fixed_buffers_write_and_read_a_file,
+        ),
+        ("fixed_buffers_do_o_direct", fixed_buffers_do_o_direct),
+        (
+            "fixed_buffers_say_why_none_can_be_had",
+            fixed_buffers_say_why_none_can_be_had,
+        ),
+        (
+            "a_dropped_fixed_read_gives_its_buffer_back",
+            a_dropped_fixed_read_gives_its_buffer_back,
+        ),
+        (
+            "a_fixed_buffer_outlives_its_runtime_as_plain_memory",
+            a_fixed_buffer_outlives_its_runtime_as_plain_memory,
         ),
     ])
 }
@@ -1335,4 +1353,226 @@ fn threads_named(name: &str) -> io::Result<usize> {
         n += usize::from(comm.trim_end() == name);
     }
     Ok(n)
+}
+
+fn fixed_runtime(kind: BackendKind, count: u16, len: usize) -> Result<Runtime, Completion> {
+    support::runtime_with(kind, Builder::new().threads(1).fixed_buffers(count, len))
+}
+
+/// Writes and reads through registered buffers (`WRITE_FIXED` / `READ_FIXED` on io_uring,
+/// plain memory on epoll), whole and as a slice (an address inside the chunk).
+fn fixed_buffers_write_and_read_a_file(kind: BackendKind) -> Outcome {
+    let rt = match fixed_runtime(kind, 4, 4096) {
+        Ok(rt) => rt,
+        Err(skip) => return Ok(skip),
+    };
+    let dir = Scratch::new("fixed", kind)?;
+    rt.block_on(bounded(LIMIT, async {
+        let path = dir.path("f");
+        let f = open_rw(&path).await?;
+        let data = pattern(3, 6000);
+        let mut buf = ring_rt::buf::FixedBuf::take()?;
+        check!(
+            buf.is_registered() == (kind == BackendKind::Uring),
+            "{kind}: registered {}",
+            buf.is_registered()
+        );
+        check!(buf.is_empty() && buf.capacity() == 4096, "{buf:?}");
+        check!(
+            buf.extend_from_slice(&data) == 4096,
+            "a full buffer took more"
+        );
+        let (res, buf) = f.write_at(buf, 10).await;
+        check!(res? == 4096, "short write");
+        let mut tail = ring_rt::buf::FixedBuf::take()?;
+        tail.extend_from_slice(&data[4096..]);
+        let (res, _) = f.write_all_at(tail.slice(..), 10 + 4096).await;
+        res?;
+        drop(buf);
+        check!(
+            std::fs::read(&path)?[10..] == data[..],
+            "std sees other bytes"
+        );
+        let (res, back) = f.read_at(ring_rt::buf::FixedBuf::take()?, 10).await;
+        check!(
+            res? == 4096 && back[..] == data[..4096],
+            "read back differs"
+        );
+        // Into the middle of a chunk: the address lies inside it, past the 100 bytes it
+        // holds.
+        let mut head = ring_rt::buf::FixedBuf::take()?;
+        head.extend_from_slice(&[7; 100]);
+        let (res, part) = f.read_at(head.slice(100..), 10 + 4096).await;
+        let n = res?;
+        let part = part.into_inner();
+        check!(
+            n == data.len() - 4096 && part[..100] == [7; 100] && part[100..] == data[4096..],
+            "a read into a slice of a fixed buffer read {n} bytes: {:?}",
+            &part[100..110]
+        );
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// Page-aligned, a registered buffer is fit for `O_DIRECT`.
+fn fixed_buffers_do_o_direct(kind: BackendKind) -> Outcome {
+    let rt = match fixed_runtime(kind, 2, 4096) {
+        Ok(rt) => rt,
+        Err(skip) => return Ok(skip),
+    };
+    let dirs = direct_scratch("fixed-direct", kind)?;
+    rt.block_on(bounded(LIMIT, async {
+        let f = match direct_file(&dirs, 64 << 10).await {
+            Ok(f) => f,
+            Err(outcome) => return outcome,
+        };
+        let want = pattern(12, 64 << 10);
+        for pos in [0u64, 4096, 60 << 10] {
+            let (res, buf) = f.read_at(ring_rt::buf::FixedBuf::take()?, pos).await;
+            let n = res?;
+            let at = pos as usize;
+            check!(
+                n == 4096 && buf[..] == want[at..at + 4096],
+                "O_DIRECT read of a fixed buffer at {pos}: {n} bytes"
+            );
+        }
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// A buffer that cannot be had says why: none configured, all out, no runtime here, a
+/// shape the kernel would refuse.
+fn fixed_buffers_say_why_none_can_be_had(kind: BackendKind) -> Outcome {
+    let outside = ring_rt::buf::FixedBuf::take()
+        .err()
+        .ok_or("taken outside a runtime")?;
+    check!(
+        outside.to_string().contains("no ring-rt runtime"),
+        "outside: {outside}"
+    );
+    for (count, len) in [(0, 4096), (1, 0), (16_385, 4096), (1, (1 << 30) + 1)] {
+        let built = Builder::new()
+            .backend(kind)
+            .fixed_buffers(count, len)
+            .build();
+        let err = built
+            .err()
+            .ok_or(format!("fixed_buffers({count}, {len}) built"))?;
+        check!(
+            err.kind() == ErrorKind::InvalidInput,
+            "fixed_buffers({count}, {len}): {err}"
+        );
+    }
+    let plain = runtime!(kind);
+    let none = plain.block_on(async { ring_rt::buf::FixedBuf::take() });
+    let none = none
+        .err()
+        .ok_or("taken from a runtime without fixed buffers")?;
+    check!(
+        none.kind() == ErrorKind::Unsupported,
+        "none configured: {none}"
+    );
+    let rt = match fixed_runtime(kind, 2, 100) {
+        Ok(rt) => rt,
+        Err(skip) => return Ok(skip),
+    };
+    rt.block_on(async {
+        let held = [
+            ring_rt::buf::FixedBuf::take()?,
+            ring_rt::buf::FixedBuf::take()?,
+        ];
+        let out = ring_rt::buf::FixedBuf::take()
+            .err()
+            .ok_or("a third of two")?;
+        check!(out.kind() == ErrorKind::WouldBlock, "all out: {out}");
+        check!(
+            held.iter()
+                .all(|b| b.capacity() % 4096 == 0 && b.capacity() >= 100),
+            "not whole pages: {held:?}"
+        );
+        drop(held);
+        ring_rt::buf::FixedBuf::take()?;
+        Ok(Completion::Completed)
+    })
+}
+
+/// A read dropped in flight keeps its registered buffer until the kernel's final
+/// completion, then gives it back: every buffer can be taken again, and none twice.
+fn a_dropped_fixed_read_gives_its_buffer_back(kind: BackendKind) -> Outcome {
+    const COUNT: u16 = 4;
+    let rt = match fixed_runtime(kind, COUNT, 4096) {
+        Ok(rt) => rt,
+        Err(skip) => return Ok(skip),
+    };
+    let dir = Scratch::new("fixed-drop", kind)?;
+    rt.block_on(bounded(LIMIT, async {
+        let path = dir.path("f");
+        std::fs::write(&path, pattern(5, 1 << 20))?;
+        let f = File::open(&path).await?;
+        for round in 0..64u64 {
+            let mut reads: Vec<_> = (0..COUNT)
+                .map(|i| {
+                    let buf = ring_rt::buf::FixedBuf::take()?;
+                    let pos = (round * 4 + u64::from(i)) * 4096 % (1 << 20);
+                    Ok(Box::pin(f.read_at(buf, pos).into_future()))
+                })
+                .collect::<io::Result<_>>()?;
+            for read in &mut reads {
+                let _ = poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx).is_ready())).await;
+            }
+            drop(reads);
+            let mut back = Vec::new();
+            for _ in 0..200 {
+                match ring_rt::buf::FixedBuf::take() {
+                    Ok(buf) => back.push(buf),
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                        sleep(Duration::from_millis(1)).await
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+                if back.len() == usize::from(COUNT) {
+                    break;
+                }
+            }
+            check!(
+                back.len() == usize::from(COUNT),
+                "round {round}: {} of {COUNT} buffers came back",
+                back.len()
+            );
+        }
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// A registered buffer kept after its runtime is dropped is still its memory (the pool
+/// lives as long as a buffer of it), and another runtime reads into it as into any buffer.
+fn a_fixed_buffer_outlives_its_runtime_as_plain_memory(kind: BackendKind) -> Outcome {
+    let rt = match fixed_runtime(kind, 2, 4096) {
+        Ok(rt) => rt,
+        Err(skip) => return Ok(skip),
+    };
+    let mut kept = rt.block_on(async { ring_rt::buf::FixedBuf::take() })?;
+    drop(rt);
+    kept.extend_from_slice(b"kept");
+    check!(&kept[..] == b"kept", "{kept:?}");
+    kept.clear();
+    let other = match fixed_runtime(kind, 2, 4096) {
+        Ok(rt) => rt,
+        Err(skip) => return Ok(skip),
+    };
+    let dir = Scratch::new("fixed-other", kind)?;
+    other.block_on(bounded(LIMIT, async {
+        let path = dir.path("f");
+        std::fs::write(&path, b"from another runtime")?;
+        let f = File::open(&path).await?;
+        // This runtime's own pool is registered too: the other pool's index must not be
+        // taken for one of its own.
+        let _own = ring_rt::buf::FixedBuf::take()?;
+        let (res, kept) = f.read_at(kept, 0).await;
+        check!(
+            res? == 20 && &kept[..] == b"from another runtime",
+            "{kept:?}"
+        );
+        Ok(Completion::Completed)
+    }))?
 }

@@ -11,6 +11,7 @@ mod support;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
+use std::future::{Future, IntoFuture};
 use std::io::{Read, Write};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -71,6 +72,14 @@ fn main() {
         (
             "a_detached_tasks_output_panicking_in_drop_leaves_the_worker_running",
             a_detached_tasks_output_panicking_in_drop_leaves_the_worker_running,
+        ),
+        (
+            "ops_polled_outside_their_runtime_leave_nothing_behind",
+            ops_polled_outside_their_runtime_leave_nothing_behind,
+        ),
+        (
+            "reads_dropped_on_a_socket_that_stays_unready_leave_nothing_behind",
+            reads_dropped_on_a_socket_that_stays_unready_leave_nothing_behind,
         ),
     ])
 }
@@ -260,5 +269,102 @@ fn a_detached_tasks_output_panicking_in_drop_leaves_the_worker_running(
     );
     let alive = rt.metrics().workers[0].tasks_alive;
     check!(alive == 0, "{alive} tasks left alive");
+    Ok(Completion::Completed)
+}
+
+/// An op polled outside its runtime is cancelled, and the worker notes which ops it
+/// cancelled so (to tell that refusal from the kernel's own `ECANCELED`). An op dropped
+/// then, or ending inside with a result that beat the cancel, must not leave its note
+/// behind: a program that keeps doing so would grow without bound.
+fn ops_polled_outside_their_runtime_leave_nothing_behind(kind: BackendKind) -> Outcome {
+    const ROUNDS: usize = 1024;
+    let rt = runtime!(kind);
+    let (a, b) = rt.block_on(async { ring_rt::net::UnixStream::pair() })?;
+    let round = |ends_inside: bool| -> Result<(), Box<dyn std::error::Error>> {
+        let mut read = Box::pin(b.read(vec![0u8; 8]).into_future());
+        // Started inside: on io_uring the read is in the kernel now.
+        rt.block_on(std::future::poll_fn(|cx| {
+            let _ = read.as_mut().poll(cx);
+            std::task::Poll::Ready(())
+        }));
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        // io_uring: pending, its cancel sent. epoll: refused at once (nothing of a socket
+        // read is in flight while it waits for readiness), so there is nothing to end.
+        let pending = read.as_mut().poll(&mut cx).is_pending();
+        if pending && ends_inside {
+            // The read gets its byte before the runtime turns again: it ends inside, with
+            // the byte if its own result beat the cancel, refused if the cancel won.
+            rt.block_on(async {
+                a.write_all(&b"x"[..]).await.0?;
+                let _ = read.await;
+                // A byte the refused read left is read now, to keep the rounds alike.
+                let _ =
+                    ring_rt::time::timeout(Duration::from_millis(1), b.read(vec![0u8; 8])).await;
+                Ok::<(), std::io::Error>(())
+            })?;
+        } else {
+            drop(read);
+        }
+        // A turn or two takes in what the kernel still owed (a cancel's completion).
+        rt.block_on(async {
+            ring_rt::yield_now().await;
+            ring_rt::yield_now().await;
+        });
+        Ok(())
+    };
+    // Warm up: the op table, the pools and the worker's lists reach their sizes.
+    for i in 0..256 {
+        round(i % 2 == 0).map_err(|e| e.to_string())?;
+    }
+    let before = held();
+    for i in 0..ROUNDS {
+        round(i % 2 == 0).map_err(|e| e.to_string())?;
+    }
+    let grown = held() - before;
+    eprintln!("{kind}: {grown} B more heap after {ROUNDS} ops polled outside their runtime");
+    check!(
+        grown < 1024,
+        "{kind}: {ROUNDS} ops polled outside their runtime left {grown} B of heap behind"
+    );
+    Ok(Completion::Completed)
+}
+
+/// Task after task reads a socket that never gets data, each giving up at a timeout (the
+/// read's future dropped while it waits): nothing of the finished tasks may stay behind.
+/// On epoll the wait is a waker parked on the fd until it is ready, which kept each
+/// finished task's waker (and its header) for as long as the socket stayed unready.
+fn reads_dropped_on_a_socket_that_stays_unready_leave_nothing_behind(kind: BackendKind) -> Outcome {
+    const TASKS: usize = 1024;
+    let rt = runtime!(kind);
+    let grown = rt.block_on(async {
+        let (_a, b) = ring_rt::net::UnixStream::pair()?;
+        let b = std::rc::Rc::new(b);
+        let round = |tasks: usize| {
+            let b = b.clone();
+            async move {
+                for _ in 0..tasks {
+                    let b = b.clone();
+                    ring_rt::spawn(async move {
+                        let read = b.read(vec![0u8; 8]);
+                        ring_rt::time::timeout(Duration::from_micros(1), read).await
+                    })
+                    .await
+                    .map_err(std::io::Error::from)?
+                    .err()
+                    .ok_or_else(|| std::io::Error::other("a read got data nobody sent"))?;
+                }
+                Ok::<(), std::io::Error>(())
+            }
+        };
+        round(64).await?;
+        let before = held();
+        round(TASKS).await?;
+        Ok::<isize, std::io::Error>(held() - before)
+    })?;
+    eprintln!("{kind}: {grown} B more heap after {TASKS} tasks dropped a waiting read");
+    check!(
+        grown < 1024,
+        "{kind}: {TASKS} tasks that dropped a read on an unready socket left {grown} B of heap behind"
+    );
     Ok(Completion::Completed)
 }

@@ -1712,8 +1712,8 @@ fn a_panicking_buffer_destructor_leaves_every_op_accounted_for(kind: BackendKind
 fn a_panicking_waker_of_a_waiting_read_leaves_the_table_whole(kind: BackendKind) -> Outcome {
     support::expecting_panics(|| -> Outcome {
         let rt = runtime!(kind);
-        // Disarmed after the first phase: epoll keeps a dropped read's waker parked on the
-        // socket (a stale wake is allowed) and would wake it at the next readiness.
+        // Disarmed once the second read is dropped: epoll lets a dropped read's parked
+        // waker go by waking it (a stale wake is allowed), which is not the wake tested.
         let armed = std::sync::Arc::new(AtomicBool::new(true));
         let steady = rt.block_on(async {
             ring_rt::yield_now().await;
@@ -1738,6 +1738,7 @@ fn a_panicking_waker_of_a_waiting_read_leaves_the_table_whole(kind: BackendKind)
                         .poll(&mut std::task::Context::from_waker(&waker))
                 });
                 let _ = timeout(Duration::from_millis(300), waiting).await;
+                armed.store(false, Ordering::SeqCst);
             })
         }));
         let panicked = ran.is_err();

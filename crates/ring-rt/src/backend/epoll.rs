@@ -20,11 +20,13 @@ use ring_core::lifecycle::{Deferred, Orphan};
 use ring_core::metrics::Metrics;
 use ring_core::op_table::{Dispatch, OpTable, Orphaned};
 use ring_core::probe::Features;
+use ring_core::register_buf::{FixedBuf as FixedChunk, RegisteredBufs};
 use ring_core::user_data::OpId;
 
 use super::blocking::{BlockingJob, BlockingPool};
 use super::{
-    BackendKind, Capability, Emulation, Mechanism, Operation, RecvBuffers, RecvPool, Start, Token,
+    BackendKind, Capability, Emulation, FixedBuffers, FixedPool, Mechanism, Operation, RecvBuffers,
+    RecvPool, Start, Token,
 };
 use crate::waiters::Waiters;
 
@@ -74,6 +76,8 @@ pub(crate) struct EpollBackend {
     woken: Deferred,
     /// The worker's shared receive group (see `Backend::recv_group`).
     recv_pool: RecvPool,
+    /// The worker's fixed buffers: plain memory here (see `Mechanism::fixed_buffers`).
+    fixed_pool: FixedPool,
     /// Set once a drain gave up on jobs still running (see [`drain`](Self::drain)).
     abandoned: bool,
 }
@@ -83,6 +87,7 @@ impl EpollBackend {
         wake_fd: RawFd,
         on_wake: Box<dyn Fn()>,
         recv_buffers: RecvBuffers,
+        fixed_buffers: FixedBuffers,
         blocking_threads: usize,
     ) -> io::Result<EpollBackend> {
         // SAFETY: no pointers; the result is checked.
@@ -104,6 +109,7 @@ impl EpollBackend {
             timeouts,
             woken: Deferred::default(),
             recv_pool: RecvPool::new(recv_buffers),
+            fixed_pool: FixedPool::new(fixed_buffers),
             abandoned: false,
         };
         backend.ctl(
@@ -414,6 +420,16 @@ impl Mechanism for EpollBackend {
         self.recv_pool.in_use()
     }
 
+    /// Never registered: no ring here. The blocking pool's syscalls use them as any memory.
+    fn fixed_buffers(&mut self) -> io::Result<(RegisteredBufs, bool)> {
+        self.fixed_pool
+            .get_or_create(|count, len| Ok((RegisteredBufs::unregistered(count, len)?, false)))
+    }
+
+    fn fixed_index(&self, buf: &FixedChunk) -> Option<u16> {
+        self.fixed_pool.index_of(buf)
+    }
+
     /// None: an epoll worker is woken by its eventfd.
     fn wake_target(&self) -> Option<std::os::fd::OwnedFd> {
         None
@@ -577,6 +593,28 @@ impl Mechanism for EpollBackend {
     /// Never asked: no op names a number later here (`links_name`).
     fn hand_out_linked(&mut self, _fd: RawFd) -> Option<std::os::fd::OwnedFd> {
         None
+    }
+
+    /// Lets the parked wakers for `events` on `fd` go, waking them: the dropped op's is
+    /// among them but cannot be told apart (one waker stands for every op of its task
+    /// waiting there), so every one is woken, and those still waiting park again.
+    fn readiness_dropped(&mut self, fd: RawFd, events: u32) {
+        let Some(reg) = usize::try_from(fd).ok().and_then(|i| self.regs.get_mut(i)) else {
+            return;
+        };
+        let take = |waiters: &mut Waiters, event: i16| match events & event as u32 {
+            0 => Waiters::None,
+            _ => std::mem::take(waiters),
+        };
+        let readers = take(&mut reg.readers, libc::POLLIN);
+        let writers = take(&mut reg.writers, libc::POLLOUT);
+        for waker in readers.into_iter().chain(writers) {
+            self.woken.wake(waker);
+        }
+    }
+
+    fn is_live(&self, id: OpId) -> bool {
+        self.ops.contains(id)
     }
 
     /// Forgets what is known drained on `fd`: after a local `shutdown`, a syscall gives

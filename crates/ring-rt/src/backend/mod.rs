@@ -26,6 +26,7 @@ use ring_core::driver::Wait;
 use ring_core::lifecycle::{Deferred, Orphan};
 use ring_core::metrics::Metrics;
 use ring_core::probe::Features;
+use ring_core::register_buf::{FixedBuf as FixedChunk, RegisteredBufs};
 use ring_core::user_data::OpId;
 
 pub use blocking::BlockingJob;
@@ -211,6 +212,55 @@ impl RecvPool {
         let group = create(self.sizes.count, self.sizes.len)?;
         self.group = Some(group.clone());
         Ok(group)
+    }
+}
+
+/// Registered-buffer sizing for a worker's fixed pool (`Builder::fixed_buffers`); a count
+/// of 0 is none.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct FixedBuffers {
+    pub(crate) count: u16,
+    pub(crate) len: usize,
+}
+
+/// A worker's fixed buffers: made on first use (a worker that never takes one allocates
+/// and pins nothing), and whether its ring knows them.
+pub(crate) struct FixedPool {
+    sizes: FixedBuffers,
+    pool: Option<(RegisteredBufs, bool)>,
+}
+
+impl FixedPool {
+    pub(crate) fn new(sizes: FixedBuffers) -> FixedPool {
+        FixedPool { sizes, pool: None }
+    }
+
+    /// The pool and whether it is registered, made by `create(count, len)` on first use.
+    fn get_or_create(
+        &mut self,
+        create: impl FnOnce(u16, usize) -> io::Result<(RegisteredBufs, bool)>,
+    ) -> io::Result<(RegisteredBufs, bool)> {
+        if let Some((pool, registered)) = &self.pool {
+            return Ok((pool.clone(), *registered));
+        }
+        let FixedBuffers { count, len } = self.sizes;
+        if count == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "this runtime has no fixed buffers: size them with Builder::fixed_buffers",
+            ));
+        }
+        let made = create(count, len)?;
+        self.pool = Some(made.clone());
+        Ok(made)
+    }
+
+    /// `buf`'s index in the ring, if it is a chunk of this worker's registered pool.
+    fn index_of(&self, buf: &FixedChunk) -> Option<u16> {
+        match &self.pool {
+            Some((pool, true)) if pool.owns(buf) => Some(buf.buf_index()),
+            _ => None,
+        }
     }
 }
 
@@ -418,6 +468,15 @@ pub(crate) trait Mechanism {
     /// of file) even though nothing new arrived.
     fn after_local_shutdown(&mut self, fd: RawFd);
 
+    /// An op waiting for `fd` to be ready for `events` with nothing in flight (epoll's
+    /// readiness wait) was dropped: the wakers parked for that are let go, so that ops
+    /// dropped while `fd` stays unready (a read under a timeout, tried again and again by
+    /// new tasks) do not pile up their tasks' wakers until it is ready.
+    fn readiness_dropped(&mut self, fd: RawFd, events: u32);
+
+    /// Whether op `id` is still in the op table (its final completion not yet taken).
+    fn is_live(&self, id: OpId) -> bool;
+
     /// Whether an op not yet issued (a kernel-linked op) still names `fd`, so that closing
     /// it now could let that op reach whatever reuses the number.
     fn links_name(&mut self, fd: RawFd) -> bool;
@@ -432,6 +491,14 @@ pub(crate) trait Mechanism {
 
     /// Buffers of the receive pool that are out (0 before the pool is first used).
     fn recv_buffers_in_use(&self) -> usize;
+
+    /// The worker's fixed buffers, made on first use, and whether the ring has them
+    /// registered (never on epoll).
+    fn fixed_buffers(&mut self) -> io::Result<(RegisteredBufs, bool)>;
+
+    /// The index a fixed op names `buf` by, if it is a chunk of this worker's registered
+    /// pool (else it is plain memory here).
+    fn fixed_index(&self, buf: &FixedChunk) -> Option<u16>;
 
     /// An fd other workers wake this one's loop through with
     /// [`send_wake`](Self::send_wake); `None` where the backend cannot be woken that way (epoll,
@@ -540,11 +607,23 @@ impl Mechanism for Backend {
     fn after_local_shutdown(&mut self, fd: RawFd) {
         each!(self, b => b.after_local_shutdown(fd))
     }
+    fn readiness_dropped(&mut self, fd: RawFd, events: u32) {
+        each!(self, b => b.readiness_dropped(fd, events))
+    }
+    fn is_live(&self, id: OpId) -> bool {
+        each!(self, b => b.is_live(id))
+    }
     fn recv_group(&mut self) -> io::Result<BufGroup> {
         each!(self, b => b.recv_group())
     }
     fn recv_buffers_in_use(&self) -> usize {
         each!(self, b => b.recv_buffers_in_use())
+    }
+    fn fixed_buffers(&mut self) -> io::Result<(RegisteredBufs, bool)> {
+        each!(self, b => b.fixed_buffers())
+    }
+    fn fixed_index(&self, buf: &FixedChunk) -> Option<u16> {
+        each!(self, b => b.fixed_index(buf))
     }
     fn wake_target(&self) -> Option<std::os::fd::OwnedFd> {
         each!(self, b => b.wake_target())

@@ -17,7 +17,7 @@ use ring_core::setup::{RingConfig, SetupError};
 
 use super::epoll::EpollBackend;
 use super::uring::UringBackend;
-use super::{blocking, Backend, BackendKind, RecvBuffers};
+use super::{blocking, Backend, BackendKind, FixedBuffers, RecvBuffers};
 
 /// What a worker's backend is built from (the builder's settings that concern it).
 #[derive(Clone, Debug)]
@@ -28,6 +28,7 @@ pub(crate) struct BackendConfig {
     pub(crate) mask: Option<FeatureMask>,
     pub(crate) ring: RingConfig,
     pub(crate) recv_buffers: RecvBuffers,
+    pub(crate) fixed_buffers: FixedBuffers,
     pub(crate) batch_wait: Duration,
     /// The blocking-thread cap the builder set, if it set one.
     pub(crate) blocking_threads: Option<usize>,
@@ -56,7 +57,13 @@ pub(crate) fn open(config: &BackendConfig, wake: WakeSource<'_>) -> io::Result<(
         .blocking_threads
         .unwrap_or_else(blocking::default_threads);
     let is_explicit = config.blocking_threads.is_some();
-    let uring = UringBackend::new(&driver, wake.fd, (wake.on_wake)(), config.recv_buffers);
+    let uring = UringBackend::new(
+        &driver,
+        wake.fd,
+        (wake.on_wake)(),
+        config.recv_buffers,
+        config.fixed_buffers,
+    );
     match uring {
         Ok(b) => {
             let b = b
@@ -77,7 +84,13 @@ fn open_epoll(
     let threads = config
         .blocking_threads
         .unwrap_or_else(blocking::default_threads);
-    let epoll = EpollBackend::new(wake.fd, (wake.on_wake)(), config.recv_buffers, threads)?;
+    let epoll = EpollBackend::new(
+        wake.fd,
+        (wake.on_wake)(),
+        config.recv_buffers,
+        config.fixed_buffers,
+        threads,
+    )?;
     Ok((Backend::Epoll(epoll), choice))
 }
 

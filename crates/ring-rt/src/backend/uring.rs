@@ -19,13 +19,15 @@ use ring_core::driver::{Batch, Driver, DriverConfig, Wait};
 use ring_core::lifecycle::{Deferred, Orphan};
 use ring_core::metrics::Metrics;
 use ring_core::probe::{Feature, Features};
+use ring_core::register_buf::{FixedBuf as FixedChunk, RegisteredBufs};
 use ring_core::release::Keep;
 use ring_core::setup::SetupError;
 use ring_core::user_data::{OpId, Reserved};
 
 use super::linked_fds::LinkedFds;
 use super::{
-    BackendKind, Capability, Emulation, Mechanism, Operation, RecvBuffers, RecvPool, Start, Token,
+    BackendKind, Capability, Emulation, FixedBuffers, FixedPool, Mechanism, Operation, RecvBuffers,
+    RecvPool, Start, Token,
 };
 
 pub(crate) struct UringBackend {
@@ -36,6 +38,8 @@ pub(crate) struct UringBackend {
     wake_op: Option<OpId>,
     /// The worker's shared receive group (see `Backend::recv_group`).
     recv_pool: RecvPool,
+    /// The worker's registered buffers (see `Mechanism::fixed_buffers`).
+    fixed_pool: FixedPool,
     /// Called when the eventfd fired, to reset it.
     on_wake: Box<dyn Fn()>,
     /// The longest a blocking wait may linger to gather a batch; zero for never.
@@ -62,12 +66,14 @@ impl UringBackend {
         wake_fd: RawFd,
         on_wake: Box<dyn Fn()>,
         recv_buffers: RecvBuffers,
+        fixed_buffers: FixedBuffers,
     ) -> Result<UringBackend, SetupError> {
         Ok(UringBackend {
             driver: Driver::new(config)?,
             wake_fd,
             wake_op: None,
             recv_pool: RecvPool::new(recv_buffers),
+            fixed_pool: FixedPool::new(fixed_buffers),
             on_wake,
             batch_wait: Duration::ZERO,
             last_batch: 0,
@@ -259,6 +265,14 @@ impl Mechanism for UringBackend {
     /// Nothing to do: an op in the kernel sees the shutdown itself; nothing is cached.
     fn after_local_shutdown(&mut self, _fd: RawFd) {}
 
+    /// Nothing parked here: a readiness wait is a `POLL_ADD` in the op table, whose
+    /// waker goes with it when it is orphaned.
+    fn readiness_dropped(&mut self, _fd: RawFd, _events: u32) {}
+
+    fn is_live(&self, id: OpId) -> bool {
+        self.driver.ops().contains(id)
+    }
+
     fn links_name(&mut self, fd: RawFd) -> bool {
         self.linked_fds.names(fd, self.driver.ops())
     }
@@ -275,6 +289,26 @@ impl Mechanism for UringBackend {
 
     fn recv_buffers_in_use(&self) -> usize {
         self.recv_pool.in_use()
+    }
+
+    /// Registered with the ring (`IORING_REGISTER_BUFFERS`); where the kernel refuses (the
+    /// pinned pages over `RLIMIT_MEMLOCK`, a seccomp filter), the same pool unregistered,
+    /// with the reason logged: reads and writes of it then pin as plain ones do.
+    fn fixed_buffers(&mut self) -> io::Result<(RegisteredBufs, bool)> {
+        let driver = &mut self.driver;
+        self.fixed_pool
+            .get_or_create(|count, len| match driver.register_buffers(count, len) {
+                Ok(pool) => Ok((pool, true)),
+                Err(e) if e.kind() == io::ErrorKind::InvalidInput => Err(e),
+                Err(e) => {
+                    tracing::warn!(target: "ring_rt", count, len, error = %e, "fixed buffers not registered with the ring; they work as plain memory");
+                    Ok((RegisteredBufs::unregistered(count, len)?, false))
+                }
+            })
+    }
+
+    fn fixed_index(&self, buf: &FixedChunk) -> Option<u16> {
+        self.fixed_pool.index_of(buf)
     }
 
     /// A duplicate of the ring fd, for MSG_RING (5.18+).

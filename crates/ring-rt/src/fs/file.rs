@@ -281,6 +281,7 @@ impl File {
         buf: B,
         pos: u64,
     ) -> Pending<'_, impl OpDef<Output = (io::Result<usize>, B)>> {
+        let fixed = self.fixed_index(&buf);
         let op = ReadAt {
             fd: self.fd,
             buf,
@@ -288,6 +289,7 @@ impl File {
             nowait: self.is_nowait_read,
             unpositioned: self.unpositioned,
             at_once: self.is_direct,
+            fixed,
         };
         Pending::new(self.core.clone(), op)
     }
@@ -314,14 +316,22 @@ impl File {
         buf: B,
         pos: u64,
     ) -> Pending<'_, impl OpDef<Output = (io::Result<usize>, B)>> {
+        let fixed = self.fixed_index(&buf);
         let op = WriteAt {
             fd: self.fd,
             buf,
             pos: kernel_pos(pos),
             unpositioned: self.unpositioned,
             at_once: self.is_direct,
+            fixed,
         };
         Pending::new(self.core.clone(), op)
+    }
+
+    /// The registered index `buf` goes to the kernel by on this file's worker: a chunk of
+    /// that worker's registered pool (see [`FixedBuf`](crate::buf::FixedBuf)), else none.
+    fn fixed_index(&self, buf: &impl IoBuf) -> Option<u16> {
+        buf.fixed_buf().and_then(|b| self.core.fixed_index(b))
     }
 
     /// Reads at `pos` into `bufs` in order (`preadv`), each up to its capacity. At most

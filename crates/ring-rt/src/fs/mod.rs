@@ -21,6 +21,7 @@
 
 mod aligned;
 mod file;
+mod fixed;
 mod metadata;
 mod open_options;
 

@@ -263,7 +263,11 @@ impl<T: OpDef> Drop for Op<T> {
         match token.in_flight() {
             Some((id, true)) => self.core.orphan(id, op.into_orphan()),
             Some((poll, false)) => self.core.orphan(poll, Box::new(Keep(()))),
-            None => {}
+            None => {
+                if let Token::Ready { fd, events, .. } = token {
+                    self.core.readiness_dropped(fd, events);
+                }
+            }
         }
     }
 }

@@ -12,6 +12,7 @@ use ring_core::buf_pool::BufGroup;
 use ring_core::cqe::Cqe;
 use ring_core::metrics::{Metrics, Snapshot};
 use ring_core::probe::Features;
+use ring_core::register_buf::RegisteredBufs;
 use ring_core::user_data::OpId;
 
 use super::{Core, Parked};
@@ -112,9 +113,34 @@ impl Core {
         }
     }
 
+    /// An op waiting for readiness with nothing in flight was dropped (see
+    /// [`Mechanism::readiness_dropped`]); parked if the backend is busy.
+    pub(crate) fn readiness_dropped(&self, fd: std::os::fd::RawFd, events: u32) {
+        if self
+            .with_backend(|b| b.readiness_dropped(fd, events))
+            .is_err()
+        {
+            self.parked
+                .borrow_mut()
+                .push(Parked::ReadinessDropped(fd, events));
+        }
+    }
+
     /// The worker's shared receive group, created on first use.
     pub(crate) fn recv_group(&self) -> io::Result<BufGroup> {
         self.with_backend(|b| b.recv_group())?
+    }
+
+    /// The worker's fixed buffers, created on first use, and whether its ring has them.
+    pub(crate) fn fixed_buffers(&self) -> io::Result<(RegisteredBufs, bool)> {
+        self.with_backend(|b| b.fixed_buffers())?
+    }
+
+    /// The index a fixed op names `buf` by on this worker, if the ring has it registered
+    /// (`None`: plain memory here, or the backend is busy, where a plain op is as right).
+    pub(crate) fn fixed_index(&self, buf: &crate::buf::FixedBuf) -> Option<u16> {
+        let backend = self.backend.try_borrow().ok()?;
+        backend.fixed_index(buf.chunk())
     }
 
     /// Polls op table entry `id` (a multishot op, a chain's op); `Err` if the backend is

@@ -55,12 +55,20 @@ impl Core {
     }
 
     /// Cancels op `id` once for being polled elsewhere, and submits the cancel now.
+    ///
+    /// The list of such ops forgets the ones that have ended since: an op dropped after
+    /// it was polled elsewhere, or ending inside with a result that beat the cancel, is
+    /// never looked up again (ids are not reused), and a program that keeps doing either
+    /// would otherwise grow the list without bound.
     fn cancel_elsewhere(&self, id: OpId) {
         if self.cancelled_elsewhere.borrow().contains(&id) {
             return;
         }
-        self.cancelled_elsewhere.borrow_mut().push(id);
         let _ = self.with_backend(|b| {
+            let mut cancelled = self.cancelled_elsewhere.borrow_mut();
+            cancelled.retain(|&c| b.is_live(c));
+            cancelled.push(id);
+            drop(cancelled);
             b.cancel(id);
             b.submit()
         });
@@ -74,12 +82,14 @@ impl Core {
         waker: &Waker,
     ) -> Poll<io::Result<Cqe>> {
         let id = match token {
-            Token::Ready { poll, .. } => {
+            Token::Ready { poll, fd, events } => {
                 // Nothing of the op is in flight (its readiness poll owns no memory): one
                 // try of its syscall, which cannot block (epoll's sockets are non-blocking,
                 // io_uring's readiness-only receive passes MSG_DONTWAIT), else it fails.
-                if let Some(id) = poll.take() {
-                    self.orphan(id, Box::new(Keep(())));
+                // Either way it waits for readiness no more.
+                match poll.take() {
+                    Some(id) => self.orphan(id, Box::new(Keep(()))),
+                    None => self.readiness_dropped(*fd, *events),
                 }
                 let cqe = op.try_syscall();
                 if cqe.res == -libc::EAGAIN || cqe.res == -libc::EINTR {

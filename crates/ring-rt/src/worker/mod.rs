@@ -100,6 +100,7 @@ enum Parked {
     Close(RawFd),
     Forget(RawFd),
     Shutdown(RawFd),
+    ReadinessDropped(RawFd, u32),
 }
 
 impl Core {
@@ -360,6 +361,7 @@ impl Core {
                     let _ = backend.forget_fd(fd);
                 }
                 Parked::Shutdown(fd) => backend.after_local_shutdown(fd),
+                Parked::ReadinessDropped(fd, events) => backend.readiness_dropped(fd, events),
             }
         }
         backend.take_deferred(&mut self.deferred.borrow_mut());

@@ -173,10 +173,14 @@ pub(crate) struct ReadAt<B> {
     pub(crate) unpositioned: bool,
     /// The file is `O_DIRECT`: submitted as soon as it starts.
     pub(crate) at_once: bool,
+    /// The registered buffer index of `buf` in this worker's ring: a `READ_FIXED`.
+    pub(crate) fixed: Option<u16>,
 }
 
 // SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
-// (its buffer, boxed addresses and headers, a CString) and at its own fd.
+// (its buffer, boxed addresses and headers, a CString) and at its own fd. A `READ_FIXED`
+// names the registered chunk that `buf` is (or lies in), which `buf` owns; the kernel
+// checks that the address range lies inside that chunk.
 unsafe impl<B: IoBufMut> Operation for ReadAt<B> {
     fn fd(&self) -> Option<RawFd> {
         Some(self.fd)
@@ -192,9 +196,13 @@ unsafe impl<B: IoBufMut> Operation for ReadAt<B> {
 
     fn sqe(&mut self) -> squeue::Entry {
         let len = len_u32(self.buf.bytes_total());
-        opcode::Read::new(types::Fd(self.fd), self.buf.stable_mut_ptr(), len)
-            .offset(self.pos)
-            .build()
+        let (fd, ptr) = (types::Fd(self.fd), self.buf.stable_mut_ptr());
+        match self.fixed {
+            Some(index) => opcode::ReadFixed::new(fd, ptr, len, index)
+                .offset(self.pos)
+                .build(),
+            None => opcode::Read::new(fd, ptr, len).offset(self.pos).build(),
+        }
     }
 
     fn emulate(&mut self) -> Emulation {
@@ -310,10 +318,14 @@ pub(crate) struct WriteAt<B> {
     pub(crate) unpositioned: bool,
     /// The file is `O_DIRECT`: submitted as soon as it starts.
     pub(crate) at_once: bool,
+    /// The registered buffer index of `buf` in this worker's ring: a `WRITE_FIXED`.
+    pub(crate) fixed: Option<u16>,
 }
 
 // SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
-// (its buffer, boxed addresses and headers, a CString) and at its own fd.
+// (its buffer, boxed addresses and headers, a CString) and at its own fd. A `WRITE_FIXED`
+// names the registered chunk that `buf` is (or lies in), which `buf` owns; the kernel
+// checks that the address range lies inside that chunk.
 unsafe impl<B: IoBuf> Operation for WriteAt<B> {
     fn fd(&self) -> Option<RawFd> {
         Some(self.fd)
@@ -329,9 +341,13 @@ unsafe impl<B: IoBuf> Operation for WriteAt<B> {
 
     fn sqe(&mut self) -> squeue::Entry {
         let len = len_u32(self.buf.bytes_init());
-        opcode::Write::new(types::Fd(self.fd), self.buf.stable_ptr(), len)
-            .offset(self.pos)
-            .build()
+        let (fd, ptr) = (types::Fd(self.fd), self.buf.stable_ptr());
+        match self.fixed {
+            Some(index) => opcode::WriteFixed::new(fd, ptr, len, index)
+                .offset(self.pos)
+                .build(),
+            None => opcode::Write::new(fd, ptr, len).offset(self.pos).build(),
+        }
     }
 
     fn emulate(&mut self) -> Emulation {
@@ -758,6 +774,40 @@ mod tests {
     }
 
     #[test]
+    fn a_registered_buffer_goes_as_a_fixed_op() {
+        let read = |fixed| ReadAt {
+            fd: 3,
+            buf: Vec::<u8>::with_capacity(8),
+            pos: 0,
+            nowait: false,
+            unpositioned: false,
+            at_once: false,
+            fixed,
+        };
+        assert_eq!(read(None).sqe().get_opcode(), u32::from(opcode::Read::CODE));
+        assert_eq!(
+            read(Some(2)).sqe().get_opcode(),
+            u32::from(opcode::ReadFixed::CODE)
+        );
+        let write = |fixed| WriteAt {
+            fd: 3,
+            buf: vec![1u8; 8],
+            pos: 0,
+            unpositioned: false,
+            at_once: false,
+            fixed,
+        };
+        assert_eq!(
+            write(None).sqe().get_opcode(),
+            u32::from(opcode::Write::CODE)
+        );
+        assert_eq!(
+            write(Some(2)).sqe().get_opcode(),
+            u32::from(opcode::WriteFixed::CODE)
+        );
+    }
+
+    #[test]
     fn failed_read_returns_the_buffer_untouched() {
         let op = ReadAt {
             fd: -1,
@@ -766,6 +816,7 @@ mod tests {
             nowait: false,
             unpositioned: false,
             at_once: false,
+            fixed: None,
         };
         let (res, buf) = op.complete(Cqe::new(0, -libc::EBADF, 0));
         assert_eq!(res.unwrap_err().raw_os_error(), Some(libc::EBADF));
