@@ -39,7 +39,10 @@
 # BS (4096), BACKEND (uring), ROWS (the matrix above), CARGO_TARGET_DIR (target),
 # BASELINE_FILEIO (another build's fileio binary, e.g. from a worktree of an older commit:
 # run in every round right after this build's, with the same arguments, and reported in
-# two more columns, for before/after figures from one interleaved run). Every run's result
+# two more columns, for before/after figures from one interleaved run), FILEIO_ARGS (more
+# arguments for this build's fileio only, e.g. "--fixed 1": with BASELINE_FILEIO set to the
+# same binary, registered buffers against plain ones in one run), FIO_ARGS (more arguments
+# for fio, e.g. "--fixedbufs=1"). Every run's result
 # is kept in target/fio-compare/runs.tsv; each run's line goes to stderr.
 set -euo pipefail
 
@@ -53,6 +56,8 @@ bs="${BS:-4096}"
 backend="${BACKEND:-uring}"
 target_dir="${CARGO_TARGET_DIR:-target}"
 baseline="${BASELINE_FILEIO:-}"
+read -r -a fileio_args <<<"${FILEIO_ARGS:-}"
+read -r -a fio_args <<<"${FIO_ARGS:-}"
 if [[ -n $baseline && ! -x $baseline ]]; then
     echo "fio-compare: BASELINE_FILEIO=$baseline is not an executable" >&2
     exit 2
@@ -113,20 +118,21 @@ print(f"{iops:.0f}\t{thread_s * 1e6 / ios:.2f}\t{process_s * 1e6 / ios:.2f}")'
 
 # One run of row $2 in round $1 by this build's fileio (and then BASELINE_FILEIO's, if set).
 run_ring() {
-    run_fileio "$fileio" ring-rt "$1" "$2"
+    run_fileio "$fileio" ring-rt "$1" "$2" "${fileio_args[@]}"
     if [[ -n $baseline ]]; then
         run_fileio "$baseline" baseline "$1" "$2"
     fi
 }
 
-# One run of row $4 in round $3 by fileio binary $1: appends "round row $2 iops thread_us
-# process_us".
+# One run of row $4 in round $3 by fileio binary $1 (with the arguments after $4 added):
+# appends "round row $2 iops thread_us process_us".
 run_fileio() {
     local bin=$1 engine=$2 round=$3 row=$4 rw depth direct fsync line
+    shift 4
     IFS=: read -r rw depth direct fsync <<<"$row"
     sync "$file"
     line="$("$bin" --file "$file" --rw "$rw" --bs "$bs" --depth "$depth" --direct "$direct" \
-        --fsync "$fsync" --secs "$secs" --backend "$backend" --size-mib "$size_mib")"
+        --fsync "$fsync" --secs "$secs" --backend "$backend" --size-mib "$size_mib" "$@")"
     echo "round $round: $engine $line" >&2
     printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$row" "$engine" \
         "$(sed -n 's/.* iops=\([0-9.]*\).*/\1/p' <<<"$line")" \
@@ -141,7 +147,7 @@ run_fio() {
     [[ $engine == sync ]] && depth=1
     args=(--name=fileio --filename="$file" --size="${size_mib}m" --rw="$rw" --bs="$bs"
         --direct="$direct" --ioengine="$engine" --iodepth="$depth" --norandommap
-        --runtime="$secs" --time_based --output-format=json)
+        --runtime="$secs" --time_based --output-format=json "${fio_args[@]}")
     if [[ $fsync != 0 ]]; then
         args+=(--fdatasync="$fsync")
     fi

@@ -11,12 +11,14 @@
 use std::cell::Cell;
 use std::fmt;
 use std::io;
+use std::ops::DerefMut;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::rc::Rc;
 use std::str::FromStr;
 use std::time::Instant;
 
+use ring_rt::buf::{FixedBuf, IoBufMut};
 use ring_rt::fs::{AlignedBuf, File, OpenOptions, DEFAULT_ALIGN};
 
 use crate::crit::{self, Rng, Stop};
@@ -93,6 +95,10 @@ pub struct Job {
     pub fsync_every: u64,
     /// Bytes of the file the job uses, from offset 0 (`size`); a whole number of blocks.
     pub region_bytes: u64,
+    /// Buffers from the worker's registered pool (`ring_rt::buf::FixedBuf`, fio's
+    /// `fixedbufs`): the runtime must have `Builder::fixed_buffers` of at least `depth`
+    /// buffers of `bs` bytes, and `bs` must be whole pages.
+    pub fixed: bool,
 }
 
 impl Job {
@@ -227,11 +233,26 @@ pub async fn run(file: Rc<File>, job: Job, stop: Stop) -> io::Result<Done> {
     Ok(done)
 }
 
-/// One task of [`run`]: an op at a time, with one reused aligned buffer.
+/// One task of [`run`]: an op at a time, with one reused aligned (or registered) buffer.
 async fn run_slot(file: Rc<File>, shared: Rc<Shared>, seed: u64, stop: Stop) -> io::Result<Done> {
     let mut rng = Rng::new(seed);
     let job = shared.job;
-    let mut buf = block_buf(job.bs, job.rw.is_write(), &mut rng)?;
+    if job.fixed {
+        let buf = fixed_block_buf(job.bs, job.rw.is_write(), &mut rng)?;
+        return run_slot_with(file, shared, rng, stop, buf).await;
+    }
+    let buf = block_buf(job.bs, job.rw.is_write(), &mut rng)?;
+    run_slot_with(file, shared, rng, stop, buf).await
+}
+
+async fn run_slot_with<B: BlockBuf>(
+    file: Rc<File>,
+    shared: Rc<Shared>,
+    mut rng: Rng,
+    stop: Stop,
+    mut buf: B,
+) -> io::Result<Done> {
+    let job = shared.job;
     let mut done = Done::default();
     loop {
         match stop {
@@ -267,9 +288,37 @@ pub fn block_buf(bs: usize, is_write: bool, rng: &mut Rng) -> io::Result<Aligned
     Ok(buf)
 }
 
+/// What a job's task reads into and writes from: an [`AlignedBuf`] or a registered
+/// [`FixedBuf`].
+pub trait BlockBuf: IoBufMut + DerefMut<Target = [u8]> {}
+
+impl BlockBuf for AlignedBuf {}
+impl BlockBuf for FixedBuf {}
+
+/// A registered buffer of `bs` bytes (whole pages, so the chunk is exactly one block), for
+/// writes full of random bytes.
+pub fn fixed_block_buf(bs: usize, is_write: bool, rng: &mut Rng) -> io::Result<FixedBuf> {
+    let mut buf = FixedBuf::take()?;
+    if buf.capacity() != bs {
+        return Err(invalid(format!(
+            "registered buffers of {} bytes for blocks of {bs}: fixed buffers take whole pages",
+            buf.capacity()
+        )));
+    }
+    if is_write {
+        let mut block = vec![0u8; bs];
+        for word in block.chunks_mut(8) {
+            let bytes = rng.next_u64().to_le_bytes();
+            word.copy_from_slice(&bytes[..word.len()]);
+        }
+        buf.extend_from_slice(&block);
+    }
+    Ok(buf)
+}
+
 /// Makes each write's block differ from the last: its first 16 bytes (or fewer) carry the
 /// task's write count and the offset.
-fn stamp(buf: &mut AlignedBuf, count: u64, pos: u64) {
+fn stamp(buf: &mut [u8], count: u64, pos: u64) {
     let mut tag = [0u8; 16];
     tag[..8].copy_from_slice(&count.to_le_bytes());
     tag[8..].copy_from_slice(&pos.to_le_bytes());
@@ -279,8 +328,8 @@ fn stamp(buf: &mut AlignedBuf, count: u64, pos: u64) {
 
 /// One write of the whole buffer at `pos`; with `sync`, linked to an `fdatasync` that runs
 /// only once the write is done (`IOSQE_IO_LINK` on io_uring, one after the other on epoll).
-async fn write_block(file: &File, buf: AlignedBuf, pos: u64, sync: bool) -> io::Result<AlignedBuf> {
-    let len = buf.len();
+async fn write_block<B: BlockBuf>(file: &File, buf: B, pos: u64, sync: bool) -> io::Result<B> {
+    let len = buf.bytes_init();
     if !sync {
         let (res, buf) = file.write_at(buf, pos).await;
         check_full(res?, len, "write", pos)?;
@@ -294,8 +343,8 @@ async fn write_block(file: &File, buf: AlignedBuf, pos: u64, sync: bool) -> io::
 }
 
 /// One read of the buffer's capacity at `pos`.
-async fn read_block(file: &File, buf: AlignedBuf, pos: u64) -> io::Result<AlignedBuf> {
-    let len = buf.capacity();
+async fn read_block<B: BlockBuf>(file: &File, buf: B, pos: u64) -> io::Result<B> {
+    let len = buf.bytes_total();
     let (res, buf) = file.read_at(buf, pos).await;
     check_full(res?, len, "read", pos)?;
     Ok(buf)
@@ -319,6 +368,7 @@ fn invalid(msg: String) -> io::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ring_rt::Runtime;
 
     fn job(rw: Rw, blocks: u64, fsync_every: u64) -> Job {
         Job {
@@ -327,6 +377,7 @@ mod tests {
             depth: 4,
             fsync_every,
             region_bytes: blocks * 4096,
+            fixed: false,
         }
     }
 
@@ -398,6 +449,42 @@ mod tests {
         for (block, chunk) in data.chunks(4096).enumerate() {
             let pos = u64::from_le_bytes(chunk[8..16].try_into().unwrap());
             assert_eq!(pos, block as u64 * 4096);
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn jobs_on_registered_buffers_write_and_read_their_blocks_on_both_backends() {
+        let path = std::env::temp_dir().join(format!("ring-bench-fixed-{}", std::process::id()));
+        crit::ensure_file(&path, 16 * 4096).unwrap();
+        for (kind, label) in crit::BACKENDS {
+            let rt = Runtime::builder()
+                .backend(kind)
+                .threads(1)
+                .fixed_buffers(4, 4096)
+                .build()
+                .unwrap();
+            for rw in [Rw::Write, Rw::RandRead] {
+                let fixed = Job {
+                    fixed: true,
+                    ..job(rw, 16, 0)
+                };
+                let done = rt
+                    .block_on(async {
+                        let file = Rc::new(open(&path, rw, false).await?);
+                        run(file, fixed, Stop::Count(32)).await
+                    })
+                    .unwrap_or_else(|e| panic!("{label} {rw}: {e}"));
+                assert_eq!(done, Done { ops: 32, syncs: 0 }, "{label} {rw}");
+            }
+            // The sequential writes went through registered buffers: each block carries
+            // its own offset.
+            let data = std::fs::read(&path).unwrap();
+            for (block, chunk) in data.chunks(4096).enumerate() {
+                let pos = u64::from_le_bytes(chunk[8..16].try_into().unwrap());
+                assert_eq!(pos, block as u64 * 4096, "{label}");
+            }
+            std::fs::write(&path, vec![0u8; 16 * 4096]).unwrap();
         }
         std::fs::remove_file(&path).unwrap();
     }

@@ -14,6 +14,10 @@
 //! block in turn. F defaults to `target/bench-files/fileio-<size>m.bin` and is created
 //! (written data, not sparse) when missing; before the run its pages are written back and
 //! dropped from the page cache, as fio does before each job (`invalidate=1`).
+//!
+//! `--fixed 1` reads into and writes from registered buffers (`ring_rt::buf::FixedBuf`, one
+//! per op in flight, `Builder::fixed_buffers(depth, bs)`): `READ_FIXED` / `WRITE_FIXED` on
+//! io_uring, fio's `--fixedbufs=1`. `bs` must then be whole pages.
 
 use std::io;
 use std::num::{NonZeroU64, NonZeroUsize};
@@ -30,7 +34,7 @@ use ring_rt::BackendKind;
 
 const USAGE: &str = "usage: fileio [--file F] [--rw randread|randwrite|read|write] [--bs 4096] \
                      [--depth 1] [--direct 0|1] [--fsync 0] [--secs 10] \
-                     [--backend uring|epoll] [--size-mib 256]";
+                     [--backend uring|epoll] [--size-mib 256] [--fixed 0|1]";
 
 struct Args {
     file: Option<PathBuf>,
@@ -42,6 +46,7 @@ struct Args {
     secs: u64,
     backend: BackendKind,
     size_mib: u64,
+    fixed: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -55,6 +60,7 @@ fn parse_args() -> Result<Args, String> {
         secs: 10,
         backend: BackendKind::Uring,
         size_mib: 256,
+        fixed: false,
     };
     let mut flags = Flags::from_env();
     while let Some(flag) = flags.next_flag()? {
@@ -68,6 +74,7 @@ fn parse_args() -> Result<Args, String> {
             "--secs" => out.secs = flags.value::<NonZeroU64>()?.get(),
             "--backend" => out.backend = flags.value()?,
             "--size-mib" => out.size_mib = flags.value::<NonZeroU64>()?.get(),
+            "--fixed" => out.fixed = parse_bool(flags.value()?, "--fixed")?,
             _ => return Err(flags.unknown()),
         }
     }
@@ -109,6 +116,7 @@ fn prepare(args: &Args) -> io::Result<(PathBuf, Job)> {
         depth: args.depth,
         fsync_every: args.fsync_every,
         region_bytes: len - len % args.bs as u64,
+        fixed: args.fixed,
     };
     Ok((file, job))
 }
@@ -124,7 +132,17 @@ struct Measured {
 
 fn run(args: &Args) -> io::Result<()> {
     let (path, job) = prepare(args)?;
-    let rt = ring_rt::Runtime::builder().backend(args.backend).build()?;
+    let mut builder = ring_rt::Runtime::builder().backend(args.backend);
+    if args.fixed {
+        let count = u16::try_from(job.depth).map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "--fixed takes a depth of at most 16384",
+            )
+        })?;
+        builder = builder.fixed_buffers(count, job.bs);
+    }
+    let rt = builder.build()?;
     let measured = rt.block_on(async {
         let file = Rc::new(fileio::open(&path, args.rw, args.direct).await?);
         let cpu_before = stats::self_cpu();
@@ -153,7 +171,7 @@ fn report(args: &Args, job: &Job, m: &Measured) -> String {
     let mib_s = iops * job.bs as f64 / f64::from(1 << 20);
     let per_op_us = |cpu: Duration| cpu.as_secs_f64() * 1e6 / ops.max(1) as f64;
     format!(
-        "fileio backend={} rw={} bs={} depth={} direct={} fsync={} region_mib={} ops={ops} \
+        "fileio backend={} rw={} bs={} depth={} direct={} fsync={} fixed={} region_mib={} ops={ops} \
          syncs={} secs={secs:.2} iops={iops:.0} mib_s={mib_s:.1} cpu_pct={:.0} \
          cpu_us_per_op={:.2} thread_cpu_us_per_op={:.2}",
         args.backend,
@@ -162,6 +180,7 @@ fn report(args: &Args, job: &Job, m: &Measured) -> String {
         job.depth,
         u8::from(args.direct),
         job.fsync_every,
+        u8::from(job.fixed),
         job.region_bytes >> 20,
         m.done.syncs,
         100.0 * m.cpu.as_secs_f64() / secs,
