@@ -39,6 +39,13 @@ impl Drop for SenderGuard {
     }
 }
 
+/// How a wake left: written to the eventfd, or queued as a MSG_RING in this thread's ring.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Unparked {
+    Now,
+    Queued,
+}
+
 /// Write end of a worker's wake-up eventfd, and its ring's MSG_RING target where it has
 /// one. `Send + Sync`: any thread may unpark.
 #[derive(Debug)]
@@ -85,8 +92,8 @@ impl Unparker {
 
     /// Wakes the worker: by MSG_RING when this thread runs an io_uring worker and the
     /// target is one (its CQE goes out with the sender's next enter, which `block_on`
-    /// makes before it returns or unwinds), else by the eventfd.
-    pub(crate) fn unpark(&self) {
+    /// makes before it returns or unwinds: `Queued`), else by the eventfd (`Now`).
+    pub(crate) fn unpark(&self) -> Unparked {
         let ring = self.ring_slot().clone();
         if let Some(ring) = ring {
             let sent = SENDER
@@ -97,9 +104,16 @@ impl Unparker {
                 })
                 .unwrap_or(false);
             if sent {
-                return;
+                return Unparked::Queued;
             }
         }
+        self.write_eventfd();
+        Unparked::Now
+    }
+
+    /// Wakes the worker by its eventfd, now: for a caller that cannot count on its own
+    /// thread's next enter (it is about to block, or another wake may sit queued there).
+    pub(crate) fn unpark_now(&self) {
         self.write_eventfd();
     }
 

@@ -91,6 +91,18 @@ fn main() {
             "a_stale_op_waker_whose_panic_panics_again_leaves_shutdown_quiet",
             a_stale_op_waker_whose_panic_panics_again_leaves_shutdown_quiet,
         ),
+        (
+            "a_wake_queued_by_a_busy_worker_holds_back_no_other_wake",
+            a_wake_queued_by_a_busy_worker_holds_back_no_other_wake,
+        ),
+        (
+            "a_burst_of_wakes_of_block_on_unparks_once",
+            a_burst_of_wakes_of_block_on_unparks_once,
+        ),
+        (
+            "a_runtime_dropped_inside_another_stops_its_workers_at_once",
+            a_runtime_dropped_inside_another_stops_its_workers_at_once,
+        ),
     ])
 }
 
@@ -826,4 +838,107 @@ fn a_stale_op_waker_whose_panic_panics_again_leaves_shutdown_quiet(kind: Backend
         out.map_err(|_| "panicked")
     );
     Ok(Completion::Completed)
+}
+
+/// Review Z (2): a task on worker 1 queues a spawn for worker 2, whose wake on io_uring is
+/// a MSG_RING in worker 1's ring, leaving with its next enter, and then blocks its thread
+/// until a plain thread's spawn on worker 2 is done. The plain thread's wake found worker
+/// 2's flag already raised and sent nothing: worker 2 slept until worker 1's enter, which
+/// waited on worker 2 (a deadlock; 950 ms for one spawn while worker 1 was busy for 1 s).
+fn a_wake_queued_by_a_busy_worker_holds_back_no_other_wake(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Builder::default().threads(3));
+    let handle = rt.handle();
+    // Workers 1 and 2 park.
+    std::thread::sleep(Duration::from_millis(50));
+    let (tx, rx) = mpsc::channel::<Option<u32>>();
+    let h = handle.clone();
+    let busy = handle.spawn_on(1, async move {
+        drop(h.spawn_on(2, async {})?);
+        // Blocks worker 1's thread: its queued wake cannot leave until this returns.
+        Ok::<_, std::io::Error>(rx.recv_timeout(Duration::from_secs(10)).ok().flatten())
+    })?;
+    let h = handle.clone();
+    let plain = std::thread::spawn(move || {
+        let ran = h.spawn_on(2, async { 42u32 }).ok()?;
+        let out = support::poll_on_thread(ran, Duration::from_secs(5));
+        let got = out.and_then(|r| r.ok());
+        let _ = tx.send(got);
+        got
+    });
+    let got = plain.join().map_err(|_| "the plain thread panicked")?;
+    check!(
+        got == Some(42),
+        "a spawn from a plain thread on worker 2 never ran while worker 1 was busy: {got:?}"
+    );
+    let busy = support::poll_on_thread(busy, Duration::from_secs(15));
+    check!(
+        matches!(busy, Some(Ok(Ok(Some(42))))),
+        "worker 1's task: {busy:?}"
+    );
+    Ok(Completion::Completed)
+}
+
+/// Review Z (6): 100,000 wakes of worker 0's `block_on` waker from worker 1, while worker
+/// 0 runs no `block_on`, unparked it 100,000 times: on io_uring 100,000 MSG_RINGs, whose
+/// CQEs piled up in the kernel (254 B each, held until the process exited) since nobody
+/// reaped worker 0's ring. One unpark stands for the burst now (two at most: a queued
+/// MSG_RING and the eventfd write of the wake that found it queued).
+fn a_burst_of_wakes_of_block_on_unparks_once(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Builder::default().threads(2));
+    let slot = Arc::new(std::sync::Mutex::new(None::<Waker>));
+    let s = slot.clone();
+    rt.block_on(std::future::poll_fn(move |cx| {
+        *s.lock().unwrap() = Some(cx.waker().clone());
+        Poll::Ready(())
+    }));
+    let waker = slot.lock().unwrap().take().ok_or("no waker")?;
+    let sent_before = rt.metrics().workers[1].io.msg_rings_sent;
+    let woke = rt.handle().spawn_on(1, async move {
+        for _ in 0..100_000 {
+            waker.wake_by_ref();
+        }
+    })?;
+    let woke = support::poll_on_thread(woke, Duration::from_secs(30));
+    check!(matches!(woke, Some(Ok(()))), "the waking task: {woke:?}");
+    let sent = rt.metrics().workers[1].io.msg_rings_sent - sent_before;
+    check!(
+        sent <= 2,
+        "{kind}: 100,000 wakes of a block_on waker sent {sent} MSG_RINGs"
+    );
+    // The flag is still up: the next block_on polls its future at once, and runs.
+    let ran = rt.block_on(async { 7 });
+    check!(ran == 7, "block_on after the burst");
+    Ok(Completion::Completed)
+}
+
+/// Review Z (1): an io_uring runtime with workers, dropped inside another io_uring
+/// runtime's `block_on`, sent its workers' stop as MSG_RINGs through the outer runtime's
+/// ring, whose next enter came only after the drop had waited out the 5 s shutdown
+/// deadline for them (and warned of a worker stuck in a task, where none was). The stop
+/// goes by eventfd now: the drop takes what the workers need, not the deadline.
+fn a_runtime_dropped_inside_another_stops_its_workers_at_once(kind: BackendKind) -> Outcome {
+    let outer = runtime!(kind, Builder::default().threads(1));
+    let out = outer.block_on(async {
+        let inner = match support::runtime_with(kind, Builder::default().threads(2)) {
+            Ok(rt) => rt,
+            Err(skip) => return Ok(Some(skip)),
+        };
+        // Its worker 1 parks.
+        std::thread::sleep(Duration::from_millis(50));
+        let start = Instant::now();
+        // A deadline far past the test's limit: only workers that never hear the stop
+        // make the drop wait for it.
+        inner.shutdown_timeout(Duration::from_secs(60));
+        let took = start.elapsed();
+        check!(
+            took < Duration::from_secs(20),
+            "{kind}: shutting down a runtime inside another took {took:?}"
+        );
+        Ok::<_, String>(None)
+    });
+    match out {
+        Ok(Some(skip)) => Ok(skip),
+        Ok(None) => Ok(Completion::Completed),
+        Err(e) => Err(e.into()),
+    }
 }

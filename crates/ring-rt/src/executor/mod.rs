@@ -11,13 +11,13 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
 use slab::Slab;
 
-use crate::unpark::Unparker;
+use crate::unpark::{Unparked, Unparker};
 use task::{new_task, Header, JoinHandle, JoinInner, RawTask, TaskKey};
 
 /// The key the `block_on` future's waker carries.
@@ -44,10 +44,10 @@ pub(crate) struct Shared {
     remote: Mutex<Vec<TaskKey>>,
     /// Closures to run on this worker (spawns sent by a `Handle`, `spawn_on_all`).
     jobs: Mutex<Jobs>,
-    /// Set when `remote` or `jobs` has entries; one eventfd write per false->true edge.
-    has_remote: AtomicBool,
-    /// Set when the `block_on` future was woken.
-    main_woken: AtomicBool,
+    /// Raised when `remote` or `jobs` has entries; one unpark per edge (see [`Signal`]).
+    has_remote: Signal,
+    /// Raised when the `block_on` future was woken; one unpark per edge.
+    main_woken: Signal,
     pub(crate) unparker: Unparker,
     pub(crate) tasks_spawned: AtomicU64,
     /// Tasks alive here, for choosing the least loaded worker and for metrics.
@@ -61,6 +61,64 @@ pub(crate) struct Shared {
     is_stopping: AtomicBool,
     /// Worker-local values, published once per loop turn for readers on other threads.
     pub(crate) gauges: Gauges,
+}
+
+/// A flag other threads raise to make a worker look at something (its remote queues, its
+/// `block_on` future), unparking it once per edge: a burst of wakes costs one unpark.
+///
+/// An unpark from a thread that runs an io_uring worker may be a MSG_RING that leaves only
+/// with that thread's next enter, which a long task on it delays. So the flag remembers
+/// whether the wake that raised it may be such a queued one (`QUEUED`): a wake finding it
+/// so writes the eventfd itself instead of counting on the queued one. Only a wake known
+/// to have gone out (`SENT`) lets the next ones skip theirs.
+pub(crate) struct Signal(AtomicU8);
+
+const LOWERED: u8 = 0;
+const SENT: u8 = 1;
+const QUEUED: u8 = 2;
+
+impl Signal {
+    fn new(raised: bool) -> Signal {
+        Signal(AtomicU8::new(if raised { SENT } else { LOWERED }))
+    }
+
+    /// Raises the flag and makes sure a wake is on its way to the worker.
+    fn raise(&self, unparker: &Unparker) {
+        match self
+            .0
+            .compare_exchange(LOWERED, QUEUED, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => {
+                if unparker.unpark() == Unparked::Now {
+                    let _ =
+                        self.0
+                            .compare_exchange(QUEUED, SENT, Ordering::AcqRel, Ordering::Acquire);
+                }
+            }
+            // The wake that raised it may wait in a busy thread's ring: this one goes now.
+            Err(QUEUED) => {
+                unparker.unpark_now();
+                let _ = self
+                    .0
+                    .compare_exchange(QUEUED, SENT, Ordering::AcqRel, Ordering::Acquire);
+            }
+            Err(_) => {}
+        }
+    }
+
+    /// Raises the flag from the worker's own thread, which needs no wake.
+    fn raise_here(&self) {
+        self.0.store(SENT, Ordering::Release);
+    }
+
+    fn is_raised(&self) -> bool {
+        self.0.load(Ordering::Acquire) != LOWERED
+    }
+
+    /// Lowers the flag; whether it was raised.
+    fn take(&self) -> bool {
+        self.0.swap(LOWERED, Ordering::AcqRel) != LOWERED
+    }
 }
 
 /// A worker's local values as other threads see them (`Runtime::metrics`), published by
@@ -91,8 +149,8 @@ impl Shared {
         Shared {
             remote: Mutex::new(Vec::new()),
             jobs: Mutex::new(Jobs::default()),
-            has_remote: AtomicBool::new(false),
-            main_woken: AtomicBool::new(true),
+            has_remote: Signal::new(false),
+            main_woken: Signal::new(true),
             unparker,
             tasks_spawned: AtomicU64::new(0),
             tasks_alive: AtomicUsize::new(0),
@@ -135,9 +193,10 @@ impl Shared {
     /// Queues task `key` to be polled; called by its waker from any thread.
     pub(crate) fn schedule(&self, key: TaskKey) {
         if key == MAIN_KEY {
-            self.main_woken.store(true, Ordering::Release);
-            if !self.is_current() {
-                self.unparker.unpark();
+            if self.is_current() {
+                self.main_woken.raise_here();
+            } else {
+                self.main_woken.raise(&self.unparker);
             }
             return;
         }
@@ -185,9 +244,15 @@ impl Shared {
     }
 
     fn signal_remote(&self) {
-        if !self.has_remote.swap(true, Ordering::AcqRel) {
-            self.unparker.unpark();
-        }
+        self.has_remote.raise(&self.unparker);
+    }
+
+    /// Sends `job` and wakes the worker now, by its eventfd: for a caller that then blocks
+    /// its thread waiting for the job (shutdown), where a wake queued in this thread's own
+    /// ring would go out only after that wait.
+    pub(crate) fn push_job_now(&self, job: RemoteJob) {
+        self.push_job(job);
+        self.unparker.unpark_now();
     }
 
     fn is_current(&self) -> bool {
@@ -294,14 +359,14 @@ impl Executor {
 
     /// True if a task or the main future is ready to run.
     pub(crate) fn has_ready(&self) -> bool {
-        self.shared.main_woken.load(Ordering::Acquire)
-            || self.shared.has_remote.load(Ordering::Acquire)
+        self.shared.main_woken.is_raised()
+            || self.shared.has_remote.is_raised()
             || LOCAL.with(|local| !local.borrow().queue.is_empty())
     }
 
     /// Takes the main future's wake flag.
     pub(crate) fn take_main_woken(&self) -> bool {
-        self.shared.main_woken.swap(false, Ordering::AcqRel)
+        self.shared.main_woken.take()
     }
 
     /// Polls up to `budget` queued tasks; returns how many ran.
@@ -361,7 +426,7 @@ impl Executor {
     }
 
     fn drain_remote(&self) {
-        if !self.shared.has_remote.swap(false, Ordering::AcqRel) {
+        if !self.shared.has_remote.take() {
             return;
         }
         let keys =

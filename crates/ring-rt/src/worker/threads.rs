@@ -120,7 +120,9 @@ impl Workers {
             // that is still inside a task when shutdown returns.
             worker.shared.stop_taking_spawns();
             let shared = worker.shared.clone();
-            worker.shared.push_job(Box::new(move || {
+            // Woken by its eventfd: this thread now waits for the worker, so a MSG_RING
+            // queued in its own ring (an outer runtime's worker) would leave too late.
+            worker.shared.push_job_now(Box::new(move || {
                 STOP.with(|s| s.set(Some(deadline)));
                 shared.schedule(MAIN_KEY);
             }));
