@@ -177,7 +177,8 @@ fn run(args: Args) -> io::Result<()> {
         let handle = rt.handle();
         drop(rt.spawn(async move {
             let listener = bind(addr, false, Some(ready));
-            handle.serve_balanced(&listener, echo).await
+            let err = handle.serve_balanced(&listener, echo).await;
+            eprintln!("echo: the listener stopped accepting: {err}");
         }));
     } else {
         rt.spawn_on_all(move |worker| {

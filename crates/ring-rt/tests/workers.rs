@@ -83,6 +83,18 @@ fn main() {
             "serve_balanced_spreads_connections_by_load",
             serve_balanced_spreads_connections_by_load,
         ),
+        (
+            "serve_balanced_ends_when_its_listener_fails_for_good",
+            serve_balanced_ends_when_its_listener_fails_for_good,
+        ),
+        (
+            "serve_balanced_on_another_worker_leaves_worker_0_out",
+            serve_balanced_on_another_worker_leaves_worker_0_out,
+        ),
+        (
+            "a_panicking_serve_ends_only_its_connection",
+            a_panicking_serve_ends_only_its_connection,
+        ),
     ])
 }
 
@@ -621,4 +633,132 @@ fn serve_balanced_spreads_connections_by_load(kind: BackendKind) -> Outcome {
         "connections per worker: {counts:?}"
     );
     Ok(Completion::Completed)
+}
+
+/// Echoes what `stream` sends until it ends.
+async fn echo_all(stream: ring_rt::net::TcpStream) {
+    loop {
+        let (n, mut buf) = stream.read(vec![0u8; 64]).await;
+        match n {
+            Ok(0) | Err(_) => break,
+            Ok(n) => buf.truncate(n),
+        }
+        if stream.write_all(buf).await.0.is_err() {
+            break;
+        }
+    }
+}
+
+/// One echo round trip on a plain client, bounded in time.
+fn echo_once(client: &mut std::net::TcpStream, byte: u8) -> std::io::Result<()> {
+    use std::io::{Read, Write};
+    client.set_read_timeout(Some(Duration::from_secs(2)))?;
+    client.write_all(&[byte])?;
+    let mut back = [0u8; 1];
+    client.read_exact(&mut back)?;
+    if back[0] != byte {
+        return Err(std::io::Error::other("echoed another byte"));
+    }
+    Ok(())
+}
+
+/// Review Z (3): a listener shut down underneath fails every accept with `EINVAL` for
+/// good. `serve_balanced` skipped every error and never ended: a core at 100%, and on
+/// epoll (each try failing at once, the loop never pending) the worker's other tasks
+/// never ran. It returns that error now.
+fn serve_balanced_ends_when_its_listener_fails_for_good(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Builder::default().threads(2));
+    rt.block_on(bounded(LIMIT, async {
+        let std_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let other_end = socket2::Socket::from(std_listener.try_clone()?);
+        let listener = ring_rt::net::TcpListener::from_std(std_listener)?;
+        other_end.shutdown(std::net::Shutdown::Both)?;
+        let handle = Handle::current();
+        let serve = handle.serve_balanced(&listener, |_| async {});
+        let err = ring_rt::time::timeout(Duration::from_secs(10), serve)
+            .await
+            .map_err(|_| "serve_balanced went on after its listener failed for good")?;
+        check!(
+            err.raw_os_error() == Some(libc::EINVAL),
+            "{kind}: ended with {err}"
+        );
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// Review Z (4): an accept loop on worker 1 handed connections to worker 0 whenever some
+/// unrelated `block_on` ran on it; once that returned, those connections sat unserved.
+fn serve_balanced_on_another_worker_leaves_worker_0_out(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Builder::default().threads(2));
+    let handle = rt.handle();
+    let std_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let addr = std_listener.local_addr()?;
+    let h = handle.clone();
+    let _server = handle.spawn_local_on(1, move || async move {
+        match ring_rt::net::TcpListener::from_std(std_listener) {
+            Ok(listener) => Some(h.serve_balanced(&listener, echo_all).await),
+            Err(_) => None,
+        }
+    })?;
+    let clients = std::thread::spawn(move || -> std::io::Result<Vec<std::net::TcpStream>> {
+        let mut clients = Vec::new();
+        for i in 0..6u8 {
+            let mut c = std::net::TcpStream::connect(addr)?;
+            echo_once(&mut c, i)?;
+            clients.push(c);
+        }
+        Ok(clients)
+    });
+    // An unrelated block_on, running while the connections come in.
+    rt.block_on(ring_rt::time::sleep(Duration::from_millis(300)));
+    let mut clients = clients
+        .join()
+        .map_err(|_| "the client thread panicked")?
+        .map_err(|e| format!("first echoes: {e}"))?;
+    for (i, c) in clients.iter_mut().enumerate() {
+        let echoed = echo_once(c, 100 + i as u8);
+        check!(
+            echoed.is_ok(),
+            "{kind}: connection {i} went unserved once block_on returned: {echoed:?}"
+        );
+    }
+    Ok(Completion::Completed)
+}
+
+/// Review Z (7): `serve` panicking killed the whole accept loop when the connection
+/// stayed on the accepting worker (it was called right there), and only its own task
+/// when the connection moved. It is the connection task's panic wherever it runs.
+fn a_panicking_serve_ends_only_its_connection(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Builder::default().threads(1));
+    let served = Arc::new(AtomicUsize::new(0));
+    let out = support::expecting_panics(|| {
+        rt.block_on(bounded(LIMIT, async {
+            let listener = ring_rt::net::TcpListener::bind("127.0.0.1:0")?;
+            let addr = listener.local_addr()?;
+            let count = served.clone();
+            let server = ring_rt::spawn(async move {
+                Handle::current()
+                    .serve_balanced(&listener, move |stream| {
+                        if count.fetch_add(1, Ordering::SeqCst) == 0 {
+                            panic!("serve panics for the first connection");
+                        }
+                        echo_all(stream)
+                    })
+                    .await
+            });
+            let first = ring_rt::net::TcpStream::connect(addr).await?;
+            let second = ring_rt::net::TcpStream::connect(addr).await?;
+            second.write_all(&b"x"[..]).await.0?;
+            let (n, buf) = second.read(Vec::with_capacity(8)).await;
+            check!(
+                n.as_ref().is_ok_and(|&n| n == 1) && buf == b"x",
+                "{kind}: the second connection was not served after the first's panic: {n:?}"
+            );
+            check!(!server.is_finished(), "{kind}: the accept loop ended");
+            server.abort();
+            drop(first);
+            Ok(Completion::Completed)
+        }))
+    });
+    out?
 }

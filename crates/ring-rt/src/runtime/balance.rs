@@ -2,10 +2,12 @@
 //! served on the least loaded worker (a connection keeps its worker for its whole life).
 
 use std::future::Future;
+use std::io;
 use std::net::TcpStream as StdTcpStream;
 use std::sync::Arc;
 
 use super::Handle;
+use crate::completion::Refused;
 use crate::net::{TcpListener, TcpStream};
 
 impl Handle {
@@ -14,9 +16,17 @@ impl Handle {
     /// accepting worker keeps it, or it moves to another worker by its fd (the stream is
     /// made anew there; nothing was read from it yet). Unlike one `SO_REUSEPORT` listener
     /// per worker, whose kernel hash of the 4-tuple ignores load, bursts of connections
-    /// (or a few long-lived busy ones) spread evenly. Runs until the listener fails for
-    /// good; per-connection errors (a client gone before it was accepted, the fd limit
-    /// with its back-off) are skipped.
+    /// (or a few long-lived busy ones) spread evenly. Worker 0 takes connections only when
+    /// this accept loop runs on it (its `block_on` then runs as long as the loop does); a
+    /// loop on another worker never hands any to worker 0, whose tasks run only inside a
+    /// `block_on`.
+    ///
+    /// Per-connection errors (a client gone before it was accepted, the fd limit with its
+    /// back-off) are skipped, the loop yielding to the worker's other tasks after each.
+    /// It returns the error that ends it when the listener fails for good (`EBADF`,
+    /// `EINVAL`: shut down or not listening, `ENOTSOCK`, `EFAULT`) or the runtime refuses
+    /// it (dropped, or polled outside it). A panic of `serve` (the call, or the future it
+    /// returns) is that connection's task's, wherever it runs: the loop goes on.
     ///
     /// # Examples
     ///
@@ -40,19 +50,24 @@ impl Handle {
     /// })?;
     /// # std::io::Result::Ok(())
     /// ```
-    pub async fn serve_balanced<F, Fut>(&self, listener: &TcpListener, serve: F)
+    pub async fn serve_balanced<F, Fut>(&self, listener: &TcpListener, serve: F) -> io::Error
     where
         F: Fn(TcpStream) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + 'static,
     {
         let serve = Arc::new(serve);
         let mut incoming = listener.incoming();
-        while let Some(conn) = incoming.next().await {
-            match conn {
-                Ok(stream) => self.hand_over(stream, &serve),
-                Err(err) => {
+        loop {
+            match incoming.next().await {
+                Some(Ok(stream)) => self.hand_over(stream, &serve),
+                Some(Err(err)) if ends_accepting(&err) => return err,
+                Some(Err(err)) => {
                     tracing::debug!(target: "ring_rt", error = %err, "serve_balanced: accept failed; going on");
+                    // An error can come at once, time after time (epoll's try of a
+                    // listener that fails each time): the worker's other tasks run between.
+                    crate::yield_now().await;
                 }
+                None => return io::Error::other("the listener's accept stream ended"),
             }
         }
     }
@@ -63,10 +78,20 @@ impl Handle {
         F: Fn(TcpStream) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + 'static,
     {
-        let worker = self.set.least_loaded_running();
+        // Worker 0 runs tasks only inside a `block_on`: it may take connections while this
+        // loop runs in its `block_on`, not while some other `block_on` happens to run.
+        let on_worker_0 = self.set.shared(0).is_some_and(|s| s.is_here());
+        let worker = if on_worker_0 {
+            self.set.least_loaded_running()
+        } else {
+            self.set.least_loaded()
+        };
         let is_here = self.set.shared(worker).is_some_and(|s| s.is_here());
         if is_here {
-            drop(crate::spawn(serve(stream)));
+            // `serve` is called inside the task, as on another worker: its panic is the
+            // connection's, not the accept loop's.
+            let serve = serve.clone();
+            drop(crate::spawn(async move { serve(stream).await }));
             return;
         }
         // A fresh stream has no queued data, so this only fails for a socket a dropped
@@ -74,7 +99,8 @@ impl Handle {
         let fd = match stream.into_owned_fd() {
             Ok(fd) => fd,
             Err(kept) => {
-                drop(crate::spawn(serve(kept.into_inner())));
+                let (serve, stream) = (serve.clone(), kept.into_inner());
+                drop(crate::spawn(async move { serve(stream).await }));
                 return;
             }
         };
@@ -91,4 +117,17 @@ impl Handle {
             tracing::debug!(target: "ring_rt", error = %err, "serve_balanced: no worker for a connection");
         }
     }
+}
+
+/// Whether an accept error means the listener will never accept again: it is not (or no
+/// longer) a listening socket, or the runtime refuses its ops. Everything else (a client
+/// gone, out of fds or memory, a network error passed on by the kernel) may pass.
+fn ends_accepting(err: &io::Error) -> bool {
+    matches!(
+        err.raw_os_error(),
+        Some(libc::EBADF | libc::EINVAL | libc::ENOTSOCK | libc::EFAULT)
+    ) || matches!(
+        Refused::of(err),
+        Some(Refused::Elsewhere | Refused::ShutDown)
+    )
 }
