@@ -103,6 +103,10 @@ fn main() {
             "a_runtime_dropped_inside_another_stops_its_workers_at_once",
             a_runtime_dropped_inside_another_stops_its_workers_at_once,
         ),
+        (
+            "shutdown_timeout_of_duration_max_waits_for_a_stuck_worker",
+            shutdown_timeout_of_duration_max_waits_for_a_stuck_worker,
+        ),
     ])
 }
 
@@ -941,4 +945,33 @@ fn a_runtime_dropped_inside_another_stops_its_workers_at_once(kind: BackendKind)
         Ok(None) => Ok(Completion::Completed),
         Err(e) => Err(e.into()),
     }
+}
+
+/// Review Z (8): `shutdown_timeout(Duration::MAX)` fell back to the drop's 5 s deadline
+/// when the deadline overflowed `Instant`, and returned with a worker still in its task.
+/// It waits for the task now (5.5 s here, past those 5 s).
+fn shutdown_timeout_of_duration_max_waits_for_a_stuck_worker(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Builder::default().threads(2));
+    let done = Arc::new(AtomicBool::new(false));
+    let flag = done.clone();
+    let _task = rt.handle().spawn_on(1, async move {
+        std::thread::sleep(Duration::from_millis(5500));
+        flag.store(true, Ordering::SeqCst);
+    })?;
+    std::thread::sleep(Duration::from_millis(50));
+    let (tx, rx) = mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        if rx.recv_timeout(Duration::from_secs(60)) == Err(mpsc::RecvTimeoutError::Timeout) {
+            eprintln!("FAILED: shutdown_timeout(Duration::MAX) never returned");
+            std::process::exit(101);
+        }
+    });
+    rt.shutdown_timeout(Duration::MAX);
+    drop(tx);
+    let _ = watchdog.join();
+    check!(
+        done.load(Ordering::SeqCst),
+        "{kind}: shutdown_timeout(Duration::MAX) returned with a worker still in its task"
+    );
+    Ok(Completion::Completed)
 }

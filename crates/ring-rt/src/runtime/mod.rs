@@ -271,7 +271,9 @@ impl Runtime {
     /// every op cancelled; memory of an op the kernel has not finished with by then is
     /// leaked rather than freed, and a blocking thread stuck in a syscall, or a worker
     /// thread stuck inside a task, is left to end on its own (a worker then stops, drops
-    /// its tasks and closes its ring when that task returns). I/O objects that outlive the runtime fail with `NotConnected` afterwards,
+    /// its tasks and closes its ring when that task returns). A timeout past what an
+    /// `Instant` holds (`Duration::MAX`) waits as long as it takes. I/O objects that
+    /// outlive the runtime fail with `NotConnected` afterwards,
     /// except a future whose op was abandoned that way: it never completes (completing
     /// would hand back a buffer the kernel may still write), and dropping it leaks the
     /// buffer.
@@ -298,8 +300,7 @@ impl Runtime {
         if self.core.is_shut_down() {
             return;
         }
-        let deadline = Instant::now().checked_add(timeout);
-        let deadline = deadline.unwrap_or_else(|| Instant::now() + SHUTDOWN_WAIT);
+        let deadline = deadline_after(timeout);
         if let Some(workers) = self.workers.take() {
             workers.shutdown(deadline);
         }
@@ -307,6 +308,17 @@ impl Runtime {
         // After the workers: a task being dropped may still hand work to the pool.
         self.set.close_blocking(deadline);
     }
+}
+
+/// The deadline `timeout` from now; one past what an `Instant` holds (`Duration::MAX`)
+/// is a century away, which is as long as it takes (it used to fall back to the 5 s of a
+/// drop, returning early from a wait asked to have no end).
+fn deadline_after(timeout: Duration) -> Instant {
+    const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+    let now = Instant::now();
+    now.checked_add(timeout)
+        .or_else(|| now.checked_add(CENTURY))
+        .unwrap_or(now + SHUTDOWN_WAIT)
 }
 
 impl Drop for Runtime {
