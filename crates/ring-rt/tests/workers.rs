@@ -95,6 +95,10 @@ fn main() {
             "a_panicking_serve_ends_only_its_connection",
             a_panicking_serve_ends_only_its_connection,
         ),
+        (
+            "a_blocking_closure_reaches_its_runtime",
+            a_blocking_closure_reaches_its_runtime,
+        ),
     ])
 }
 
@@ -761,4 +765,35 @@ fn a_panicking_serve_ends_only_its_connection(kind: BackendKind) -> Outcome {
         }))
     });
     out?
+}
+
+/// Review Z (9): inside a `spawn_blocking` closure, `Handle::try_current` and a nested
+/// `ring_rt::spawn_blocking` said "no ring-rt runtime on this thread", where tokio gives
+/// the runtime's handle: a closure that hands work back to the workers needs it.
+fn a_blocking_closure_reaches_its_runtime(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Builder::default().threads(2));
+    let out = rt.block_on(bounded(LIMIT, async {
+        let from_blocking = ring_rt::spawn_blocking(|| {
+            let handle = Handle::try_current()?;
+            let nested = ring_rt::spawn_blocking(|| 6 * 7);
+            let spawned = handle.spawn(async { "on a worker" });
+            let nested = support::poll_on_thread(nested, Duration::from_secs(10));
+            let spawned = support::poll_on_thread(spawned, Duration::from_secs(10));
+            Ok::<_, std::io::Error>((handle.workers(), nested, spawned))
+        });
+        from_blocking.await
+    }))?;
+    let (workers, nested, spawned) = out
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("{kind}: Handle::try_current in a blocking closure: {e}"))?;
+    check!(workers == 2, "{kind}: {workers} workers");
+    check!(matches!(nested, Some(Ok(42))), "{kind}: nested: {nested:?}");
+    check!(
+        matches!(spawned, Some(Ok("on a worker"))),
+        "{kind}: spawned from a blocking closure: {spawned:?}"
+    );
+    // Outside any closure the thread has no runtime again.
+    let after = std::thread::spawn(|| Handle::try_current().is_err()).join();
+    check!(matches!(after, Ok(true)), "a plain thread found a runtime");
+    Ok(Completion::Completed)
 }

@@ -83,15 +83,30 @@ impl Handle {
         }
     }
 
-    /// The handle of the runtime running on this thread, or an error outside one.
+    /// The handle of the runtime running on this thread (inside its `block_on`, a task,
+    /// or one of its [`spawn_blocking`](Handle::spawn_blocking) closures, as in tokio), or
+    /// an error outside one.
     ///
     /// # Examples
     ///
     /// ```
     /// assert!(ring_rt::Handle::try_current().is_err()); // no runtime here
+    ///
+    /// let rt = ring_rt::Runtime::builder().threads(2).build()?;
+    /// let blocking = rt.handle().spawn_blocking(|| ring_rt::Handle::try_current().map(|h| h.workers()));
+    /// assert_eq!(rt.block_on(blocking).unwrap()?, 2);
+    /// # std::io::Result::Ok(())
     /// ```
     pub fn try_current() -> io::Result<Handle> {
-        let core = Core::current_io()?;
+        let core = match Core::current_io() {
+            Ok(core) => core,
+            // A `spawn_blocking` closure's thread belongs to its runtime, as in tokio.
+            Err(err) => {
+                return crate::worker::set::blocking_context()
+                    .map(Handle::new)
+                    .ok_or(err)
+            }
+        };
         let set = core.set.get().cloned().ok_or_else(|| {
             io::Error::other("the ring-rt runtime on this thread is still starting")
         })?;
@@ -251,7 +266,7 @@ impl fmt::Debug for Handle {
 }
 
 /// Runs `f` on the blocking pool of the runtime running on this thread (see
-/// [`Handle::spawn_blocking`]).
+/// [`Handle::spawn_blocking`]); a `spawn_blocking` closure counts as running on it.
 ///
 /// # Panics
 /// Outside a ring-rt runtime.

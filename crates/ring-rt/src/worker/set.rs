@@ -2,11 +2,12 @@
 //! sent to a worker travel as jobs on its inject queue (`executor::Shared`); the least
 //! loaded running worker takes a spawn that names none.
 
+use std::cell::RefCell;
 use std::future::Future;
 use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use super::blocking::BlockingTasks;
@@ -131,7 +132,7 @@ impl WorkerSet {
     }
 
     /// Runs `f` on the blocking pool; its handle gives the result.
-    pub(crate) fn spawn_blocking<F, R>(&self, f: F) -> JoinHandle<R>
+    pub(crate) fn spawn_blocking<F, R>(self: &Arc<Self>, f: F) -> JoinHandle<R>
     where
         F: FnOnce() -> R + Send + 'static,
         R: Send + 'static,
@@ -139,7 +140,13 @@ impl WorkerSet {
         let state = JoinInner::new();
         let handle = JoinHandle::new(state.clone());
         let job = BlockingJob { f: Some(f), state };
-        if let Err(refused) = self.blocking.push(Box::new(move || job.run())) {
+        // Weak: a job queued in this set's own pool must not keep the set alive.
+        let set = Arc::downgrade(self);
+        let run = move || {
+            let _inside = BlockingGuard::enter(set);
+            job.run();
+        };
+        if let Err(refused) = self.blocking.push(Box::new(run)) {
             // Dropped unrun: the handle says Cancelled (the pool is closed, or no thread
             // could start and none runs).
             drop(refused);
@@ -151,6 +158,37 @@ impl WorkerSet {
     /// `deadline`.
     pub(crate) fn close_blocking(&self, deadline: Instant) {
         self.blocking.close(deadline);
+    }
+}
+
+thread_local! {
+    /// The runtime whose `spawn_blocking` closure runs on this thread, so that
+    /// `Handle::current` works there as it does in tokio.
+    static BLOCKING_OF: RefCell<Option<Weak<WorkerSet>>> = const { RefCell::new(None) };
+}
+
+/// The runtime whose blocking closure this thread runs now, if it is still there.
+pub(crate) fn blocking_context() -> Option<Arc<WorkerSet>> {
+    BLOCKING_OF
+        .try_with(|b| b.borrow().as_ref().and_then(Weak::upgrade))
+        .ok()
+        .flatten()
+}
+
+/// Marks this thread as running a blocking closure of `set` until dropped.
+struct BlockingGuard(Option<Option<Weak<WorkerSet>>>);
+
+impl BlockingGuard {
+    fn enter(set: Weak<WorkerSet>) -> BlockingGuard {
+        BlockingGuard(BLOCKING_OF.try_with(|b| b.borrow_mut().replace(set)).ok())
+    }
+}
+
+impl Drop for BlockingGuard {
+    fn drop(&mut self) {
+        if let Some(previous) = self.0.take() {
+            let _ = BLOCKING_OF.try_with(|b| *b.borrow_mut() = previous);
+        }
     }
 }
 
