@@ -202,7 +202,10 @@ impl Builder {
         self
     }
 
-    /// Pins worker `i` to CPU `i % nproc` (worker 0 is the thread that calls `build`).
+    /// Pins worker `i` (for `i >= 1`) to the `i`-th CPU, wrapping, of the affinity mask of
+    /// the thread that calls `build` (what `taskset` or a cpuset left it). Worker 0 is that
+    /// thread itself, which `block_on` borrows: it stays as its caller set it, before and
+    /// after the runtime (pin it yourself if you want it pinned).
     ///
     /// # Examples
     ///

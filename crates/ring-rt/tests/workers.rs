@@ -99,6 +99,10 @@ fn main() {
             "a_blocking_closure_reaches_its_runtime",
             a_blocking_closure_reaches_its_runtime,
         ),
+        (
+            "pinned_workers_stay_inside_the_affinity_mask",
+            pinned_workers_stay_inside_the_affinity_mask,
+        ),
     ])
 }
 
@@ -795,5 +799,83 @@ fn a_blocking_closure_reaches_its_runtime(kind: BackendKind) -> Outcome {
     // Outside any closure the thread has no runtime again.
     let after = std::thread::spawn(|| Handle::try_current().is_err()).join();
     check!(matches!(after, Ok(true)), "a plain thread found a runtime");
+    Ok(Completion::Completed)
+}
+
+/// The CPUs the calling thread may run on.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a live cpu_set_t and its size; pid 0 is this thread.
+    let rc =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    assert_eq!(rc, 0, "sched_getaffinity");
+    (0..libc::CPU_SETSIZE as usize)
+        .filter(|&cpu| {
+            // SAFETY: reads within `set` for indices below CPU_SETSIZE.
+            unsafe { libc::CPU_ISSET(cpu, &set) }
+        })
+        .collect()
+}
+
+/// Restricts the calling thread to `cpu`.
+fn pin_this_thread(cpu: usize) -> std::io::Result<()> {
+    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: writes within `set` for a cpu below CPU_SETSIZE.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: a valid pointer to a live cpu_set_t and its size; pid 0 is this thread.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Review Z (5): `pin_workers` pinned worker `i` to CPU `i % nproc` whatever the affinity
+/// mask (under `taskset -c 1`, worker 1 went to CPU 0), and pinned the caller's own thread
+/// (worker 0) for good, past the runtime. Workers now take CPUs of the builder thread's
+/// mask, and the caller's thread is left as it was. Run on a thread restricted to the
+/// last CPU it may use, as `taskset` would.
+fn pinned_workers_stay_inside_the_affinity_mask(kind: BackendKind) -> Outcome {
+    // Skips with the reason where this backend cannot run.
+    drop(runtime!(kind));
+    let ran = std::thread::spawn(
+        move || -> Result<(Vec<usize>, Vec<usize>, Vec<usize>), String> {
+            let last = *allowed_cpus().last().ok_or("no CPU allowed")?;
+            pin_this_thread(last).map_err(|e| e.to_string())?;
+            let mask = allowed_cpus();
+            let rt = Builder::default()
+                .backend(kind)
+                .threads(3)
+                .pin_workers(true)
+                .build()
+                .map_err(|e| e.to_string())?;
+            let handle = rt.handle();
+            let mut on_workers = Vec::new();
+            for worker in 1..3 {
+                let cpus = handle
+                    .spawn_on(worker, async { allowed_cpus() })
+                    .map_err(|e| e.to_string())?;
+                let cpus = support::poll_on_thread(cpus, Duration::from_secs(10))
+                    .ok_or("a worker never ran its task")?
+                    .map_err(|e| e.to_string())?;
+                on_workers.extend(cpus);
+            }
+            drop(rt);
+            Ok((mask, on_workers, allowed_cpus()))
+        },
+    )
+    .join()
+    .map_err(|_| "the test thread panicked")??;
+    let (mask, on_workers, after) = ran;
+    check!(
+        on_workers.iter().all(|cpu| mask.contains(cpu)) && on_workers.len() == 2,
+        "{kind}: workers pinned to {on_workers:?}, outside the mask {mask:?}"
+    );
+    check!(
+        after == mask,
+        "{kind}: the builder's thread may run on {after:?} after the runtime, {mask:?} before"
+    );
     Ok(Completion::Completed)
 }

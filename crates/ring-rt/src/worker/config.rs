@@ -25,7 +25,9 @@ pub(crate) struct WorkerConfig {
 impl WorkerConfig {
     /// Builds worker `index`'s core on the calling thread.
     pub(crate) fn build_core(&self, index: usize) -> io::Result<Rc<Core>> {
-        if self.pin_workers {
+        // Worker 0 is the caller's own thread: it stays as the caller set it (pinning it
+        // would outlive the runtime).
+        if self.pin_workers && index > 0 {
             pin_to_cpu(index)?;
         }
         let shared = Arc::new(Shared::new(Unparker::new()?));
@@ -70,15 +72,42 @@ fn trace_start(worker: usize, backend: &Backend, choice: &Choice) {
 }
 
 fn pin_to_cpu(index: usize) -> io::Result<()> {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // The CPUs this thread may run on (inherited from the thread that built the runtime):
+    // worker `index` takes the `index`-th of them, wrapping.
+    let allowed = allowed_cpus()?;
+    let cpu = allowed[index % allowed.len()];
     // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: CPU_SET writes within `set` for a cpu index below CPU_SETSIZE.
-    unsafe { libc::CPU_SET(index % cpus, &mut set) };
+    // SAFETY: CPU_SET writes within `set` for a cpu index below CPU_SETSIZE (`cpu` came
+    // from a set of that size).
+    unsafe { libc::CPU_SET(cpu, &mut set) };
     // SAFETY: passes a valid pointer to a live cpu_set_t and its size; pid 0 = this thread.
     let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// The CPUs in this thread's affinity mask, in order (never empty: the kernel refuses an
+/// empty mask).
+fn allowed_cpus() -> io::Result<Vec<usize>> {
+    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: passes a valid pointer to a live cpu_set_t and its size; pid 0 = this thread.
+    let rc =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+        .filter(|&cpu| {
+            // SAFETY: CPU_ISSET reads within `set` for indices below CPU_SETSIZE.
+            unsafe { libc::CPU_ISSET(cpu, &set) }
+        })
+        .collect();
+    if cpus.is_empty() {
+        return Err(io::Error::other("this thread's CPU affinity mask is empty"));
+    }
+    Ok(cpus)
 }
