@@ -797,6 +797,19 @@ fn a_panicking_spawn_on_all_factory_leaves_the_runtime_droppable(kind: BackendKi
                 }
                 std::future::ready(())
             });
+            // On worker 0 too (review Z 10): it escaped spawn_on_all, which then spawned
+            // nothing on the other workers; it is worker 0's task's panic now.
+            let (on_1_tx, on_1_rx) = std::sync::mpsc::channel();
+            let handles = rt.spawn_on_all(move |i| {
+                if i == 0 {
+                    panic!("this factory panics on purpose on worker 0");
+                }
+                let _ = on_1_tx.send(i);
+                std::future::ready(())
+            });
+            let worker_1_ran = on_1_rx.recv_timeout(Duration::from_secs(5)) == Ok(1);
+            let first = handles.into_iter().next().map(|h| rt.block_on(h));
+            let worker_0_panicked = matches!(first, Some(Err(e)) if e.is_panic());
             let (ran_tx, ran_rx) = std::sync::mpsc::channel();
             rt.spawn_on_all(move |i| {
                 let _ = ran_tx.send(i);
@@ -811,12 +824,16 @@ fn a_panicking_spawn_on_all_factory_leaves_the_runtime_droppable(kind: BackendKi
             }
             let started = Instant::now();
             drop(rt);
-            let _ = tx.send((ran, started.elapsed()));
+            let _ = tx.send((ran, started.elapsed(), worker_1_ran, worker_0_panicked));
         })
     });
-    let (mut ran, took) = rx
+    let (mut ran, took, worker_1_ran, worker_0_panicked) = rx
         .recv_timeout(Duration::from_secs(15))
         .map_err(|_| "dropping the runtime did not return within 15 s")?;
+    check!(
+        worker_1_ran && worker_0_panicked,
+        "a factory panicking for worker 0: worker 1 ran {worker_1_ran}, worker 0's handle a panic {worker_0_panicked}"
+    );
     ran.sort();
     check!(
         ran == [0, 1],

@@ -818,6 +818,9 @@ fn allowed_cpus() -> Vec<usize> {
         .collect()
 }
 
+/// The builder thread's mask, the workers' CPUs, and the builder thread's mask after.
+type Masks = (Vec<usize>, Vec<usize>, Vec<usize>);
+
 /// Restricts the calling thread to `cpu`.
 fn pin_this_thread(cpu: usize) -> std::io::Result<()> {
     // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
@@ -840,32 +843,30 @@ fn pin_this_thread(cpu: usize) -> std::io::Result<()> {
 fn pinned_workers_stay_inside_the_affinity_mask(kind: BackendKind) -> Outcome {
     // Skips with the reason where this backend cannot run.
     drop(runtime!(kind));
-    let ran = std::thread::spawn(
-        move || -> Result<(Vec<usize>, Vec<usize>, Vec<usize>), String> {
-            let last = *allowed_cpus().last().ok_or("no CPU allowed")?;
-            pin_this_thread(last).map_err(|e| e.to_string())?;
-            let mask = allowed_cpus();
-            let rt = Builder::default()
-                .backend(kind)
-                .threads(3)
-                .pin_workers(true)
-                .build()
+    let ran = std::thread::spawn(move || -> Result<Masks, String> {
+        let last = *allowed_cpus().last().ok_or("no CPU allowed")?;
+        pin_this_thread(last).map_err(|e| e.to_string())?;
+        let mask = allowed_cpus();
+        let rt = Builder::default()
+            .backend(kind)
+            .threads(3)
+            .pin_workers(true)
+            .build()
+            .map_err(|e| e.to_string())?;
+        let handle = rt.handle();
+        let mut on_workers = Vec::new();
+        for worker in 1..3 {
+            let cpus = handle
+                .spawn_on(worker, async { allowed_cpus() })
                 .map_err(|e| e.to_string())?;
-            let handle = rt.handle();
-            let mut on_workers = Vec::new();
-            for worker in 1..3 {
-                let cpus = handle
-                    .spawn_on(worker, async { allowed_cpus() })
-                    .map_err(|e| e.to_string())?;
-                let cpus = support::poll_on_thread(cpus, Duration::from_secs(10))
-                    .ok_or("a worker never ran its task")?
-                    .map_err(|e| e.to_string())?;
-                on_workers.extend(cpus);
-            }
-            drop(rt);
-            Ok((mask, on_workers, allowed_cpus()))
-        },
-    )
+            let cpus = support::poll_on_thread(cpus, Duration::from_secs(10))
+                .ok_or("a worker never ran its task")?
+                .map_err(|e| e.to_string())?;
+            on_workers.extend(cpus);
+        }
+        drop(rt);
+        Ok((mask, on_workers, allowed_cpus()))
+    })
     .join()
     .map_err(|_| "the test thread panicked")??;
     let (mask, on_workers, after) = ran;

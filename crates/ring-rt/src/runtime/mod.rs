@@ -118,7 +118,10 @@ impl Runtime {
         Fut::Output: Send + 'static,
     {
         let make = Arc::new(make);
-        let mut handles = vec![self.core.spawn(make(0))];
+        // A panic of `make(0)` is worker 0's task's, as `make(i)`'s is worker i's: it
+        // escaped this call, which then spawned nothing on the other workers.
+        let on_0 = make.clone();
+        let mut handles = vec![crate::worker::set::spawn_here(&self.core, move || on_0(0))];
         for index in 1..self.set.len() {
             let make = make.clone();
             match self.set.spawn_with(index, move || make(index)) {

@@ -192,6 +192,19 @@ impl Drop for BlockingGuard {
     }
 }
 
+/// Spawns what `make` builds on `core`, on the calling thread (`core`'s); a panicking
+/// `make` is the task's panic, which its handle gives.
+pub(crate) fn spawn_here<F, Fut>(core: &Core, make: F) -> JoinHandle<Fut::Output>
+where
+    F: FnOnce() -> Fut,
+    Fut: Future + 'static,
+{
+    let state = JoinInner::new();
+    let handle = JoinHandle::new(state.clone());
+    spawn_made(core, make, state);
+    handle
+}
+
 /// Spawns what `make` builds on `core`; a panicking `make` is the task's panic.
 fn spawn_made<F, Fut>(core: &Core, make: F, state: Arc<JoinInner<Fut::Output>>)
 where
