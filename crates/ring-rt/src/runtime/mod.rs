@@ -66,6 +66,7 @@ impl Runtime {
     /// assert_eq!(out, "done");
     /// # std::io::Result::Ok(())
     /// ```
+    #[track_caller]
     pub fn block_on<F: Future>(&self, future: F) -> F::Output {
         self.core.block_on(future)
     }

@@ -370,6 +370,8 @@ impl Core {
     /// Runs `future` to completion, driving tasks, timers and I/O; then submits what the
     /// last polls queued (a socket dropped at the end is closed now, not at some later
     /// call).
+    // The nesting panic points at the caller's `block_on`, not at this line.
+    #[track_caller]
     pub(crate) fn block_on<F: Future>(self: &Rc<Core>, future: F) -> F::Output {
         let _entered = self
             .executor
