@@ -36,7 +36,10 @@ use crate::worker::Core;
 /// or with `FeatureMask::parse("-msg_ring")`, where the wake is an eventfd write made at
 /// once, both work, at the cost measured in BENCHMARKS.md). Put such work on
 /// [`spawn_blocking`](Handle::spawn_blocking), or await [`yield_now`](crate::yield_now) in
-/// its loop.
+/// its loop. Such a delayed wake holds back only what this worker sends: a spawn or wake
+/// for the same worker from any other thread goes out at once (by eventfd when it finds
+/// one queued and not yet sent).
+///
 /// Every [`JoinHandle`] returned here is `Send` when the output is, and can be awaited on
 /// any worker or thread. After the runtime is dropped, spawns give a handle that says
 /// `Cancelled`.
