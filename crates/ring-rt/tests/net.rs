@@ -90,6 +90,14 @@ fn main() {
             "a_reset_connection_a_dropped_accept_took_is_still_accepted",
             a_reset_connection_a_dropped_accept_took_is_still_accepted,
         ),
+        (
+            "a_read_behind_a_dropped_recv_stream_next_gets_the_turn",
+            a_read_behind_a_dropped_recv_stream_next_gets_the_turn,
+        ),
+        (
+            "accept_is_served_while_a_dropped_incoming_next_idles",
+            accept_is_served_while_a_dropped_incoming_next_idles,
+        ),
     ])
 }
 
@@ -1072,4 +1080,79 @@ fn a_recv_stream_chunk_wakes_its_task_once(kind: BackendKind) -> Outcome {
         }
         Ok(Completion::Completed)
     })
+}
+
+/// Review AA (1): a receive stream's `next`, polled once while a read held the socket's
+/// receive turn and then dropped, kept its place in line: the turn passed to that idle
+/// stream, and a read behind it waited for ever (both backends). It leaves the line now.
+fn a_read_behind_a_dropped_recv_stream_next_gets_the_turn(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(bounded(Duration::from_secs(30), async {
+        let (a, b) = UnixStream::pair()?;
+        let b = Rc::new(b);
+        let first = b.clone();
+        let first = ring_rt::spawn(async move { first.read(Vec::with_capacity(16)).await });
+        sleep(Duration::from_millis(10)).await;
+        let mut rx = b.recv_stream();
+        {
+            let mut next = pin!(rx.next());
+            let pending = poll_fn(|cx| Poll::Ready(next.as_mut().poll(cx).is_pending())).await;
+            check!(
+                pending,
+                "{kind}: the stream's next was ready with nothing sent"
+            );
+        }
+        a.write_all(&b"one"[..]).await.0?;
+        let (n, buf) = first.await.map_err(|e| e.to_string())?;
+        check!(n? == 3 && buf == b"one", "{kind}: the first read");
+        a.write_all(&b"two"[..]).await.0?;
+        // `rx` lives on, idle: a plain read of the socket goes ahead.
+        let read = timeout(Duration::from_secs(5), b.read(Vec::with_capacity(16))).await;
+        let (n, buf) = read
+            .map_err(|_| format!("{kind}: a read behind an idle receive stream waited for ever"))?;
+        check!(
+            n? == 3 && buf == b"two",
+            "{kind}: the second read got {buf:?}"
+        );
+        drop(rx);
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// Review AA (3): an accept stream's `next`, polled once and dropped, left its multishot
+/// accept armed (io_uring): it went on taking connections only that idle stream could hand
+/// out, and `accept()` on the listener waited. Dropped while waiting, `next` cancels it
+/// now; what it took stays with the listener for `accept`.
+fn accept_is_served_while_a_dropped_incoming_next_idles(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(bounded(Duration::from_secs(30), async {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let addr = listener.local_addr()?;
+        let mut incoming = listener.incoming();
+        {
+            let mut next = pin!(incoming.next());
+            let pending = poll_fn(|cx| Poll::Ready(next.as_mut().poll(cx).is_pending())).await;
+            check!(pending, "{kind}: next was ready with no client");
+        }
+        let clients = std::thread::spawn(move || -> std::io::Result<Vec<std::net::TcpStream>> {
+            (0..3).map(|_| std::net::TcpStream::connect(addr)).collect()
+        });
+        for i in 0..3 {
+            let accepted = timeout(Duration::from_secs(5), listener.accept()).await;
+            check!(
+                matches!(accepted, Ok(Ok(_))),
+                "{kind}: accept {i} while an idle incoming() lives: {accepted:?}"
+            );
+        }
+        let clients = clients.join().map_err(|_| "client thread panicked")??;
+        // The stream still works when awaited again.
+        let _late = std::net::TcpStream::connect(addr)?;
+        let next = timeout(Duration::from_secs(5), incoming.next()).await;
+        check!(
+            matches!(next, Ok(Some(Ok(_)))),
+            "{kind}: the stream after its idle time: {next:?}"
+        );
+        drop(clients);
+        Ok(Completion::Completed)
+    }))?
 }

@@ -455,5 +455,8 @@ impl Drop for RecvNext<'_, '_> {
             unclaimed.stream_awaited(number, false);
         }
         self.stream.leave_starved();
+        // Its place in line for the turn too: kept, the turn would pass to a stream nobody
+        // polls, and a read queued behind it would wait for ever.
+        self.stream.ticket = None;
     }
 }

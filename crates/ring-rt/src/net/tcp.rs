@@ -271,10 +271,11 @@ pub(crate) fn accept_one(socket: &Socket) -> Op<Accept> {
 /// `next` therefore holds at most about [`ACCEPT_QUEUE_MAX`] connections it has not taken;
 /// the rest wait in the kernel's backlog.
 ///
-/// `next` is cancel-safe: the accept in flight belongs to the stream, so a dropped `next`
-/// (a `select!` or a `timeout` that lost) loses no connection. Dropping the stream cancels
-/// its accept; connections it accepted and nobody took stay with the listener, for its next
-/// `accept` or `incoming` (and are closed with it).
+/// `next` is cancel-safe: a dropped `next` (a `select!` or a `timeout` that lost) loses no
+/// connection. Its accept is cancelled then (nobody awaits the stream), and what it still
+/// accepts stays with the listener, where `accept` or the stream's next `next` takes it
+/// first. Dropping the stream does the same; connections nobody took are closed with the
+/// listener.
 ///
 /// # Examples
 ///
@@ -335,7 +336,10 @@ impl<'a> Incoming<'a> {
     // An async stream's `next` (like `StreamExt::next`), not `Iterator::next`.
     #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> IncomingNext<'_, 'a> {
-        IncomingNext { incoming: self }
+        IncomingNext {
+            incoming: self,
+            pending: false,
+        }
     }
 
     /// Polls for the next connection (what [`next`](Self::next) awaits), for hand-written
@@ -423,17 +427,36 @@ impl<'a> Incoming<'a> {
 }
 
 /// The future [`Incoming::next`] returns. It holds only a borrow of the stream, where the
-/// accept in flight lives: dropping it cancels nothing and loses no connection.
+/// accept in flight lives: dropping it loses no connection.
 #[must_use = "futures do nothing unless awaited"]
 pub struct IncomingNext<'s, 'a> {
     incoming: &'s mut Incoming<'a>,
+    /// Its last poll was pending: an accept is armed for it.
+    pending: bool,
 }
 
 impl Future for IncomingNext<'_, '_> {
     type Output = Option<io::Result<TcpStream>>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.incoming.poll_next(cx)
+        let polled = self.incoming.poll_next(cx);
+        self.pending = polled.is_pending();
+        polled
+    }
+}
+
+impl Drop for IncomingNext<'_, '_> {
+    /// Dropped while waiting (a timeout or a `select!` lost the race): nobody awaits the
+    /// stream any more, so its accept stops taking connections for it. Left armed, a
+    /// multishot accept went on taking up to [`ACCEPT_QUEUE_MAX`] connections that only
+    /// this idle stream could hand out, while `accept()` on the same listener waited. Its
+    /// orphan queues what it still takes on the listener, where the next accept (or this
+    /// stream's next `next`) finds it first.
+    fn drop(&mut self) {
+        if self.pending {
+            self.incoming.multishot = None;
+            self.incoming.single = None;
+        }
     }
 }
 
