@@ -98,6 +98,10 @@ fn main() {
             "accept_is_served_while_a_dropped_incoming_next_idles",
             accept_is_served_while_a_dropped_incoming_next_idles,
         ),
+        (
+            "an_idle_recv_stream_leaves_the_pool_to_other_sockets",
+            an_idle_recv_stream_leaves_the_pool_to_other_sockets,
+        ),
     ])
 }
 
@@ -1153,6 +1157,49 @@ fn accept_is_served_while_a_dropped_incoming_next_idles(kind: BackendKind) -> Ou
             "{kind}: the stream after its idle time: {next:?}"
         );
         drop(clients);
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// Review AA (2): a receive stream not polled for a while kept its multishot receive
+/// armed (io_uring 6.0+), and its peer's 64 KiB took every buffer of the worker's shared
+/// pool: another socket's pooled receive then waited, with no buffer held by the program.
+fn an_idle_recv_stream_leaves_the_pool_to_other_sockets(kind: BackendKind) -> Outcome {
+    let rt = runtime!(
+        kind,
+        ring_rt::Builder::new().threads(1).recv_buffers(8, 1024)
+    );
+    rt.block_on(bounded(Duration::from_secs(30), async {
+        let (a1, b1) = UnixStream::pair()?;
+        let (a2, b2) = UnixStream::pair()?;
+        let mut rx1 = b1.recv_stream();
+        a1.write_all(&b"first"[..]).await.0?;
+        let chunk = rx1.next().await.ok_or("end of stream")??;
+        check!(&chunk[..] == b"first", "{kind}: {chunk:?}");
+        drop(chunk);
+        // rx1 is not polled from here on; its peer sends more than the pool holds.
+        let sender = ring_rt::spawn(async move { a1.write_all(vec![1u8; 64 << 10]).await.0 });
+        sleep(Duration::from_millis(20)).await;
+        a2.write_all(&b"ping"[..]).await.0?;
+        let got = timeout(Duration::from_secs(5), b2.recv_pooled()).await;
+        let got =
+            got.map_err(|_| format!("{kind}: another socket's receive waited for the pool"))?;
+        let got = got?.ok_or("end of stream on the second socket")?;
+        check!(&got[..] == b"ping", "{kind}: {got:?}");
+        drop(got);
+        // Nothing of the idle stream's data is lost: it reads all of it once polled.
+        let mut total = 0;
+        while total < 64 << 10 {
+            let next = timeout(Duration::from_secs(5), rx1.next()).await;
+            let chunk =
+                next.map_err(|_| format!("{kind}: the idle stream stalled at {total} bytes"))?;
+            let chunk = chunk.ok_or("end of stream")??;
+            check!(chunk.iter().all(|&b| b == 1), "{kind}: stray bytes");
+            total += chunk.len();
+        }
+        check!(total == 64 << 10, "{kind}: {total} bytes");
+        drop(rx1);
+        sender.await.map_err(|e| e.to_string())??;
         Ok(Completion::Completed)
     }))?
 }

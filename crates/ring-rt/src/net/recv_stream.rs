@@ -250,6 +250,11 @@ impl<'a> RecvStream<'a> {
                     return Poll::Ready(Err(e));
                 }
             };
+            if over && self.multishot_ok && cqe.res == -libc::ECANCELED {
+                // Cancelled at its bound (the chunks it held unpolled, see
+                // `RecvMulti::queue_max`), after every chunk it had: arm again.
+                continue;
+            }
             let got = pool::from_cqe(&group, cqe);
             if single_over && !matches!(got, Ok(Some(_))) {
                 // End of stream, an error, or ENOBUFS (whose wait for a returned buffer

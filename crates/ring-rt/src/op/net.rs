@@ -661,6 +661,15 @@ unsafe impl Operation for RecvMulti {
 }
 
 impl MultishotDef for RecvMulti {
+    /// Chunks a receive may hold unpolled, each in a buffer of the worker's shared pool:
+    /// an eighth of the pool, at most 16 (64 KiB in the default 4 KiB buffers, about what a
+    /// socket's own receive buffer would hold). Past that the receive is cancelled, and
+    /// the rest waits in the socket until the stream is polled again: a stream whose task
+    /// is busy elsewhere must not take the buffers every other socket of the worker needs.
+    fn queue_max(&self) -> u16 {
+        (self.group.count() / 8).clamp(1, 16)
+    }
+
     fn orphan(&self) -> Box<dyn Orphan> {
         keep_chunks(&self.group, &self.unclaimed, None)
     }
