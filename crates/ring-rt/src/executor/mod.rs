@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
@@ -71,53 +71,92 @@ pub(crate) struct Shared {
 /// whether the wake that raised it may be such a queued one (`QUEUED`): a wake finding it
 /// so writes the eventfd itself instead of counting on the queued one. Only a wake known
 /// to have gone out (`SENT`) lets the next ones skip theirs.
-pub(crate) struct Signal(AtomicU8);
+///
+/// The state sits in the low two bits; the rest counts the worker's `take`s, so that a
+/// raiser marking its own wake sent (`QUEUED` to `SENT`) can never mark a later raise's
+/// instead: after a `take` and a new raise by a busy worker, a late mark would have hidden
+/// that raise's queued MSG_RING from every wake after it (review AC).
+pub(crate) struct Signal(AtomicU64);
 
-const LOWERED: u8 = 0;
-const SENT: u8 = 1;
-const QUEUED: u8 = 2;
+const LOWERED: u64 = 0;
+const SENT: u64 = 1;
+const QUEUED: u64 = 2;
+const STATE: u64 = 3;
+/// One `take`, in the bits above the state.
+const EPOCH: u64 = 4;
 
 impl Signal {
     fn new(raised: bool) -> Signal {
-        Signal(AtomicU8::new(if raised { SENT } else { LOWERED }))
+        Signal(AtomicU64::new(if raised { SENT } else { LOWERED }))
     }
 
     /// Raises the flag and makes sure a wake is on its way to the worker.
     fn raise(&self, unparker: &Unparker) {
-        match self
-            .0
-            .compare_exchange(LOWERED, QUEUED, Ordering::AcqRel, Ordering::Acquire)
-        {
-            Ok(_) => {
-                if unparker.unpark() == Unparked::Now {
-                    let _ =
-                        self.0
-                            .compare_exchange(QUEUED, SENT, Ordering::AcqRel, Ordering::Acquire);
+        let mut seen = self.0.load(Ordering::Acquire);
+        loop {
+            let epoch = seen & !STATE;
+            match seen & STATE {
+                LOWERED => {
+                    let queued = epoch | QUEUED;
+                    match self
+                        .0
+                        .compare_exchange(seen, queued, Ordering::AcqRel, Ordering::Acquire)
+                    {
+                        Ok(_) => {
+                            if unparker.unpark() == Unparked::Now {
+                                self.mark_sent(queued);
+                            }
+                            return;
+                        }
+                        Err(now) => seen = now,
+                    }
                 }
+                // The wake that raised it may wait in a busy thread's ring: this one goes
+                // now.
+                QUEUED => {
+                    unparker.unpark_now();
+                    self.mark_sent(seen);
+                    return;
+                }
+                _ => return,
             }
-            // The wake that raised it may wait in a busy thread's ring: this one goes now.
-            Err(QUEUED) => {
-                unparker.unpark_now();
-                let _ = self
-                    .0
-                    .compare_exchange(QUEUED, SENT, Ordering::AcqRel, Ordering::Acquire);
-            }
-            Err(_) => {}
         }
+    }
+
+    /// `QUEUED` to `SENT`, if the flag is still the raise `queued` (same epoch).
+    fn mark_sent(&self, queued: u64) {
+        let sent = (queued & !STATE) | SENT;
+        let _ = self
+            .0
+            .compare_exchange(queued, sent, Ordering::AcqRel, Ordering::Acquire);
     }
 
     /// Raises the flag from the worker's own thread, which needs no wake.
     fn raise_here(&self) {
-        self.0.store(SENT, Ordering::Release);
+        let _ = self
+            .0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                (v & STATE == LOWERED).then_some(v | SENT)
+            });
     }
 
     fn is_raised(&self) -> bool {
-        self.0.load(Ordering::Acquire) != LOWERED
+        self.0.load(Ordering::Acquire) & STATE != LOWERED
     }
 
-    /// Lowers the flag; whether it was raised.
+    /// Lowers the flag, starting a new epoch; whether it was raised.
     fn take(&self) -> bool {
-        self.0.swap(LOWERED, Ordering::AcqRel) != LOWERED
+        // Lowered: nothing to take, and no raise to outdate (a raise makes it not lowered).
+        if self.0.load(Ordering::Acquire) & STATE == LOWERED {
+            return false;
+        }
+        let before = self
+            .0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                Some((v & !STATE).wrapping_add(EPOCH))
+            });
+        let before = before.unwrap_or_else(|v| v);
+        before & STATE != LOWERED
     }
 }
 
