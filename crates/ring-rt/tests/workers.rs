@@ -690,6 +690,19 @@ fn serve_balanced_ends_when_its_listener_fails_for_good(kind: BackendKind) -> Ou
             err.raw_os_error() == Some(libc::EINVAL),
             "{kind}: ended with {err}"
         );
+        // Review AC (2): a UDP socket taken for a listener (safe std conversions) fails
+        // every accept with EOPNOTSUPP, which may pass on a TCP listener: it spun a core
+        // for ever. Not a listening socket, it ends the loop too.
+        let udp: std::os::fd::OwnedFd = std::net::UdpSocket::bind("127.0.0.1:0")?.into();
+        let not_tcp = ring_rt::net::TcpListener::from_std(std::net::TcpListener::from(udp))?;
+        let serve = handle.serve_balanced(&not_tcp, |_| async {});
+        let err = ring_rt::time::timeout(Duration::from_secs(10), serve)
+            .await
+            .map_err(|_| "serve_balanced went on with a UDP socket for a listener")?;
+        check!(
+            err.raw_os_error() == Some(libc::EOPNOTSUPP),
+            "{kind}: a UDP 'listener' ended with {err}"
+        );
         Ok(Completion::Completed)
     }))?
 }

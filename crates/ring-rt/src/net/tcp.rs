@@ -173,6 +173,12 @@ impl TcpListener {
         })
     }
 
+    /// Whether the socket is a TCP socket in the listening state (one shut down, never
+    /// listened on, or not TCP at all never accepts again).
+    pub(crate) fn is_listening(&self) -> bool {
+        accept_backlog(self.socket.fd()).is_some()
+    }
+
     /// The bound address.
     ///
     /// # Examples

@@ -22,10 +22,12 @@ impl Handle {
     /// `block_on`.
     ///
     /// Per-connection errors (a client gone before it was accepted, the fd limit with its
-    /// back-off) are skipped, the loop yielding to the worker's other tasks after each.
-    /// It returns the error that ends it when the listener fails for good (`EBADF`,
-    /// `EINVAL`: shut down or not listening, `ENOTSOCK`, `EFAULT`) or the runtime refuses
-    /// it (dropped, or polled outside it). A panic of `serve` (the call, or the future it
+    /// back-off) are skipped, the loop yielding to the worker's other tasks after each and,
+    /// after a run of them, pausing (1 ms doubling to 1 s) so that an error that never
+    /// clears costs no CPU. It returns the error that ends it when the listener fails for
+    /// good (`EBADF`, `ENOTSOCK`, `EFAULT`, or any error once the socket is not a listening
+    /// TCP socket: shut down, never listened on, not TCP) or the runtime refuses it
+    /// (dropped, or polled outside it). A panic of `serve` (the call, or the future it
     /// returns) is that connection's task's, wherever it runs: the loop goes on.
     ///
     /// # Examples
@@ -57,15 +59,18 @@ impl Handle {
     {
         let serve = Arc::new(serve);
         let mut incoming = listener.incoming();
+        let mut failures = 0u32;
         loop {
             match incoming.next().await {
-                Some(Ok(stream)) => self.hand_over(stream, &serve),
-                Some(Err(err)) if ends_accepting(&err) => return err,
+                Some(Ok(stream)) => {
+                    failures = 0;
+                    self.hand_over(stream, &serve);
+                }
+                Some(Err(err)) if ends_accepting(&err, listener) => return err,
                 Some(Err(err)) => {
                     tracing::debug!(target: "ring_rt", error = %err, "serve_balanced: accept failed; going on");
-                    // An error can come at once, time after time (epoll's try of a
-                    // listener that fails each time): the worker's other tasks run between.
-                    crate::yield_now().await;
+                    failures = failures.saturating_add(1);
+                    pause_after(failures).await;
                 }
                 None => return io::Error::other("the listener's accept stream ended"),
             }
@@ -120,14 +125,27 @@ impl Handle {
 }
 
 /// Whether an accept error means the listener will never accept again: it is not (or no
-/// longer) a listening socket, or the runtime refuses its ops. Everything else (a client
-/// gone, out of fds or memory, a network error passed on by the kernel) may pass.
-fn ends_accepting(err: &io::Error) -> bool {
+/// longer) a listening TCP socket, or the runtime refuses its ops. Everything else (a
+/// client gone, out of fds or memory, a network error passed on by the kernel) may pass.
+fn ends_accepting(err: &io::Error, listener: &TcpListener) -> bool {
     matches!(
         err.raw_os_error(),
-        Some(libc::EBADF | libc::EINVAL | libc::ENOTSOCK | libc::EFAULT)
+        Some(libc::EBADF | libc::ENOTSOCK | libc::EFAULT)
     ) || matches!(
         Refused::of(err),
         Some(Refused::Elsewhere | Refused::ShutDown)
-    )
+    ) || !listener.is_listening()
+}
+
+/// After the `failures`-th accept error in a row: a yield for the first few (the worker's
+/// other tasks run between: an error can come at once, time after time), then a pause of
+/// 1 ms doubling to 1 s, so that an error that never clears costs no CPU.
+async fn pause_after(failures: u32) {
+    const YIELDS: u32 = 4;
+    if failures <= YIELDS {
+        crate::yield_now().await;
+        return;
+    }
+    let ms = 1u64 << (failures - YIELDS - 1).min(10);
+    crate::time::sleep(std::time::Duration::from_millis(ms)).await;
 }
