@@ -205,7 +205,10 @@ impl Builder {
     /// Pins worker `i` (for `i >= 1`) to the `i`-th CPU, wrapping, of the affinity mask of
     /// the thread that calls `build` (what `taskset` or a cpuset left it). Worker 0 is that
     /// thread itself, which `block_on` borrows: it stays as its caller set it, before and
-    /// after the runtime (pin it yourself if you want it pinned).
+    /// after the runtime (pin it yourself if you want it pinned). The blocking pools'
+    /// threads (`spawn_blocking`, epoll's file ops) run on the whole mask, whichever worker
+    /// started them; io_uring's own kernel workers (io-wq) for a pinned worker's ring stay
+    /// on that worker's CPU, as the kernel starts them.
     ///
     /// # Examples
     ///
@@ -416,7 +419,10 @@ impl Builder {
         if let Some(workers) = &workers {
             shareds.extend(workers.shareds().iter().cloned());
         }
-        let blocking = BlockingTasks::new(self.max_blocking_threads);
+        let blocking = BlockingTasks::new(
+            self.max_blocking_threads,
+            config.backend.helper_cpus.clone(),
+        );
         let set = Arc::new(WorkerSet::new(shareds, blocking));
         let _ = config.set.set(set.clone());
         Ok(Runtime { core, workers, set })
@@ -445,6 +451,10 @@ impl Builder {
                 },
                 recv_buffers: self.recv_buffers,
                 fixed_buffers: self.fixed_buffers.unwrap_or_default(),
+                helper_cpus: match self.pin_workers {
+                    true => Some(Arc::new(crate::sys::allowed_cpus()?)),
+                    false => None,
+                },
                 batch_wait: self.batch_wait,
                 blocking_threads: self.blocking_threads,
             },

@@ -10,3 +10,58 @@ pub(crate) fn res(ret: isize) -> i32 {
         ret.min(i32::MAX as isize) as i32
     }
 }
+
+/// The CPUs in the calling thread's affinity mask, in order (never empty: the kernel
+/// refuses an empty mask).
+pub(crate) fn allowed_cpus() -> std::io::Result<Vec<usize>> {
+    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: passes a valid pointer to a live cpu_set_t and its size; pid 0 = this thread.
+    if unsafe { libc::sched_getaffinity(0, size, &mut set) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+        .filter(|&cpu| {
+            // SAFETY: CPU_ISSET reads within `set` for indices below CPU_SETSIZE.
+            unsafe { libc::CPU_ISSET(cpu, &set) }
+        })
+        .collect();
+    if cpus.is_empty() {
+        return Err(std::io::Error::other(
+            "this thread's CPU affinity mask is empty",
+        ));
+    }
+    Ok(cpus)
+}
+
+/// Restricts the calling thread to `cpus` (each below `CPU_SETSIZE`, as `allowed_cpus`
+/// gives them).
+pub(crate) fn set_cpus(cpus: &[usize]) -> std::io::Result<()> {
+    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &cpu in cpus.iter().filter(|&&cpu| cpu < libc::CPU_SETSIZE as usize) {
+        // SAFETY: CPU_SET writes within `set` for a cpu index below CPU_SETSIZE.
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+    }
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: passes a valid pointer to a live cpu_set_t and its size; pid 0 = this thread.
+    if unsafe { libc::sched_setaffinity(0, size, &set) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Where a runtime's helper threads (blocking pools) run when its workers are pinned: the
+/// mask of the thread that built the runtime. A helper thread started by a pinned worker
+/// would otherwise inherit that worker's one CPU, and serve every worker's jobs from it.
+pub(crate) type HelperCpus = Option<std::sync::Arc<Vec<usize>>>;
+
+/// Run first by a helper thread: back to the runtime's mask, if its workers are pinned.
+pub(crate) fn unpin_helper(cpus: &HelperCpus) {
+    if let Some(cpus) = cpus {
+        if let Err(err) = set_cpus(cpus) {
+            tracing::debug!(target: "ring_rt", error = %err, "a helper thread kept its creator's CPU affinity");
+        }
+    }
+}

@@ -103,6 +103,10 @@ fn main() {
             "pinned_workers_stay_inside_the_affinity_mask",
             pinned_workers_stay_inside_the_affinity_mask,
         ),
+        (
+            "blocking_threads_of_pinned_workers_use_the_whole_mask",
+            blocking_threads_of_pinned_workers_use_the_whole_mask,
+        ),
     ])
 }
 
@@ -890,6 +894,44 @@ fn pinned_workers_stay_inside_the_affinity_mask(kind: BackendKind) -> Outcome {
     check!(
         after == mask,
         "{kind}: the builder's thread may run on {after:?} after the runtime, {mask:?} before"
+    );
+    Ok(Completion::Completed)
+}
+
+/// Review AC (3): a blocking-pool thread started by a pinned worker inherited that worker's
+/// one CPU and kept it for every later closure, whoever spawned it (and on epoll, the file
+/// ops of that worker's pool): with a mask of two CPUs, blocking work ran on one. Helper
+/// threads go back to the builder thread's mask now.
+fn blocking_threads_of_pinned_workers_use_the_whole_mask(kind: BackendKind) -> Outcome {
+    let mask = allowed_cpus();
+    if mask.len() < 2 {
+        return Ok(Completion::ignored_with(format!(
+            "needs a mask of two CPUs or more to tell one CPU from the mask; this one is {mask:?}"
+        )));
+    }
+    let rt = runtime!(kind, Builder::default().threads(2).pin_workers(true));
+    let handle = rt.handle();
+    let from_worker_1 = handle.spawn_local_on(1, || async {
+        let blocking = ring_rt::spawn_blocking(allowed_cpus).await;
+        // A file op: on epoll it runs on the worker's own pool.
+        let file = ring_rt::fs::File::open("/proc/self/status").await;
+        (blocking, file.is_ok())
+    })?;
+    let (blocking, file_ok) = support::poll_on_thread(from_worker_1, Duration::from_secs(10))
+        .ok_or("worker 1 never ran its task")?
+        .map_err(|e| e.to_string())?;
+    let blocking = blocking.map_err(|e| e.to_string())?;
+    check!(file_ok, "{kind}: a file open on worker 1 failed");
+    check!(
+        blocking == mask,
+        "{kind}: a blocking closure spawned from pinned worker 1 ran on {blocking:?}, not the mask {mask:?}"
+    );
+    let later = rt
+        .block_on(handle.spawn_blocking(allowed_cpus))
+        .map_err(|e| e.to_string())?;
+    check!(
+        later == mask,
+        "{kind}: a later blocking closure ran on {later:?}, not the mask {mask:?}"
     );
     Ok(Completion::Completed)
 }

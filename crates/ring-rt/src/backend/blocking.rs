@@ -76,6 +76,8 @@ struct Inner {
     has_done: AtomicBool,
     /// Written when a completion is queued; the epoll loop watches it.
     notify: OwnedFd,
+    /// Where its threads run when the workers are pinned.
+    cpus: crate::sys::HelperCpus,
 }
 
 pub(crate) struct BlockingPool {
@@ -86,7 +88,10 @@ pub(crate) struct BlockingPool {
 }
 
 impl BlockingPool {
-    pub(crate) fn new(threads_max: usize) -> io::Result<BlockingPool> {
+    pub(crate) fn new(
+        threads_max: usize,
+        cpus: crate::sys::HelperCpus,
+    ) -> io::Result<BlockingPool> {
         // SAFETY: eventfd takes no pointers; the result is checked.
         let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
         if fd < 0 {
@@ -104,6 +109,7 @@ impl BlockingPool {
             has_done: AtomicBool::new(false),
             // SAFETY: a fresh eventfd owned by nobody else.
             notify: unsafe { OwnedFd::from_raw_fd(fd) },
+            cpus,
         });
         Ok(BlockingPool {
             inner,
@@ -249,6 +255,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 fn worker(inner: &Inner) {
+    crate::sys::unpin_helper(&inner.cpus);
     while let Some(job) = next_job(inner) {
         let res = (job.run)();
         if !report(inner, job.id, res) && job.returns_fd && res >= 0 {

@@ -89,6 +89,7 @@ impl EpollBackend {
         recv_buffers: RecvBuffers,
         fixed_buffers: FixedBuffers,
         blocking_threads: usize,
+        helper_cpus: crate::sys::HelperCpus,
     ) -> io::Result<EpollBackend> {
         // SAFETY: no pointers; the result is checked.
         let epfd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
@@ -103,7 +104,7 @@ impl EpollBackend {
             regs: Vec::new(),
             ops: OpTable::new(),
             metrics: Arc::new(Metrics::default()),
-            pool: BlockingPool::new(blocking_threads)?,
+            pool: BlockingPool::new(blocking_threads, helper_cpus)?,
             events: vec![libc::epoll_event { events: 0, u64: 0 }; EVENTS_MAX],
             on_wake,
             timeouts,

@@ -29,6 +29,8 @@ pub(crate) struct BackendConfig {
     pub(crate) ring: RingConfig,
     pub(crate) recv_buffers: RecvBuffers,
     pub(crate) fixed_buffers: FixedBuffers,
+    /// Where the blocking pool's threads run (see `sys::HelperCpus`).
+    pub(crate) helper_cpus: crate::sys::HelperCpus,
     pub(crate) batch_wait: Duration,
     /// The blocking-thread cap the builder set, if it set one.
     pub(crate) blocking_threads: Option<usize>,
@@ -90,6 +92,7 @@ fn open_epoll(
         config.recv_buffers,
         config.fixed_buffers,
         threads,
+        config.helper_cpus.clone(),
     )?;
     Ok((Backend::Epoll(epoll), choice))
 }

@@ -33,6 +33,8 @@ struct Inner {
     /// Signalled when the last thread leaves (shutdown waits for it).
     gone: Condvar,
     max_threads: usize,
+    /// Where its threads run when the workers are pinned.
+    cpus: crate::sys::HelperCpus,
 }
 
 /// The runtime's pool for `spawn_blocking`; cheap to clone.
@@ -42,13 +44,14 @@ pub(crate) struct BlockingTasks {
 }
 
 impl BlockingTasks {
-    pub(crate) fn new(max_threads: usize) -> BlockingTasks {
+    pub(crate) fn new(max_threads: usize, cpus: crate::sys::HelperCpus) -> BlockingTasks {
         BlockingTasks {
             inner: Arc::new(Inner {
                 state: Mutex::new(State::default()),
                 work: Condvar::new(),
                 gone: Condvar::new(),
                 max_threads: max_threads.max(1),
+                cpus,
             }),
         }
     }
@@ -126,6 +129,7 @@ impl Inner {
 
     /// A pool thread: runs tasks until the pool closes or it has idled for `IDLE_KEEP`.
     fn serve(&self) {
+        crate::sys::unpin_helper(&self.cpus);
         let mut state = self.lock();
         loop {
             if let Some(task) = state.queue.pop_front() {

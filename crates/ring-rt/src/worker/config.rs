@@ -10,6 +10,7 @@ use super::Core;
 use crate::backend::select::{self, BackendConfig, Choice, WakeSource};
 use crate::backend::{Backend, Mechanism};
 use crate::executor::{Executor, Shared};
+use crate::sys;
 use crate::unpark::Unparker;
 
 /// What every worker is built from (shared with the worker threads).
@@ -74,40 +75,6 @@ fn trace_start(worker: usize, backend: &Backend, choice: &Choice) {
 fn pin_to_cpu(index: usize) -> io::Result<()> {
     // The CPUs this thread may run on (inherited from the thread that built the runtime):
     // worker `index` takes the `index`-th of them, wrapping.
-    let allowed = allowed_cpus()?;
-    let cpu = allowed[index % allowed.len()];
-    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: CPU_SET writes within `set` for a cpu index below CPU_SETSIZE (`cpu` came
-    // from a set of that size).
-    unsafe { libc::CPU_SET(cpu, &mut set) };
-    // SAFETY: passes a valid pointer to a live cpu_set_t and its size; pid 0 = this thread.
-    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// The CPUs in this thread's affinity mask, in order (never empty: the kernel refuses an
-/// empty mask).
-fn allowed_cpus() -> io::Result<Vec<usize>> {
-    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: passes a valid pointer to a live cpu_set_t and its size; pid 0 = this thread.
-    let rc =
-        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
-        .filter(|&cpu| {
-            // SAFETY: CPU_ISSET reads within `set` for indices below CPU_SETSIZE.
-            unsafe { libc::CPU_ISSET(cpu, &set) }
-        })
-        .collect();
-    if cpus.is_empty() {
-        return Err(io::Error::other("this thread's CPU affinity mask is empty"));
-    }
-    Ok(cpus)
+    let allowed = sys::allowed_cpus()?;
+    sys::set_cpus(&[allowed[index % allowed.len()]])
 }
