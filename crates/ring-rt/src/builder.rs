@@ -207,8 +207,8 @@ impl Builder {
     /// thread itself, which `block_on` borrows: it stays as its caller set it, before and
     /// after the runtime (pin it yourself if you want it pinned). The blocking pools'
     /// threads (`spawn_blocking`, epoll's file ops) run on the whole mask, whichever worker
-    /// started them; io_uring's own kernel workers (io-wq) for a pinned worker's ring stay
-    /// on that worker's CPU, as the kernel starts them.
+    /// started them; where io_uring's own kernel workers (io-wq) run is the kernel's
+    /// choice.
     ///
     /// # Examples
     ///
