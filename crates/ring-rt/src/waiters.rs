@@ -42,6 +42,15 @@ impl Waiters {
     pub(crate) fn is_empty(&self) -> bool {
         matches!(self, Waiters::None)
     }
+
+    /// How many wakers wait.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Waiters::None => 0,
+            Waiters::One(_) => 1,
+            Waiters::Many(ws) => ws.len(),
+        }
+    }
 }
 
 impl IntoIterator for Waiters {

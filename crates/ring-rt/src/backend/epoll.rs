@@ -43,6 +43,9 @@ struct Registration {
     registered: bool,
     readers: Waiters,
     writers: Waiters,
+    /// Waits dropped since `readers` / `writers` were last let go (see
+    /// `readiness_dropped`).
+    dropped: [u16; 2],
     /// Directions (`POLLIN`/`POLLOUT`) a syscall showed drained (a short stream read or
     /// write) and no event has refilled since: the next op there waits for readiness
     /// instead of trying a syscall bound to fail with EAGAIN.
@@ -325,6 +328,7 @@ impl EpollBackend {
         let writable = events & libc::EPOLLOUT as u32 != 0 || events & err != 0;
         if readable {
             reg.unready &= !(libc::POLLIN as u32);
+            reg.dropped[0] = 0;
             for waker in std::mem::take(&mut reg.readers) {
                 self.woken.wake(waker);
             }
@@ -332,6 +336,7 @@ impl EpollBackend {
         let reg = &mut self.regs[index];
         if writable {
             reg.unready &= !(libc::POLLOUT as u32);
+            reg.dropped[1] = 0;
             for waker in std::mem::take(&mut reg.writers) {
                 self.woken.wake(waker);
             }
@@ -596,21 +601,33 @@ impl Mechanism for EpollBackend {
         None
     }
 
-    /// Lets the parked wakers for `events` on `fd` go, waking them: the dropped op's is
-    /// among them but cannot be told apart (one waker stands for every op of its task
-    /// waiting there), so every one is woken, and those still waiting park again.
+    /// Lets the parked wakers for `events` on `fd` go, waking them, once as many waits
+    /// were dropped as there are wakers parked: the dropped op's waker is among them but
+    /// cannot be told apart (one waker stands for every op of its task waiting there), so
+    /// every one is woken, and those still waiting park again. Counting first keeps the
+    /// list within twice the live waiters at one wake per dropped wait: letting it go at
+    /// every drop made a thousand waiters that each time out wake each other a thousand
+    /// times per round (review AB).
     fn readiness_dropped(&mut self, fd: RawFd, events: u32) {
         let Some(reg) = usize::try_from(fd).ok().and_then(|i| self.regs.get_mut(i)) else {
             return;
         };
-        let take = |waiters: &mut Waiters, event: i16| match events & event as u32 {
-            0 => Waiters::None,
-            _ => std::mem::take(waiters),
-        };
-        let readers = take(&mut reg.readers, libc::POLLIN);
-        let writers = take(&mut reg.writers, libc::POLLOUT);
-        for waker in readers.into_iter().chain(writers) {
-            self.woken.wake(waker);
+        let [dropped_readers, dropped_writers] = &mut reg.dropped;
+        let parked = [
+            (libc::POLLIN, &mut reg.readers, dropped_readers),
+            (libc::POLLOUT, &mut reg.writers, dropped_writers),
+        ];
+        for (event, waiters, dropped) in parked {
+            if events & event as u32 == 0 {
+                continue;
+            }
+            *dropped = dropped.saturating_add(1);
+            if usize::from(*dropped) >= waiters.len() {
+                *dropped = 0;
+                for waker in std::mem::take(waiters) {
+                    self.woken.wake(waker);
+                }
+            }
         }
     }
 
