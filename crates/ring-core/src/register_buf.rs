@@ -16,7 +16,7 @@
 //! The memory is zero-filled at allocation and only ever written with initialised bytes (by
 //! the kernel or through `&mut [u8]`), so every byte of a chunk is always initialised.
 
-use std::alloc::{self, Layout};
+use std::alloc::Layout;
 use std::cell::RefCell;
 use std::fmt;
 use std::io;
@@ -276,31 +276,69 @@ impl Pool {
     }
 }
 
-/// One zero-filled heap allocation, freed on drop.
+/// One zero-filled allocation, freed on drop: an anonymous mapping, whose pages become
+/// resident only when touched. A registration pins (and so touches) them all; a pool the
+/// kernel never registers (epoll, a refused registration) costs only the buffers used.
+/// `alloc_zeroed` with page alignment wrote every page at once: 1 GiB resident, and over
+/// a second, for the first buffer taken of a pool nothing registered (review AB).
+/// Under Miri, which has no `mmap`, the heap.
 struct PoolMem {
     ptr: NonNull<u8>,
     layout: Layout,
 }
 
 impl PoolMem {
-    /// `layout` has a non-zero size: `check_shape` rejects zero counts and lengths.
+    /// `layout` has a non-zero size (`check_shape` rejects zero counts and lengths) and an
+    /// alignment of at most a page.
     fn zeroed(layout: Layout) -> io::Result<PoolMem> {
-        // SAFETY: `layout.size()` is non-zero (see above); a null result is handled below.
-        let ptr = unsafe { alloc::alloc_zeroed(layout) };
-        let ptr = NonNull::new(ptr).ok_or_else(|| {
+        let ptr = NonNull::new(map_zeroed(layout)).ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::OutOfMemory,
                 format!("allocating {} bytes of fixed buffers failed", layout.size()),
             )
         })?;
+        debug_assert_eq!(ptr.as_ptr() as usize % layout.align(), 0);
         Ok(PoolMem { ptr, layout })
     }
 }
 
+/// `layout.size()` zeroed bytes, page-aligned, or null.
+#[cfg(not(miri))]
+fn map_zeroed(layout: Layout) -> *mut u8 {
+    let len = layout.size();
+    let (prot, flags) = (
+        libc::PROT_READ | libc::PROT_WRITE,
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+    );
+    // SAFETY: a new anonymous private mapping: no fd, no address hint, nothing of ours
+    // is touched; the result is checked against MAP_FAILED.
+    let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, flags, -1, 0) };
+    if ptr == libc::MAP_FAILED {
+        return std::ptr::null_mut();
+    }
+    ptr.cast()
+}
+
+#[cfg(miri)]
+fn map_zeroed(layout: Layout) -> *mut u8 {
+    // SAFETY: the size is non-zero (`check_shape`); a null result is the caller's to handle.
+    unsafe { std::alloc::alloc_zeroed(layout) }
+}
+
 impl Drop for PoolMem {
     fn drop(&mut self) {
+        #[cfg(not(miri))]
+        // SAFETY: `ptr` is the start of a mapping of `layout.size()` bytes made by
+        // `map_zeroed`, unmapped only here, once; nothing refers to it any more (every
+        // handle to the pool is gone).
+        unsafe {
+            libc::munmap(self.ptr.as_ptr().cast(), self.layout.size());
+        }
+        #[cfg(miri)]
         // SAFETY: `ptr` came from `alloc_zeroed(self.layout)` and is freed only here, once.
-        unsafe { alloc::dealloc(self.ptr.as_ptr(), self.layout) };
+        unsafe {
+            std::alloc::dealloc(self.ptr.as_ptr(), self.layout)
+        };
     }
 }
 

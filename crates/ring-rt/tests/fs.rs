@@ -127,6 +127,10 @@ fn main() {
             "a_fixed_buffer_outlives_its_runtime_as_plain_memory",
             a_fixed_buffer_outlives_its_runtime_as_plain_memory,
         ),
+        (
+            "an_unregistered_fixed_pool_costs_only_the_buffers_touched",
+            an_unregistered_fixed_pool_costs_only_the_buffers_touched,
+        ),
     ])
 }
 
@@ -1575,4 +1579,42 @@ fn a_fixed_buffer_outlives_its_runtime_as_plain_memory(kind: BackendKind) -> Out
         );
         Ok(Completion::Completed)
     }))?
+}
+
+/// This process's resident memory, in KiB.
+fn resident_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Review AB (F4): where nothing registers the pool (epoll, a refused registration), the
+/// first `FixedBuf::take` made the whole pool resident (zero-filled page by page: 1 GiB
+/// and over a second for 1,024 buffers of 1 MiB). It is an anonymous mapping now, whose
+/// pages cost nothing until a buffer is used. io_uring pins a registered pool's pages: all
+/// resident by design.
+fn an_unregistered_fixed_pool_costs_only_the_buffers_touched(kind: BackendKind) -> Outcome {
+    if kind == BackendKind::Uring {
+        return Ok(Completion::ignored_with(
+            "io_uring registers the pool, which pins every page: resident by design",
+        ));
+    }
+    const MIB: usize = 1 << 20;
+    let rt = match fixed_runtime(kind, 256, MIB) {
+        Ok(rt) => rt,
+        Err(skip) => return Ok(skip),
+    };
+    let before = resident_kib();
+    let mut buf = rt.block_on(async { ring_rt::buf::FixedBuf::take() })?;
+    buf.extend_from_slice(&[1u8; 4096]);
+    let grown_mib = resident_kib().saturating_sub(before) / 1024;
+    check!(buf.capacity() == MIB, "{buf:?}");
+    check!(
+        grown_mib < 64,
+        "{kind}: taking one buffer of an unregistered pool of 256 MiB made {grown_mib} MiB resident"
+    );
+    Ok(Completion::Completed)
 }
