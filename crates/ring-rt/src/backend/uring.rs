@@ -321,6 +321,12 @@ impl Mechanism for UringBackend {
     /// at once measured as fast as the eventfd on a ping-pong but cost 2.3x the CPU per
     /// message in a stream (BENCHMARKS.md, cross_worker).
     fn send_wake(&mut self, target: &Arc<std::os::fd::OwnedFd>) -> bool {
+        // The kernel took every SQE pushed so far (a full SQ inside a long task submits
+        // without a turn): the rings named by earlier wakes may close. Else a task that
+        // never yields kept one `Arc` per wake it sent (review AD).
+        if self.driver.pending_sqes() == 0 {
+            self.wake_targets.clear();
+        }
         let sent = self
             .driver
             .msg_ring_wake(std::os::fd::AsFd::as_fd(&**target));

@@ -132,6 +132,11 @@ impl<'a> RecvStream<'a> {
     /// Polls for the next chunk (what [`next`](Self::next) awaits), for hand-written
     /// futures and `Stream` impls: `Ready(None)` at end of stream and after an error.
     ///
+    /// Unlike a dropped [`RecvNext`], a caller that stops polling after `Pending` cannot
+    /// be seen: the stream keeps its place in line for the socket's receive turn, and
+    /// another receive of the socket waits until the stream is polled again or dropped.
+    /// Drop the stream (or poll it through `next`) when you stop reading from it.
+    ///
     /// # Examples
     ///
     /// ```

@@ -351,6 +351,11 @@ impl<'a> Incoming<'a> {
     /// Polls for the next connection (what [`next`](Self::next) awaits), for hand-written
     /// futures and `Stream` impls.
     ///
+    /// Unlike a dropped [`IncomingNext`], a caller that stops polling after `Pending`
+    /// cannot be seen: the stream's accept stays armed and takes connections that only
+    /// this stream hands out, while `accept` on the listener waits (io_uring). Drop the
+    /// stream (or poll it through `next`) when you stop accepting from it.
+    ///
     /// # Examples
     ///
     /// ```
