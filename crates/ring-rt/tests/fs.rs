@@ -1359,17 +1359,15 @@ fn threads_named(name: &str) -> io::Result<usize> {
     Ok(n)
 }
 
-fn fixed_runtime(kind: BackendKind, count: u16, len: usize) -> Result<Runtime, Completion> {
-    support::runtime_with(kind, Builder::new().threads(1).fixed_buffers(count, len))
+/// One worker with a pool of `count` registered buffers of `len` bytes (for `runtime!`).
+fn with_fixed(count: u16, len: usize) -> Builder {
+    Builder::new().threads(1).fixed_buffers(count, len)
 }
 
 /// Writes and reads through registered buffers (`WRITE_FIXED` / `READ_FIXED` on io_uring,
 /// plain memory on epoll), whole and as a slice (an address inside the chunk).
 fn fixed_buffers_write_and_read_a_file(kind: BackendKind) -> Outcome {
-    let rt = match fixed_runtime(kind, 4, 4096) {
-        Ok(rt) => rt,
-        Err(skip) => return Ok(skip),
-    };
+    let rt = runtime!(kind, with_fixed(4, 4096));
     let dir = Scratch::new("fixed", kind)?;
     rt.block_on(bounded(LIMIT, async {
         let path = dir.path("f");
@@ -1420,10 +1418,7 @@ fn fixed_buffers_write_and_read_a_file(kind: BackendKind) -> Outcome {
 
 /// Page-aligned, a registered buffer is fit for `O_DIRECT`.
 fn fixed_buffers_do_o_direct(kind: BackendKind) -> Outcome {
-    let rt = match fixed_runtime(kind, 2, 4096) {
-        Ok(rt) => rt,
-        Err(skip) => return Ok(skip),
-    };
+    let rt = runtime!(kind, with_fixed(2, 4096));
     let dirs = direct_scratch("fixed-direct", kind)?;
     rt.block_on(bounded(LIMIT, async {
         let f = match direct_file(&dirs, 64 << 10).await {
@@ -1476,10 +1471,7 @@ fn fixed_buffers_say_why_none_can_be_had(kind: BackendKind) -> Outcome {
         none.kind() == ErrorKind::Unsupported,
         "none configured: {none}"
     );
-    let rt = match fixed_runtime(kind, 2, 100) {
-        Ok(rt) => rt,
-        Err(skip) => return Ok(skip),
-    };
+    let rt = runtime!(kind, with_fixed(2, 100));
     rt.block_on(async {
         let held = [
             ring_rt::buf::FixedBuf::take()?,
@@ -1504,10 +1496,7 @@ fn fixed_buffers_say_why_none_can_be_had(kind: BackendKind) -> Outcome {
 /// completion, then gives it back: every buffer can be taken again, and none twice.
 fn a_dropped_fixed_read_gives_its_buffer_back(kind: BackendKind) -> Outcome {
     const COUNT: u16 = 4;
-    let rt = match fixed_runtime(kind, COUNT, 4096) {
-        Ok(rt) => rt,
-        Err(skip) => return Ok(skip),
-    };
+    let rt = runtime!(kind, with_fixed(COUNT, 4096));
     let dir = Scratch::new("fixed-drop", kind)?;
     rt.block_on(bounded(LIMIT, async {
         let path = dir.path("f");
@@ -1551,19 +1540,13 @@ fn a_dropped_fixed_read_gives_its_buffer_back(kind: BackendKind) -> Outcome {
 /// A registered buffer kept after its runtime is dropped is still its memory (the pool
 /// lives as long as a buffer of it), and another runtime reads into it as into any buffer.
 fn a_fixed_buffer_outlives_its_runtime_as_plain_memory(kind: BackendKind) -> Outcome {
-    let rt = match fixed_runtime(kind, 2, 4096) {
-        Ok(rt) => rt,
-        Err(skip) => return Ok(skip),
-    };
+    let rt = runtime!(kind, with_fixed(2, 4096));
     let mut kept = rt.block_on(async { ring_rt::buf::FixedBuf::take() })?;
     drop(rt);
     kept.extend_from_slice(b"kept");
     check!(&kept[..] == b"kept", "{kept:?}");
     kept.clear();
-    let other = match fixed_runtime(kind, 2, 4096) {
-        Ok(rt) => rt,
-        Err(skip) => return Ok(skip),
-    };
+    let other = runtime!(kind, with_fixed(2, 4096));
     let dir = Scratch::new("fixed-other", kind)?;
     other.block_on(bounded(LIMIT, async {
         let path = dir.path("f");
@@ -1603,10 +1586,7 @@ fn an_unregistered_fixed_pool_costs_only_the_buffers_touched(kind: BackendKind) 
         ));
     }
     const MIB: usize = 1 << 20;
-    let rt = match fixed_runtime(kind, 256, MIB) {
-        Ok(rt) => rt,
-        Err(skip) => return Ok(skip),
-    };
+    let rt = runtime!(kind, with_fixed(256, MIB));
     let before = resident_kib();
     let mut buf = rt.block_on(async { ring_rt::buf::FixedBuf::take() })?;
     buf.extend_from_slice(&[1u8; 4096]);
