@@ -43,6 +43,15 @@ impl Timers {
         self.map.first_key_value().map(|(key, _)| key.0)
     }
 
+    /// [`take_expired`](Self::take_expired) at the present moment, reading the clock only
+    /// if a timer is pending.
+    pub(crate) fn take_expired_now(&mut self) -> Vec<Waker> {
+        if self.map.is_empty() {
+            return Vec::new();
+        }
+        self.take_expired(Instant::now())
+    }
+
     /// Removes and returns the wakers of every timer due at `now`.
     pub(crate) fn take_expired(&mut self, now: Instant) -> Vec<Waker> {
         let mut due = Vec::new();
