@@ -7,7 +7,8 @@
 # CPU samples into user and kernel per op and per thread.
 #
 # This machine has no hardware counters, but `perf record -e cpu-clock` (a software timer)
-# works. For every row and round, with F = FILE, S = SECS, M = SIZE_MIB, H = HZ:
+# works; kernel samples need root or `kernel.perf_event_paranoid` at 1 or below. For every
+# row and round, with F = FILE, S = SECS, M = SIZE_MIB, H = HZ:
 #
 #   perf record -e cpu-clock -F H -o DATA target/release/fileio --file F --rw RW --bs 4096 \
 #       --depth N --direct D --secs S --backend uring --size-mib M
@@ -47,9 +48,15 @@ with_sync="${SYNC:-1}"
 top="${TOP:-0}"
 fileio="${FILEIO:-${CARGO_TARGET_DIR:-target}/release/fileio}"
 
-for tool in perf fio python3; do
-    command -v "$tool" >/dev/null || { echo "fio-cpu-split: $tool not found" >&2; exit 2; }
+for pair in perf:linux-perf fio:fio; do
+    tool="${pair%%:*}" package="${pair#*:}"
+    if ! command -v "$tool" >/dev/null; then
+        echo "fio-cpu-split: installing $package" >&2
+        apt-get install -y "$package" >/dev/null 2>&1 ||
+            { apt-get update >/dev/null && apt-get install -y "$package" >/dev/null; }
+    fi
 done
+command -v python3 >/dev/null || { echo "fio-cpu-split: python3 not found" >&2; exit 2; }
 for row in $rows; do
     [[ $row =~ ^(randread|randwrite|read|write):[1-9][0-9]*:[01]$ ]] ||
         { echo "fio-cpu-split: bad row '$row' (want rw:depth:direct)" >&2; exit 2; }
