@@ -33,7 +33,9 @@
 # ROUNDS (3), HZ (10000), SIZE_MIB (256), FILE (target/bench-files/fileio-256m.bin, made
 # by a 1 s fileio run when missing), SYNC (1), TOP (0: how many user-space symbols of the
 # job thread to list per engine, summed over rounds), CARGO_TARGET_DIR (target), FILEIO
-# (target/release/fileio: another build's binary to split instead).
+# (target/release/fileio: another build's binary to split instead), BASELINE_FILEIO
+# (another build's fileio, e.g. from a worktree of an older commit: run in every round
+# beside this one, reported as "baseline", for before/after figures from one run).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
@@ -47,6 +49,11 @@ file="${FILE:-target/bench-files/fileio-${size_mib}m.bin}"
 with_sync="${SYNC:-1}"
 top="${TOP:-0}"
 fileio="${FILEIO:-${CARGO_TARGET_DIR:-target}/release/fileio}"
+baseline="${BASELINE_FILEIO:-}"
+if [[ -n $baseline && ! -x $baseline ]]; then
+    echo "fio-cpu-split: BASELINE_FILEIO=$baseline is not an executable" >&2
+    exit 2
+fi
 
 for pair in perf:linux-perf fio:fio; do
     tool="${pair%%:*}" package="${pair#*:}"
@@ -96,13 +103,13 @@ split() {
 }
 
 run_fileio() {
-    local rw=$1 depth=$2 direct=$3 data="$work/fileio.data" out
-    out="$(perf record -q -e cpu-clock -F "$hz" -o "$data" "$fileio" --file "$file" --rw "$rw" \
+    local bin=$1 label=$2 rw=$3 depth=$4 direct=$5 data="$work/fileio.data" out
+    out="$(perf record -q -e cpu-clock -F "$hz" -o "$data" "$bin" --file "$file" --rw "$rw" \
         --bs 4096 --depth "$depth" --direct "$direct" --secs "$secs" --backend uring \
         --size-mib "$size_mib" 2>/dev/null)"
     local ops
     ops="$(grep -o ' ops=[0-9]*' <<<"$out" | head -1 | cut -d= -f2)"
-    echo "$ops $(split "$data" fileio)"
+    echo "$ops $(split "$data" "$label")"
 }
 
 run_fio() {
@@ -123,14 +130,20 @@ for row in $rows; do
         engines+=(sync)
     fi
     for ((round = 1; round <= rounds; round++)); do
-        order=(ring-rt "${engines[@]}")
+        ours=(ring-rt)
+        if [[ -n $baseline ]]; then
+            ours+=(baseline)
+        fi
+        order=("${ours[@]}" "${engines[@]}")
         if ((round % 2 == 0)); then
-            order=("${engines[@]}" ring-rt)
+            order=("${engines[@]}" "${ours[@]}")
         fi
         for who in "${order[@]}"; do
             sync "$file"
             if [[ $who == ring-rt ]]; then
-                line="$(run_fileio "$rw" "$depth" "$direct")"
+                line="$(run_fileio "$fileio" fileio "$rw" "$depth" "$direct")"
+            elif [[ $who == baseline ]]; then
+                line="$(run_fileio "$baseline" baseline "$rw" "$depth" "$direct")"
             else
                 line="$(run_fio "$who" "$rw" "$depth" "$direct")"
             fi
@@ -168,7 +181,7 @@ for row, who in order:
     runs = cells[(row, who)]
     rw, depth, direct = row.split(":")
     label = f"{rw} qd{depth}{' O_DIRECT' if direct == '1' else ''}"
-    name = "ring-rt" if who == "ring-rt" else f"fio {who}"
+    name = who if who in ("ring-rt", "baseline") else f"fio {who}"
     col = lambda i: [r[i] for r in runs]
     total = [r[1] + r[2] for r in runs]
     print(f"| {label} | {name} | {fmt(col(0), 0)} | {fmt(col(1), 2)} | {fmt(col(2), 2)} | "

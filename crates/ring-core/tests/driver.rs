@@ -81,6 +81,14 @@ fn main() {
             "batched_wait_gathers_then_gives_up",
             batched_wait_gathers_then_gives_up,
         ),
+        trial(
+            "enters_name_the_ring_by_its_registered_index",
+            enters_name_the_ring_by_its_registered_index,
+        ),
+        trial(
+            "dropped_drivers_give_their_ring_index_back",
+            dropped_drivers_give_their_ring_index_back,
+        ),
     ];
     libtest_mimic::run(&args, tests).exit();
 }
@@ -881,5 +889,78 @@ fn registered_buffers_live_as_long_as_their_registration() -> Outcome {
         driver.unregister_buffers().is_err(),
         "a second unregister succeeded"
     );
+    Ok(Completion::Completed)
+}
+
+/// One NOP through `driver`, waited for with the wait's kinds of enter: a plain wait, a
+/// timed one (EXT_ARG's argument, or a timeout SQE before 5.11), and a turn that does not
+/// wait.
+fn nop_round_trips(driver: &mut Driver) -> Outcome {
+    for wait in [Wait::Forever, Wait::For(Duration::from_secs(5)), Wait::No] {
+        // SAFETY: a NOP points at no memory.
+        let id = unsafe { driver.submit_op(nop())? };
+        driver.turn(wait)?;
+        let cqe = wait_op(driver, id)?;
+        check!(cqe.res == 0, "NOP answered {}", cqe.res);
+    }
+    Ok(Completion::Completed)
+}
+
+/// Where the kernel has `IORING_REGISTER_RING_FDS` (5.18), a driver registers its ring's fd
+/// and enters by that index; masked off, it enters by fd. Every kind of enter works both
+/// ways.
+fn enters_name_the_ring_by_its_registered_index() -> Outcome {
+    let features = match features() {
+        Ok(f) => f,
+        Err(skip) => return Ok(skip),
+    };
+    if let Some(skip) = lacks(&features, Feature::RegisteredRing) {
+        return Ok(skip);
+    }
+    let mut driver = driver_with(features.clone(), 8, 0);
+    check!(
+        driver.is_ring_fd_registered(),
+        "the ring's fd was not registered"
+    );
+    nop_round_trips(&mut driver)?;
+    let mask = ring_core::probe::FeatureMask::default().hide(Feature::RegisteredRing);
+    let mut by_fd = driver_with(features.masked(&mask), 8, 0);
+    check!(
+        !by_fd.is_ring_fd_registered(),
+        "registered though the feature was masked off"
+    );
+    nop_round_trips(&mut by_fd)
+}
+
+/// A thread may hold 16 registered rings: each driver gives its index back when dropped,
+/// so a thread that makes driver after driver keeps registering them, and drivers beyond
+/// 16 alive at once enter by fd and work as well.
+fn dropped_drivers_give_their_ring_index_back() -> Outcome {
+    let features = match features() {
+        Ok(f) => f,
+        Err(skip) => return Ok(skip),
+    };
+    if let Some(skip) = lacks(&features, Feature::RegisteredRing) {
+        return Ok(skip);
+    }
+    for round in 0..40 {
+        let mut driver = driver_with(features.clone(), 4, 0);
+        check!(
+            driver.is_ring_fd_registered(),
+            "driver {round} made one after another was not registered"
+        );
+        nop_round_trips(&mut driver)?;
+    }
+    let mut alive: Vec<Driver> = (0..20)
+        .map(|_| driver_with(features.clone(), 4, 0))
+        .collect();
+    let registered = alive.iter().filter(|d| d.is_ring_fd_registered()).count();
+    check!(
+        (1..=16).contains(&registered),
+        "{registered} of 20 drivers alive at once were registered (a thread holds 16)"
+    );
+    for driver in &mut alive {
+        nop_round_trips(driver)?;
+    }
     Ok(Completion::Completed)
 }

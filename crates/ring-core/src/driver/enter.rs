@@ -153,12 +153,13 @@ impl Driver {
         if self.flags.sqpoll && self.ring.submission().need_wakeup() {
             flags |= EnterFlags::SQ_WAKEUP;
         }
-        let submitter = self.ring.submitter();
         if timeout.is_none() && min_wait.is_none() {
-            // SAFETY: no argument pointer is passed (None), and every SQE in the SQ points
-            // only at memory owned by its op until the final CQE (see `try_push`).
+            let null = std::ptr::null();
+            // SAFETY: no argument pointer (null, size 0), and every SQE in the SQ points only
+            // at memory owned by its op until the final CQE (see `try_push`).
             return unsafe {
-                submitter.enter::<libc::sigset_t>(to_submit, min_complete, flags.bits(), None)
+                self.ring_fd
+                    .enter(to_submit, min_complete, flags.bits(), null, 0)
             };
         }
         let ts = timeout.map(timespec);
@@ -171,12 +172,17 @@ impl Driver {
             None => args,
         };
         let flags = flags | EnterFlags::EXT_ARG;
+        let arg: *const types::SubmitArgs<'_, '_> = &args;
+        let size = std::mem::size_of::<types::SubmitArgs<'_, '_>>();
         // SAFETY: `args` and the `ts` it may point at outlive the call; EXT_ARG tells the
         // kernel the argument is an `io_uring_getevents_arg`, which `SubmitArgs` wraps
-        // (repr(transparent)), and the size `enter` passes is that of `SubmitArgs`. Every
-        // SQE in the SQ points only at memory owned by its op until the final CQE (see
-        // `try_push`).
-        unsafe { submitter.enter(to_submit, min_complete, flags.bits(), Some(&args)) }
+        // (repr(transparent)), and `size` is that of `SubmitArgs`, as the crate's own
+        // `Submitter::enter` passes it. Every SQE in the SQ points only at memory owned by
+        // its op until the final CQE (see `try_push`).
+        unsafe {
+            self.ring_fd
+                .enter(to_submit, min_complete, flags.bits(), arg.cast(), size)
+        }
     }
 
     /// Kernels without `EXT_ARG` (before 5.11) wait with a timeout SQE. `count(1)` makes it
@@ -225,11 +231,10 @@ impl Driver {
     }
 
     fn flush_overflow(&mut self) -> io::Result<()> {
-        let submitter = self.ring.submitter();
+        let flags = EnterFlags::GETEVENTS.bits();
         // SAFETY: no argument pointer, nothing submitted: this only asks the kernel to
         // flush overflowed CQEs into the CQ.
-        let res =
-            unsafe { submitter.enter::<libc::sigset_t>(0, 0, EnterFlags::GETEVENTS.bits(), None) };
+        let res = unsafe { self.ring_fd.enter(0, 0, flags, std::ptr::null(), 0) };
         Metrics::bump(&self.metrics.enters);
         match res {
             Ok(_) => Ok(()),

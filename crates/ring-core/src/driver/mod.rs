@@ -25,6 +25,7 @@ use crate::user_data::{OpId, Reserved};
 
 mod enter;
 mod groups;
+mod ring_fd;
 
 pub use enter::{drain_until, SHUTDOWN_WAIT};
 
@@ -37,7 +38,13 @@ pub struct DriverConfig {
     pub features: Features,
 }
 
-/// One io_uring instance and the ops in flight on it. Not `Send`: one driver per thread.
+/// One io_uring instance and the ops in flight on it. Not `Send`: one driver per thread
+/// (its enters name the ring by an index registered for the thread that built it).
+///
+/// ```compile_fail,E0277
+/// fn is_send<T: Send>() {}
+/// is_send::<ring_core::driver::Driver>();
+/// ```
 ///
 /// # Examples
 ///
@@ -100,6 +107,8 @@ pub struct Driver {
     /// Set once a [`drain`](Driver::drain) gave up on ops the kernel had not finished:
     /// dropping the driver then leaks them without waiting again.
     abandoned: bool,
+    /// How enters name the ring: its registered index where it has one.
+    ring_fd: ring_fd::RingFd,
 }
 
 impl Driver {
@@ -108,6 +117,8 @@ impl Driver {
     pub fn new(config: &DriverConfig) -> Result<Driver, SetupError> {
         let built = setup::build_ring(&config.features, &config.ring)?;
         let cq_entries = built.ring.params().cq_entries() as usize;
+        let wants_index = config.features.has(Feature::RegisteredRing);
+        let ring_fd = ring_fd::RingFd::new(&built.ring, wants_index);
         Ok(Driver {
             ring: built.ring,
             flags: built.flags,
@@ -122,7 +133,14 @@ impl Driver {
             batch: None,
             registered_bufs: None,
             abandoned: false,
+            ring_fd,
         })
+    }
+
+    /// Whether enters name the ring by a registered index (`IORING_REGISTER_RING_FDS`,
+    /// 5.18) rather than by its fd, which the kernel would look up on each.
+    pub fn is_ring_fd_registered(&self) -> bool {
+        self.ring_fd.is_registered()
     }
 
     /// What this driver may use.
@@ -543,5 +561,8 @@ impl Drop for Driver {
             self.drain(std::time::Instant::now() + SHUTDOWN_WAIT);
         }
         self.leak_abandoned();
+        // Last: the drain entered by index. The driver is not `Send`, so this is the
+        // thread that registered it.
+        self.ring_fd.unregister();
     }
 }

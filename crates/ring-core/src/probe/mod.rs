@@ -89,6 +89,9 @@ pub enum Feature {
     /// `IORING_OP_MSG_RING`: one ring posts a CQE into another (cross-thread wake-ups
     /// without an eventfd).
     MsgRing,
+    /// `IORING_REGISTER_RING_FDS`: a thread registers a ring's fd, and its enters name the
+    /// ring by index (`IORING_ENTER_REGISTERED_RING`), skipping the fd lookup.
+    RegisteredRing,
 }
 
 /// What the tables below record for each [`Feature`].
@@ -111,7 +114,7 @@ const fn info(name: &'static str, major: u16, minor: u16, feat_bit: u32, used: b
 }
 
 /// Indexed by `Feature as usize`; a unit test checks the order against [`Feature::ALL`].
-const INFO: [Info; 31] = [
+const INFO: [Info; 32] = [
     info("single_mmap", 5, 4, 1 << 0, false),
     info("nodrop", 5, 5, 1 << 1, true),
     info("submit_stable", 5, 5, 1 << 2, false),
@@ -143,6 +146,7 @@ const INFO: [Info; 31] = [
     info("submit_all", 5, 18, 0, true),
     info("no_sqarray", 6, 6, 0, false),
     info("msg_ring", 5, 18, 0, true),
+    info("registered_ring", 5, 18, 0, true),
 ];
 
 impl Feature {
@@ -179,6 +183,7 @@ impl Feature {
         Feature::SubmitAll,
         Feature::NoSqArray,
         Feature::MsgRing,
+        Feature::RegisteredRing,
     ];
 
     fn info(self) -> &'static Info {

@@ -55,6 +55,7 @@ const TRIALS: &[(Feature, Trial)] = &[
     (Feature::MultishotRecv, multishot_recv),
     (Feature::SendZc, send_zc),
     (Feature::MsgRing, msg_ring),
+    (Feature::RegisteredRing, registered_ring),
 ];
 
 /// What the trials may rely on: the first ring's answers.
@@ -223,6 +224,16 @@ fn submit_all(_: &Ctx) -> io::Result<bool> {
 /// kernel (its CQE on the target and the sender's own are plain CQEs).
 fn msg_ring(ctx: &Ctx) -> io::Result<bool> {
     Ok(ctx.has_opcode(opcode::MsgRingData::CODE))
+}
+
+/// Registers a scratch ring's fd in this thread's table, then takes it out again.
+fn registered_ring(_: &Ctx) -> io::Result<bool> {
+    let ring = IoUring::new(SCRATCH_ENTRIES)?;
+    let mut submitter = ring.submitter();
+    match submitter.register_ring_fd() {
+        Ok(()) => submitter.unregister_ring_fd().map(|()| true),
+        Err(err) => is_absent(err),
+    }
 }
 
 fn no_sqarray(_: &Ctx) -> io::Result<bool> {
