@@ -16,7 +16,10 @@ use ring_core::probe::Feature;
 use ring_core::release::{CloseFd, Keep, RecycleBid};
 use ring_core::setup::RingConfig;
 use ring_core::user_data::OpId;
-use support::{driver_with, features, lacks, lacks_opcode, trial, turn_until, wait_op, Outcome};
+use support::{
+    child_command, child_outcome, driver_with, features, lacks, lacks_opcode, trial, turn_until,
+    wait_op, Outcome,
+};
 
 fn main() {
     let mut args = Arguments::from_args();
@@ -89,6 +92,11 @@ fn main() {
             "dropped_drivers_give_their_ring_index_back",
             dropped_drivers_give_their_ring_index_back,
         ),
+        trial(
+            "a_driver_inherited_through_fork_never_enters_the_childs_ring",
+            a_driver_inherited_through_fork_never_enters_the_childs_ring,
+        ),
+        trial(FORK_CHILD_TEST, fork_child).with_ignored_flag(true),
     ];
     libtest_mimic::run(&args, tests).exit();
 }
@@ -963,4 +971,73 @@ fn dropped_drivers_give_their_ring_index_back() -> Outcome {
         nop_round_trips(driver)?;
     }
     Ok(Completion::Completed)
+}
+
+const FORK_CHILD_TEST: &str = "fork_child";
+
+/// A registered ring index is the registering thread's: a process forked from it has none
+/// of its parent's registrations, and the first ring it registers gets the same index. A
+/// driver it inherited must then not enter that ring (taking the child's SQEs for its
+/// own) but its own, by fd, as before it registered. Run in a child process of its own,
+/// single-threaded, so that the fork inside it is safe.
+fn a_driver_inherited_through_fork_never_enters_the_childs_ring() -> Outcome {
+    child_outcome(FORK_CHILD_TEST, child_command(FORK_CHILD_TEST))
+}
+
+fn fork_child() -> Outcome {
+    let features = match features() {
+        Ok(f) => f,
+        Err(skip) => return Ok(skip),
+    };
+    if let Some(skip) = lacks(&features, Feature::RegisteredRing) {
+        return Ok(skip);
+    }
+    let mut inherited = driver_with(features.clone(), 4, 0);
+    check!(inherited.is_ring_fd_registered(), "not registered");
+    // SAFETY: a single-threaded process (the test harness runs this child trial on its
+    // main thread); the forked child only runs this function's code and `_exit`s.
+    match unsafe { libc::fork() } {
+        -1 => Err(std::io::Error::last_os_error().into()),
+        0 => {
+            let clean = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                in_forked_child(&features, &mut inherited)
+            }));
+            // SAFETY: ends the forked child without running the parent's destructors (its
+            // drivers, which are the parent's to drop).
+            unsafe { libc::_exit(if matches!(clean, Ok(true)) { 0 } else { 1 }) }
+        }
+        pid => {
+            let mut status = 0;
+            // SAFETY: waits for the child just forked; `status` is a valid out-pointer.
+            let waited = unsafe { libc::waitpid(pid, &mut status, 0) };
+            check!(
+                waited == pid,
+                "waitpid: {}",
+                std::io::Error::last_os_error()
+            );
+            check!(
+                libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+                "the forked child's inherited driver entered the child's own ring (status {status})"
+            );
+            nop_round_trips(&mut inherited)
+        }
+    }
+}
+
+/// In the forked child: a ring of its own (registered at the index the parent's has), a
+/// NOP queued on it, then a turn of the inherited driver, which must leave that NOP alone.
+fn in_forked_child(features: &ring_core::probe::Features, inherited: &mut Driver) -> bool {
+    let mut own = driver_with(features.clone(), 4, 0);
+    // SAFETY: a NOP points at no memory.
+    let queued = unsafe { own.submit_op(nop()) };
+    // SAFETY: as above.
+    let _ = unsafe { inherited.submit_op(nop()) };
+    // By fd, the parent's ring refuses a second issuer (EEXIST) or runs the NOP: either is
+    // fine. By the parent's index, the child's own ring would take `own`'s NOP.
+    let _ = inherited.turn(Wait::No);
+    let untouched = own.pending_sqes() == 1 && !inherited.is_ring_fd_registered();
+    let own_works = queued.is_ok() && nop_round_trips(&mut own).is_ok();
+    // Leaked: the inherited ring's ops and the child's own are for `_exit` to end.
+    std::mem::forget(own);
+    untouched && own_works
 }

@@ -20,6 +20,8 @@
 use std::io;
 use std::marker::PhantomData;
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Once;
 
 use io_uring::IoUring;
 
@@ -30,6 +32,33 @@ const IORING_UNREGISTER_RING_FDS: libc::c_uint = 21;
 const IORING_ENTER_REGISTERED_RING: u32 = 1 << 4;
 /// The offset that asks the kernel to pick a free index.
 const ANY_INDEX: u32 = u32::MAX;
+
+/// Forks this process has gone through, as a child: counted by a `pthread_atfork` child
+/// handler. The child's thread has none of its parent thread's registrations, so an index
+/// registered before the fork names nothing there, or a ring the child registered since:
+/// a driver whose count differs enters by fd, as it did before registering (a runtime is
+/// not meant to be used across `fork`, but it must not then enter the wrong ring).
+static FORKS: AtomicU64 = AtomicU64::new(0);
+/// Whether the handler is installed: without it a fork cannot be seen, and nothing is
+/// registered.
+static FORKS_WATCHED: AtomicBool = AtomicBool::new(false);
+static WATCH_FORKS: Once = Once::new();
+
+extern "C" fn count_fork_in_child() {
+    // Async-signal-safe, as a child handler in a multithreaded parent must be.
+    FORKS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Installs the fork counter once per process; false if it could not be.
+fn watch_forks() -> bool {
+    WATCH_FORKS.call_once(|| {
+        // SAFETY: registers a handler that only increments an atomic, which is all a child
+        // of a multithreaded process may do before exec; nothing is passed by pointer.
+        let rc = unsafe { libc::pthread_atfork(None, None, Some(count_fork_in_child)) };
+        FORKS_WATCHED.store(rc == 0, Ordering::Relaxed);
+    });
+    FORKS_WATCHED.load(Ordering::Relaxed)
+}
 
 /// `struct io_uring_rsrc_update`, as the ring fd registration takes it.
 #[repr(C)]
@@ -43,8 +72,9 @@ struct RsrcUpdate {
 #[derive(Debug)]
 pub(super) struct RingFd {
     raw: RawFd,
-    /// The index in this thread's table of registered rings, when registered.
-    index: Option<u32>,
+    /// The index in this thread's table of registered rings, when registered, and the
+    /// [`FORKS`] count it was registered under.
+    registration: Option<(u32, u64)>,
     /// Neither `Send` nor `Sync`: the index means something only on the thread that
     /// registered it, so this (and the driver holding it) never leaves that thread.
     _this_thread: PhantomData<*const ()>,
@@ -55,17 +85,27 @@ impl RingFd {
     /// error leaves it unregistered.
     pub(super) fn new(ring: &IoUring, wanted: bool) -> RingFd {
         let raw = ring.as_raw_fd();
-        let index = wanted.then(|| register(raw).ok()).flatten();
+        let forks = FORKS.load(Ordering::Relaxed);
+        let registration = (wanted && watch_forks())
+            .then(|| register(raw).ok())
+            .flatten()
+            .map(|index| (index, forks));
         RingFd {
             raw,
-            index,
+            registration,
             _this_thread: PhantomData,
         }
     }
 
+    /// The registered index, if this process is the one that registered it.
+    fn index(&self) -> Option<u32> {
+        let (index, forks) = self.registration?;
+        (forks == FORKS.load(Ordering::Relaxed)).then_some(index)
+    }
+
     /// Whether enters use the registered index.
     pub(super) fn is_registered(&self) -> bool {
-        self.index.is_some()
+        self.index().is_some()
     }
 
     /// `io_uring_enter(2)` on this ring.
@@ -83,7 +123,7 @@ impl RingFd {
         arg: *const libc::c_void,
         size: usize,
     ) -> io::Result<usize> {
-        let (fd, flags) = match self.index {
+        let (fd, flags) = match self.index() {
             // The index is this thread's: the driver is not `Send` (see the module docs).
             Some(index) => (index as libc::c_int, flags | IORING_ENTER_REGISTERED_RING),
             None => (self.raw, flags),
@@ -110,9 +150,12 @@ impl RingFd {
     /// Gives the index back (the driver is being dropped, on the thread that registered
     /// it). The ring's file stays referenced by the registration until this runs.
     pub(super) fn unregister(&mut self) {
-        let Some(index) = self.index.take() else {
+        let Some(index) = self.index() else {
+            // Never registered, or registered by the parent of this forked process: not
+            // this thread's to give back.
             return;
         };
+        self.registration = None;
         let mut update = RsrcUpdate {
             offset: index,
             resv: 0,
