@@ -130,15 +130,17 @@ impl RingFd {
         };
         // SAFETY: the caller's contract covers `arg`, `size` and the SQEs; `fd` names this
         // ring, by its registered index on the thread that registered it, or by its fd.
+        // Every argument widened to `c_long`, as the io-uring crate passes them: the
+        // variadic `syscall` reads each as a register-sized integer.
         let res = unsafe {
             libc::syscall(
                 libc::SYS_io_uring_enter,
-                fd,
-                to_submit,
-                min_complete,
-                flags,
+                libc::c_long::from(fd),
+                libc::c_long::from(to_submit),
+                libc::c_long::from(min_complete),
+                libc::c_long::from(flags),
                 arg,
-                size,
+                size as libc::c_long,
             )
         };
         if res < 0 {
@@ -194,9 +196,15 @@ unsafe fn register_call(
     update: &mut RsrcUpdate,
 ) -> io::Result<()> {
     let ptr: *mut RsrcUpdate = update;
+    // Widened to `c_long`, as for `io_uring_enter` above.
+    let (raw, opcode, count) = (
+        libc::c_long::from(raw),
+        libc::c_long::from(opcode),
+        1 as libc::c_long,
+    );
     // SAFETY: the caller's contract for `opcode` and `raw`; `ptr` points at one valid,
     // exclusively borrowed update for the call, and the count says one.
-    let res = unsafe { libc::syscall(libc::SYS_io_uring_register, raw, opcode, ptr, 1u32) };
+    let res = unsafe { libc::syscall(libc::SYS_io_uring_register, raw, opcode, ptr, count) };
     if res < 0 {
         return Err(io::Error::last_os_error());
     }
