@@ -31,10 +31,10 @@ use crate::worker::{Core, Workers};
 ///
 /// A runtime belongs to the process that built it, as tokio's does: after `fork(2)` a
 /// child should build a runtime of its own and leave the inherited one alone. The child
-/// has only the forking thread, and its io_uring instances are the parent's: its ops there
-/// fail (a ring is bound to its submitting thread, `EEXIST`), and dropping the inherited
-/// runtime waits out the shutdown drain (5 s) for completions the child cannot see, then
-/// leaks their memory. It never reaches a ring the child built (a registered ring index,
+/// has only the forking thread, and the inherited runtime's io_uring instances and epoll
+/// set are shared with the parent: its ops there fail (on 6.0+ a ring refuses any thread
+/// but the one it was built for, `EEXIST`) or race the parent's, and dropping it waits out
+/// the shutdown drain (5 s) for completions the child cannot see, then leaks their memory. It never reaches a ring the child built (a registered ring index,
 /// which is per thread, is not used across a fork).
 ///
 /// # Examples
