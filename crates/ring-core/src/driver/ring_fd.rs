@@ -20,8 +20,8 @@
 use std::io;
 use std::marker::PhantomData;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Once;
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 use io_uring::IoUring;
 
@@ -33,31 +33,77 @@ const IORING_ENTER_REGISTERED_RING: u32 = 1 << 4;
 /// The offset that asks the kernel to pick a free index.
 const ANY_INDEX: u32 = u32::MAX;
 
-/// Forks this process has gone through, as a child: counted by a `pthread_atfork` child
-/// handler. The child's thread has none of its parent thread's registrations, so an index
-/// registered before the fork names nothing there, or a ring the child registered since:
-/// a driver whose count differs enters by fd, as it did before registering (a runtime is
-/// not meant to be used across `fork`, but it must not then enter the wrong ring).
-static FORKS: AtomicU64 = AtomicU64::new(0);
-/// Whether the handler is installed: without it a fork cannot be seen, and nothing is
-/// registered.
-static FORKS_WATCHED: AtomicBool = AtomicBool::new(false);
-static WATCH_FORKS: Once = Once::new();
+/// A page the kernel zeroes in every child that gets a copy of this address space
+/// (`MADV_WIPEONFORK`, 4.14): `fork`, glibc's `_Fork`, a raw `clone`/`clone3` without
+/// `CLONE_VM`, whether `pthread_atfork` handlers run or not. It holds this address space's
+/// generation, nonzero once read. The child's thread has none of its parent thread's
+/// registrations, so an index registered under another generation names nothing there,
+/// or a ring the child registered since: such a driver enters by fd, as it did before
+/// registering, and its drop leaves the index alone (a runtime is not meant to be used
+/// across a fork, but it must not then enter or unregister the wrong ring). Children that
+/// share the address space (`vfork`, `CLONE_VM`) share the page too and are not told
+/// apart; such a child may only exec or exit.
+static GENERATION_PAGE: AtomicPtr<AtomicU64> = AtomicPtr::new(ptr::null_mut());
+/// Generations handed out in this address space. A child copies it, so what a child hands
+/// out is above every generation its parent had.
+static LAST_GENERATION: AtomicU64 = AtomicU64::new(0);
 
-extern "C" fn count_fork_in_child() {
-    // Async-signal-safe, as a child handler in a multithreaded parent must be.
-    FORKS.fetch_add(1, Ordering::Relaxed);
+/// The generation page, mapped on first use; `None` where it cannot be (the kernel
+/// refuses `MADV_WIPEONFORK`): forks could not be seen, so nothing is registered.
+fn generation_page() -> Option<&'static AtomicU64> {
+    let page = GENERATION_PAGE.load(Ordering::Acquire);
+    if !page.is_null() {
+        // SAFETY: a pointer stored below: a mapped page, never unmapped, aligned for and
+        // holding an `AtomicU64` (zero or a generation).
+        return Some(unsafe { &*page });
+    }
+    // SAFETY: sysconf only reads a constant of the system.
+    let len = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    let (prot, flags) = (
+        libc::PROT_READ | libc::PROT_WRITE,
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+    );
+    // SAFETY: a new anonymous mapping at an address the kernel picks touches no memory of
+    // ours.
+    let map = unsafe { libc::mmap(ptr::null_mut(), len, prot, flags, -1, 0) };
+    if map == libc::MAP_FAILED {
+        return None;
+    }
+    // SAFETY: `map` is the mapping just made, `len` long; it is ours alone until stored.
+    let wiped = unsafe { libc::madvise(map, len, libc::MADV_WIPEONFORK) } == 0;
+    let ours: *mut AtomicU64 = map.cast();
+    let won = wiped
+        && GENERATION_PAGE
+            .compare_exchange(ptr::null_mut(), ours, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+    if !won {
+        // SAFETY: the mapping made above, never shared (not stored): nothing refers to it.
+        unsafe { libc::munmap(map, len) };
+        if !wiped {
+            return None;
+        }
+    }
+    let page = GENERATION_PAGE.load(Ordering::Acquire);
+    // SAFETY: as at the top: a stored pointer to a mapped page that is never unmapped
+    // (zero-filled: a valid `AtomicU64` of 0 until a generation is written).
+    Some(unsafe { &*page })
 }
 
-/// Installs the fork counter once per process; false if it could not be.
-fn watch_forks() -> bool {
-    WATCH_FORKS.call_once(|| {
-        // SAFETY: registers a handler that only increments an atomic, which is all a child
-        // of a multithreaded process may do before exec; nothing is passed by pointer.
-        let rc = unsafe { libc::pthread_atfork(None, None, Some(count_fork_in_child)) };
-        FORKS_WATCHED.store(rc == 0, Ordering::Relaxed);
-    });
-    FORKS_WATCHED.load(Ordering::Relaxed)
+/// This address space's generation, handing out a new one if the page reads 0 (the first
+/// call, or the first in a child since its fork); `None` without a page.
+fn generation() -> Option<u64> {
+    let page = generation_page()?;
+    let current = page.load(Ordering::Relaxed);
+    if current != 0 {
+        return Some(current);
+    }
+    let new = LAST_GENERATION.fetch_add(1, Ordering::Relaxed) + 1;
+    Some(
+        match page.compare_exchange(0, new, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => new,
+            Err(other) => other,
+        },
+    )
 }
 
 /// `struct io_uring_rsrc_update`, as the ring fd registration takes it.
@@ -73,7 +119,7 @@ struct RsrcUpdate {
 pub(super) struct RingFd {
     raw: RawFd,
     /// The index in this thread's table of registered rings, when registered, and the
-    /// [`FORKS`] count it was registered under.
+    /// address space's generation it was registered under (see [`GENERATION_PAGE`]).
     registration: Option<(u32, u64)>,
     /// Neither `Send` nor `Sync`: the index means something only on the thread that
     /// registered it, so this (and the driver holding it) never leaves that thread.
@@ -85,11 +131,10 @@ impl RingFd {
     /// error leaves it unregistered.
     pub(super) fn new(ring: &IoUring, wanted: bool) -> RingFd {
         let raw = ring.as_raw_fd();
-        let forks = FORKS.load(Ordering::Relaxed);
-        let registration = (wanted && watch_forks())
-            .then(|| register(raw).ok())
+        let registration = wanted
+            .then(generation)
             .flatten()
-            .map(|index| (index, forks));
+            .and_then(|generation| Some((register(raw).ok()?, generation)));
         RingFd {
             raw,
             registration,
@@ -97,10 +142,12 @@ impl RingFd {
         }
     }
 
-    /// The registered index, if this process is the one that registered it.
+    /// The registered index, if this address space is the one that registered it (a
+    /// forked child's page reads 0 or a generation of its own).
     fn index(&self) -> Option<u32> {
-        let (index, forks) = self.registration?;
-        (forks == FORKS.load(Ordering::Relaxed)).then_some(index)
+        let (index, generation) = self.registration?;
+        let page = generation_page()?;
+        (page.load(Ordering::Relaxed) == generation).then_some(index)
     }
 
     /// Whether enters use the registered index.
@@ -135,10 +182,10 @@ impl RingFd {
         let res = unsafe {
             libc::syscall(
                 libc::SYS_io_uring_enter,
-                libc::c_long::from(fd),
-                libc::c_long::from(to_submit),
-                libc::c_long::from(min_complete),
-                libc::c_long::from(flags),
+                fd as libc::c_long,
+                to_submit as libc::c_long,
+                min_complete as libc::c_long,
+                flags as libc::c_long,
                 arg,
                 size as libc::c_long,
             )
@@ -163,10 +210,11 @@ impl RingFd {
             resv: 0,
             data: 0,
         };
+        // A failure (EINVAL, EFAULT, ENXIO; EEXIST from a thread the ring refuses, which
+        // this one is not) would leave the ring referenced until the thread exits, nothing
+        // worse; unregistering an empty slot succeeds.
         // SAFETY: `update` is one valid `io_uring_rsrc_update`, exclusively borrowed for
         // the call; the index is this thread's own registration of this ring.
-        // It fails only for an index this thread has not registered, which `index` is not;
-        // if it did, the ring would stay referenced until the thread exits, nothing worse.
         let _ = unsafe { register_call(self.raw, IORING_UNREGISTER_RING_FDS, &mut update) };
     }
 }
@@ -198,8 +246,8 @@ unsafe fn register_call(
     let ptr: *mut RsrcUpdate = update;
     // Widened to `c_long`, as for `io_uring_enter` above.
     let (raw, opcode, count) = (
-        libc::c_long::from(raw),
-        libc::c_long::from(opcode),
+        raw as libc::c_long,
+        opcode as libc::c_long,
         1 as libc::c_long,
     );
     // SAFETY: the caller's contract for `opcode` and `raw`; `ptr` points at one valid,
