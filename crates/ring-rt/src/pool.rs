@@ -47,8 +47,9 @@ enum Data {
     /// In a buffer of the pool. Dropping it gives the bid back to the group, which wakes a
     /// receive waiting for one.
     Lease(BufLease),
-    /// A copy: bytes a dropped plain `read` had received, kept for the next receive.
-    Owned(Vec<u8>),
+    /// A copy: bytes a dropped plain `read` had received, kept for the next receive (a
+    /// boxed slice, not a `Vec`: 8 bytes less in every pending write of a pooled chunk).
+    Owned(Box<[u8]>),
 }
 
 impl PooledBuf {
@@ -73,7 +74,7 @@ impl PooledBuf {
     /// Bytes a dropped read received, as a chunk.
     pub(crate) fn owned(bytes: Vec<u8>) -> PooledBuf {
         PooledBuf {
-            data: Data::Owned(bytes),
+            data: Data::Owned(bytes.into_boxed_slice()),
             start: 0,
         }
     }

@@ -362,7 +362,8 @@ impl BufGroup {
         Ok(BufLease {
             group: self.clone(),
             bid,
-            len,
+            // At most `buf_len`, a `u32`: checked above.
+            len: len as u32,
         })
     }
 
@@ -766,8 +767,9 @@ impl Drop for BufMem {
 pub struct BufLease {
     group: BufGroup,
     bid: u16,
-    /// Bytes filled, at most the group's `buf_len`.
-    len: usize,
+    /// Bytes filled, at most the group's `buf_len` (a `u32`: every connection's pending
+    /// write holds a lease, so its size counts).
+    len: u32,
 }
 
 impl BufLease {
@@ -783,7 +785,7 @@ impl BufLease {
 
     /// Bytes received into the buffer.
     pub fn len(&self) -> usize {
-        self.len
+        self.len as usize
     }
 
     /// True when nothing was received.
@@ -796,13 +798,13 @@ impl BufLease {
         // SAFETY: the bid is Leased, so nobody else writes it (it is in no ring, not provided,
         // not on the free list); the lease holds the group, so the memory is alive; `len <=
         // buf_len` and `bid < count` were checked by `lease`, so the range is in bounds.
-        unsafe { slice::from_raw_parts(self.group.0.buf(self.bid), self.len) }
+        unsafe { slice::from_raw_parts(self.group.0.buf(self.bid), self.len()) }
     }
 
     /// The received bytes, mutably.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: as in `as_slice`; `&mut self` makes this the only view of the bytes.
-        unsafe { slice::from_raw_parts_mut(self.group.0.buf(self.bid), self.len) }
+        unsafe { slice::from_raw_parts_mut(self.group.0.buf(self.bid), self.len()) }
     }
 }
 

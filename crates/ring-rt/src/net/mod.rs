@@ -13,3 +13,21 @@ pub use recv_stream::{RecvNext, RecvStream};
 pub use tcp::{Incoming, IncomingNext, TcpListener, TcpStream};
 pub use udp::UdpSocket;
 pub use unix::{UnixListener, UnixStream};
+
+/// What every idle connection holds, type by type (the idle-memory test counts the whole):
+/// a field added to one of these is paid once per connection, so it should be a choice.
+#[cfg(test)]
+mod sizes {
+    use std::mem::size_of;
+
+    use crate::op::unclaimed::Unclaimed;
+    use crate::pool::PooledBuf;
+
+    #[test]
+    fn what_an_idle_connection_holds_stays_small() {
+        assert!(size_of::<super::RecvStream<'static>>() <= 104);
+        assert!(size_of::<super::write_all::WriteAll<'static, PooledBuf>>() <= 96);
+        assert!(size_of::<PooledBuf>() <= 32);
+        assert!(size_of::<Unclaimed>() <= 104);
+    }
+}

@@ -5,6 +5,7 @@
 
 use std::future::Future;
 use std::io;
+use std::num::NonZeroU64;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{ready, Context, Poll};
@@ -54,17 +55,9 @@ use crate::pool::{self, PooledBuf};
 /// ```
 pub struct RecvStream<'a> {
     socket: &'a Socket,
-    /// The worker's receive group and the socket's unclaimed receives, fetched on first poll.
-    group: Option<(BufGroup, Rc<Unclaimed>)>,
-    /// Whether to arm a multishot recv (decided with the group).
-    multishot_ok: bool,
-    /// Never multishot: `recv_pooled`, which must leave nothing armed behind it.
-    single_only: bool,
-    /// The multishot recv, armed while it is between its first poll and its final CQE.
-    multishot: Option<Multishot<RecvMulti>>,
-    /// The one-shot receive in flight, where multishot is not used (boxed: kernels before
-    /// 6.0 only, and a stream is part of every connection's task).
-    single: Option<Box<Op<RecvSelect>>>,
+    /// How it receives, and the worker's receive group and the socket's unclaimed
+    /// receives with it: chosen on first poll.
+    receiver: Receiver,
     /// The pool's return count when the current receive was started: after an ENOBUFS, a
     /// return since then means a buffer may be free again.
     epoch: u64,
@@ -73,21 +66,54 @@ pub struct RecvStream<'a> {
     starved: Option<Box<Starved>>,
     /// The socket's receive turn, held from arming until the receive ends (between `next`
     /// calls too), by this number; another receive of the socket may take it.
-    hold: Option<u64>,
+    hold: Option<NonZeroU64>,
     /// Its place in line for the turn while it waits.
     ticket: Option<TurnTicket>,
+    /// Never multishot: `recv_pooled`, which must leave nothing armed behind it.
+    single_only: bool,
     done: bool,
+}
+
+/// How a receive stream receives. Each way keeps the group and the socket's unclaimed
+/// receives once, where its op needs them (a stream is part of every connection's task).
+enum Receiver {
+    /// Not polled yet.
+    Unset,
+    /// A multishot recv (6.0+), armed between a poll and its final CQE; its def holds the
+    /// group and the unclaimed receives.
+    Multishot(Multishot<RecvMulti>),
+    /// One buffer-select recv after another, the one in flight boxed (kernels before 6.0
+    /// and epoll only).
+    Single {
+        group: BufGroup,
+        unclaimed: Rc<Unclaimed>,
+        op: Option<Box<Op<RecvSelect>>>,
+    },
+}
+
+impl Receiver {
+    /// The group and the unclaimed receives, once chosen.
+    fn parts(&self) -> Option<(&BufGroup, &Rc<Unclaimed>)> {
+        match self {
+            Receiver::Unset => None,
+            Receiver::Multishot(m) => Some((&m.def().group, &m.def().unclaimed)),
+            Receiver::Single {
+                group, unclaimed, ..
+            } => Some((group, unclaimed)),
+        }
+    }
+
+    fn is_multishot(&self) -> bool {
+        matches!(self, Receiver::Multishot(_))
+    }
 }
 
 impl<'a> RecvStream<'a> {
     pub(crate) fn new(socket: &'a Socket) -> RecvStream<'a> {
         RecvStream {
             socket,
-            group: None,
-            multishot_ok: false,
+            receiver: Receiver::Unset,
             single_only: false,
-            multishot: None,
-            single: None,
             epoch: 0,
             starved: None,
             hold: None,
@@ -211,11 +237,7 @@ impl<'a> RecvStream<'a> {
                 let core = self.socket.core.clone();
                 self.hold = Some(unclaimed.hold_for_stream(turn, core, group.clone()));
             }
-            let polled = if self.multishot_ok {
-                self.poll_multishot(&group, &unclaimed, cx)
-            } else {
-                self.poll_single(&group, &unclaimed, cx).map(Ok)
-            };
+            let polled = self.poll_receive(&group, &unclaimed, cx);
             let number = self.hold.expect("held above");
             unclaimed.stream_op(number, self.in_flight());
             let cqe = match polled {
@@ -240,8 +262,9 @@ impl<'a> RecvStream<'a> {
             // chunk keeps it for the stream's next receive, as an armed multishot one does:
             // giving it up and taking it back woke this task again for every chunk, and
             // another receive takes it from the idle stream all the same.
-            let single_over = over && !self.multishot_ok;
-            if over && self.multishot_ok {
+            let multishot = self.receiver.is_multishot();
+            let single_over = over && !multishot;
+            if over && multishot {
                 self.end_hold(&unclaimed, number);
             }
             let cqe = match cqe {
@@ -255,7 +278,7 @@ impl<'a> RecvStream<'a> {
                     return Poll::Ready(Err(e));
                 }
             };
-            if over && self.multishot_ok && cqe.res == -libc::ECANCELED {
+            if over && multishot && cqe.res == -libc::ECANCELED {
                 // Cancelled at its bound (the chunks it held unpolled, see
                 // `RecvMulti::queue_max`), after every chunk it had: arm again.
                 continue;
@@ -289,7 +312,7 @@ impl<'a> RecvStream<'a> {
     }
 
     /// The stream's receive is over and it lets the turn go.
-    fn end_hold(&mut self, unclaimed: &Unclaimed, number: u64) {
+    fn end_hold(&mut self, unclaimed: &Unclaimed, number: NonZeroU64) {
         self.hold = None;
         unclaimed.end_stream(number);
     }
@@ -323,9 +346,9 @@ impl<'a> RecvStream<'a> {
 
     /// The receive this stream has in the kernel (or waiting for readiness).
     fn in_flight(&self) -> Option<OpId> {
-        match (&self.multishot, &self.single) {
-            (Some(m), _) if m.is_armed() => m.armed_id(),
-            (_, Some(op)) => op.in_flight_id(),
+        match &self.receiver {
+            Receiver::Multishot(m) => m.armed_id(),
+            Receiver::Single { op: Some(op), .. } => op.in_flight_id(),
             _ => None,
         }
     }
@@ -333,73 +356,77 @@ impl<'a> RecvStream<'a> {
     /// Forgets the receive in flight without orphaning it: someone else did.
     fn disown(&mut self) {
         self.hold = None;
-        if let Some(m) = &mut self.multishot {
-            m.disown();
-        }
-        if let Some(op) = self.single.take() {
-            (*op).disown();
+        match &mut self.receiver {
+            Receiver::Multishot(m) => m.disown(),
+            Receiver::Single { op, .. } => {
+                if let Some(op) = op.take() {
+                    (*op).disown();
+                }
+            }
+            Receiver::Unset => {}
         }
     }
 
     fn group(&mut self) -> io::Result<(BufGroup, Rc<Unclaimed>)> {
-        if let Some((g, u)) = &self.group {
+        if let Some((g, u)) = self.receiver.parts() {
             return Ok((g.clone(), u.clone()));
         }
         let core = &self.socket.core;
         let group = core.recv_group()?;
         let has_multishot = core.supports(Capability::MultishotRecv);
-        self.multishot_ok = !self.single_only && has_multishot;
         let unclaimed = self.socket.unclaimed();
-        self.group = Some((group.clone(), unclaimed.clone()));
+        self.receiver = if !self.single_only && has_multishot {
+            let def = RecvMulti {
+                fd: self.socket.fd(),
+                group: group.clone(),
+                unclaimed: unclaimed.clone(),
+            };
+            Receiver::Multishot(Multishot::new(core.clone(), def))
+        } else {
+            Receiver::Single {
+                group: group.clone(),
+                unclaimed: unclaimed.clone(),
+                op: None,
+            }
+        };
         Ok((group, unclaimed))
     }
 
-    /// The multishot recv's next CQE, arming it first if it is not armed.
-    fn poll_multishot(
+    /// The receive's next CQE, starting (or arming) it first if none is in flight. The
+    /// one-shot receive in flight is kept in `self` while pending, so a dropped `RecvNext`
+    /// does not cancel a receive that may hold data.
+    fn poll_receive(
         &mut self,
         group: &BufGroup,
         unclaimed: &Rc<Unclaimed>,
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<Cqe>> {
-        let socket = self.socket;
-        let multishot = self.multishot.get_or_insert_with(|| {
-            let def = RecvMulti {
-                fd: socket.fd(),
-                group: group.clone(),
-                unclaimed: unclaimed.clone(),
-            };
-            Multishot::new(socket.core.clone(), def)
-        });
-        if !multishot.is_armed() {
-            self.epoch = group.returns();
-        }
-        multishot.poll_next(cx)
-    }
-
-    /// The one-shot receive's CQE, starting it first if none is in flight. Kept in `self`
-    /// while pending, so a dropped `RecvNext` does not cancel a receive that may hold data.
-    fn poll_single(
-        &mut self,
-        group: &BufGroup,
-        unclaimed: &Rc<Unclaimed>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Cqe> {
-        let op = match &mut self.single {
-            Some(op) => op,
-            None => {
-                self.epoch = group.returns();
-                let def = RecvSelect {
-                    fd: self.socket.fd(),
-                    group: group.clone(),
-                    unclaimed: unclaimed.clone(),
-                };
-                self.single
-                    .insert(Box::new(Op::new(self.socket.core.clone(), def)))
+        match &mut self.receiver {
+            Receiver::Multishot(multishot) => {
+                if !multishot.is_armed() {
+                    self.epoch = group.returns();
+                }
+                multishot.poll_next(cx)
             }
-        };
-        let cqe = ready!(Pin::new(&mut **op).poll(cx));
-        self.single = None;
-        Poll::Ready(cqe)
+            Receiver::Single { op: slot, .. } => {
+                let op = match slot {
+                    Some(op) => op,
+                    None => {
+                        self.epoch = group.returns();
+                        let def = RecvSelect {
+                            fd: self.socket.fd(),
+                            group: group.clone(),
+                            unclaimed: unclaimed.clone(),
+                        };
+                        slot.insert(Box::new(Op::new(self.socket.core.clone(), def)))
+                    }
+                };
+                let cqe = ready!(Pin::new(&mut **op).poll(cx));
+                *slot = None;
+                Poll::Ready(Ok(cqe))
+            }
+            Receiver::Unset => unreachable!("`group` chose the way before any receive"),
+        }
     }
 }
 
@@ -408,7 +435,7 @@ impl Drop for RecvStream<'_> {
     /// socket's receive turn, which passes on at its final completion, after what it still
     /// got is queued for the socket's next receive.
     fn drop(&mut self) {
-        let (Some(number), Some((group, unclaimed))) = (self.hold, &self.group) else {
+        let (Some(number), Some((group, unclaimed))) = (self.hold, self.receiver.parts()) else {
             return;
         };
         let in_flight = self.in_flight();
@@ -461,7 +488,9 @@ impl Drop for RecvNext<'_, '_> {
     /// Nobody awaits the stream any more: another receive of the socket may take the turn
     /// (its data then comes back through the socket's queue).
     fn drop(&mut self) {
-        if let (Some(number), Some((_, unclaimed))) = (self.stream.hold, &self.stream.group) {
+        if let (Some(number), Some((_, unclaimed))) =
+            (self.stream.hold, self.stream.receiver.parts())
+        {
             unclaimed.stream_awaited(number, false);
         }
         self.stream.leave_starved();

@@ -4,45 +4,50 @@
 //! Not an `async fn` loop: rustc keeps an async fn's arguments (the buffer, the closure,
 //! the counters) in slots beside the future it awaits, which made the state 160 bytes for
 //! a `Vec`. Here the slice in flight carries the progress (`begin` is what was written,
-//! `end` the total), so the state is the send op and the socket reference; every
-//! connection task that writes holds it.
+//! `end` the total), so the state is the send op alone (its worker and fd make the next
+//! one); every connection task that writes holds it.
 
 use std::future::Future;
 use std::io;
+use std::marker::PhantomData;
+use std::os::fd::RawFd;
 use std::pin::Pin;
+use std::rc::Rc;
 use std::task::{ready, Context, Poll};
 
 use super::socket::Socket;
 use crate::buf::{advance, write_zero, IoBuf, Slice};
 use crate::op::net::Send;
 use crate::op::Op;
+use crate::worker::Core;
 
 /// The future of [`Socket::write_all`].
 pub(crate) enum WriteAll<'a, B: IoBuf> {
     /// A send of `buf[begin..end]` in flight (or about to start).
-    Sending(&'a Socket, Op<Send<Slice<B>>>),
-    /// Nothing to write: the buffer goes straight back.
-    Empty(Option<B>),
+    Sending(Op<Send<Slice<B>>>),
+    /// Nothing to write: the buffer goes straight back. (The borrow keeps the socket, and
+    /// so the fd the send names, alive and unmoved for as long as the future.)
+    Empty(Option<B>, PhantomData<&'a Socket>),
 }
 
 impl<'a, B: IoBuf> WriteAll<'a, B> {
     pub(crate) fn new(socket: &'a Socket, buf: B) -> WriteAll<'a, B> {
         let total = buf.bytes_init();
         if total == 0 {
-            return WriteAll::Empty(Some(buf));
+            return WriteAll::Empty(Some(buf), PhantomData);
         }
-        WriteAll::Sending(socket, send(socket, buf.slice(..total)))
+        WriteAll::Sending(send(socket.core.clone(), socket.fd(), buf.slice(..total)))
     }
 }
 
-fn send<B: IoBuf>(socket: &Socket, slice: Slice<B>) -> Op<Send<Slice<B>>> {
+fn send<B: IoBuf>(core: Rc<Core>, fd: RawFd, slice: Slice<B>) -> Op<Send<Slice<B>>> {
     let op = Send {
-        fd: socket.fd(),
+        fd,
         buf: slice,
         flags: 0,
         all: true,
     };
-    Op::new(socket.core.clone(), op)
+    Op::new(core, op)
 }
 
 impl<B: IoBuf> Future for WriteAll<'_, B> {
@@ -50,14 +55,16 @@ impl<B: IoBuf> Future for WriteAll<'_, B> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         // Unpin: an Op is Unpin and the buffer is only moved, never pinned.
-        let (socket, op) = match self.get_mut() {
-            WriteAll::Sending(socket, op) => (*socket, op),
-            WriteAll::Empty(buf) => {
+        let op = match self.get_mut() {
+            WriteAll::Sending(op) => op,
+            WriteAll::Empty(buf, _) => {
                 let buf = buf.take().expect("write_all polled after it completed");
                 return Poll::Ready((Ok(()), buf));
             }
         };
         loop {
+            // The socket's fd, for a send of the rest: the completion takes the send.
+            let fd = op.def().map(|send| send.fd);
             let (res, slice) = ready!(Pin::new(&mut *op).poll(cx));
             let (done, total) = (slice.begin(), slice.end());
             let buf = slice.into_inner();
@@ -68,7 +75,14 @@ impl<B: IoBuf> Future for WriteAll<'_, B> {
             if done >= total {
                 return Poll::Ready((Ok(()), buf));
             }
-            *op = send(socket, buf.slice(done..total));
+            let Some(fd) = fd else {
+                // Only an op that completed has no send, and polling it again panicked above.
+                return Poll::Ready((
+                    Err(io::Error::other("write_all polled after it completed")),
+                    buf,
+                ));
+            };
+            *op = send(op.core().clone(), fd, buf.slice(done..total));
         }
     }
 }

@@ -111,6 +111,19 @@ impl<T: OpDef> Op<T> {
         }
     }
 
+    /// The worker the op runs on.
+    pub(crate) fn core(&self) -> &Rc<Core> {
+        &self.core
+    }
+
+    /// The op's definition, until its completion takes it.
+    pub(crate) fn def(&self) -> Option<&T> {
+        match &self.state {
+            State::Unstarted(op) | State::Running(op, _) => Some(op),
+            State::Done => None,
+        }
+    }
+
     /// Gives up on the op because its deadline passed: `Some` with its definition when
     /// nothing of it is in flight (never started, or waiting for readiness); otherwise a
     /// cancel is sent (once) and `None`: the op's completion, usually `ECANCELED`, still

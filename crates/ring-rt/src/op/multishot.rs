@@ -49,6 +49,11 @@ impl<T: MultishotDef> Multishot<T> {
         self.armed.is_some()
     }
 
+    /// What the op is: its fd and what its orphan needs.
+    pub(crate) fn def(&self) -> &T {
+        &self.def
+    }
+
     /// The armed op's id.
     pub(crate) fn armed_id(&self) -> Option<OpId> {
         self.armed

@@ -18,6 +18,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
+use std::num::NonZeroU64;
 use std::os::fd::OwnedFd;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
@@ -48,8 +49,9 @@ pub(crate) enum Item {
 pub(crate) struct Unclaimed {
     /// What dropped receives got and the receives waiting in line: both empty on nearly
     /// every socket, so they live in a box made on first use and freed once both are empty
-    /// again (an idle connection carries 16 B for them instead of 80).
-    lines: RefCell<Option<Box<Lines>>>,
+    /// again (an idle connection carries 8 B for them instead of 80). A `Cell`, reached
+    /// through [`with_lines`](Self::with_lines): no borrow flag in every socket.
+    lines: Cell<Option<Box<Lines>>>,
     /// Dropped accepts whose final completion has not arrived.
     pending: Cell<u32>,
     /// Receives waiting for the turn, or accepts waiting for dropped accepts.
@@ -57,9 +59,10 @@ pub(crate) struct Unclaimed {
     /// A receive of this socket holds the turn (a live one, a dropped one finishing, or a
     /// receive stream between two `next` calls).
     turn_held: Cell<bool>,
-    /// The receive stream holding the turn, which another receive takes it from.
-    stream: RefCell<Option<StreamHold>>,
-    /// Numbers the stream holds, so a stream can tell its hold was taken.
+    /// The receive stream holding the turn, which another receive takes it from. A
+    /// `Cell`, reached through [`with_stream`](Self::with_stream).
+    stream: Cell<Option<StreamHold>>,
+    /// The last number a stream's hold got, so a stream can tell its hold was taken.
     holds: Cell<u64>,
     tickets: Cell<u64>,
 }
@@ -95,7 +98,7 @@ impl Drop for TurnTicket {
 
 /// A receive stream's hold on the turn: what to orphan when another receive takes it.
 struct StreamHold {
-    number: u64,
+    number: NonZeroU64,
     core: Rc<Core>,
     group: BufGroup,
     /// The stream's receive in the kernel, once armed (`None`: nothing in flight).
@@ -225,35 +228,54 @@ impl Unclaimed {
         self.add_to_lines(|lines| lines.items.push_front(item));
     }
 
+    /// Runs `f` on the queues, taken out of their cell for it and put back after. `f` runs
+    /// no code that is not ours and never reaches this socket again (no drop of an item
+    /// under it: a pooled buffer's return wakes), so nothing sees the cell empty meanwhile.
+    fn with_lines<R>(&self, f: impl FnOnce(&mut Option<Box<Lines>>) -> R) -> R {
+        let mut lines = self.lines.take();
+        let out = f(&mut lines);
+        self.lines.set(lines);
+        out
+    }
+
+    /// Runs `f` on the stream's hold, as [`with_lines`](Self::with_lines) does on the
+    /// queues (nothing but moves and comparisons happen under it).
+    fn with_stream<R>(&self, f: impl FnOnce(&mut Option<StreamHold>) -> R) -> R {
+        let mut stream = self.stream.take();
+        let out = f(&mut stream);
+        self.stream.set(stream);
+        out
+    }
+
     fn add_to_lines(&self, add: impl FnOnce(&mut Lines)) {
-        add(self.lines.borrow_mut().get_or_insert_with(Box::default));
+        self.with_lines(|lines| add(lines.get_or_insert_with(Box::default)));
     }
 
     /// Runs `take` on the queues if there are any, freeing them once both are empty. What
     /// it takes is returned, never dropped under the borrow (an item's drop may be a
     /// pooled buffer's return, which wakes).
     fn take_from_lines<R>(&self, take: impl FnOnce(&mut Lines) -> Option<R>) -> Option<R> {
-        let mut slot = self.lines.borrow_mut();
-        let lines = slot.as_mut()?;
-        let taken = take(lines);
-        if lines.is_empty() {
-            *slot = None;
-        }
-        taken
+        self.with_lines(|slot| {
+            let lines = slot.as_mut()?;
+            let taken = take(lines);
+            if lines.is_empty() {
+                // Empty: dropping it drops no item.
+                *slot = None;
+            }
+            taken
+        })
     }
 
     fn has_items(&self) -> bool {
-        self.lines
-            .borrow()
-            .as_ref()
-            .is_some_and(|lines| !lines.items.is_empty())
+        self.with_lines(|lines| lines.as_ref().is_some_and(|lines| !lines.items.is_empty()))
     }
 
     fn first_in_line(&self) -> Option<u64> {
-        self.lines
-            .borrow()
-            .as_ref()
-            .and_then(|lines| lines.queue.front().copied())
+        self.with_lines(|lines| {
+            lines
+                .as_ref()
+                .and_then(|lines| lines.queue.front().copied())
+        })
     }
 
     /// Ready once no dropped accept is still finishing; then the next accept may start
@@ -288,7 +310,7 @@ impl Unclaimed {
     /// True when a receive could go to the kernel now: nothing is queued here, no
     /// receive holds the turn, none waits for it.
     pub(crate) fn turn_is_free(&self) -> bool {
-        !self.turn_held.get() && self.lines.borrow().is_none()
+        !self.turn_held.get() && self.with_lines(|lines| lines.is_none())
     }
 
     /// The turn, if [`turn_is_free`](Self::turn_is_free).
@@ -360,13 +382,10 @@ impl Unclaimed {
     /// orphaned, what it got (queued or late) comes here, and the turn passes on at its
     /// final completion.
     fn take_from_stream(self: &Rc<Self>) {
-        let hold = {
-            let mut stream = self.stream.borrow_mut();
-            match stream.as_ref() {
-                Some(hold) if !hold.awaited => stream.take(),
-                _ => None,
-            }
-        };
+        let hold = self.with_stream(|stream| match stream.as_ref() {
+            Some(hold) if !hold.awaited => stream.take(),
+            _ => None,
+        });
         let Some(hold) = hold else {
             return;
         };
@@ -388,61 +407,57 @@ impl Unclaimed {
         mut turn: RecvTurn,
         core: Rc<Core>,
         group: BufGroup,
-    ) -> u64 {
+    ) -> NonZeroU64 {
         // The flag stays set: the hold now stands for the turn.
         turn.0 = None;
-        let number = self.holds.get() + 1;
-        self.holds.set(number);
-        *self.stream.borrow_mut() = Some(StreamHold {
+        let number = NonZeroU64::MIN.saturating_add(self.holds.get());
+        self.holds.set(number.get());
+        let hold = StreamHold {
             number,
             core,
             group,
             op: None,
             awaited: true,
-        });
+        };
+        // The hold it replaces (none: the turn was free) drops after the cell is whole.
+        drop(self.stream.replace(Some(hold)));
         number
     }
 
     /// Records whether someone awaits the stream's next chunk (see `StreamHold`). A stream
     /// that stops being awaited while another receive waits gives the turn up now.
-    pub(crate) fn stream_awaited(self: &Rc<Self>, number: u64, awaited: bool) {
-        if let Some(hold) = self.stream.borrow_mut().as_mut() {
-            if hold.number == number {
+    pub(crate) fn stream_awaited(self: &Rc<Self>, number: NonZeroU64, awaited: bool) {
+        self.with_stream(|stream| {
+            if let Some(hold) = stream.as_mut().filter(|hold| hold.number == number) {
                 hold.awaited = awaited;
             }
-        }
+        });
         if !awaited && self.first_in_line().is_some() {
             self.take_from_stream();
         }
     }
 
     /// Whether the stream's hold `number` still has the turn.
-    pub(crate) fn stream_holds(&self, number: u64) -> bool {
-        self.stream
-            .borrow()
-            .as_ref()
-            .is_some_and(|hold| hold.number == number)
+    pub(crate) fn stream_holds(&self, number: NonZeroU64) -> bool {
+        self.with_stream(|stream| stream.as_ref().is_some_and(|hold| hold.number == number))
     }
 
     /// Records the receive the stream's hold `number` has in the kernel.
-    pub(crate) fn stream_op(&self, number: u64, op: Option<OpId>) {
-        if let Some(hold) = self.stream.borrow_mut().as_mut() {
-            if hold.number == number {
+    pub(crate) fn stream_op(&self, number: NonZeroU64, op: Option<OpId>) {
+        self.with_stream(|stream| {
+            if let Some(hold) = stream.as_mut().filter(|hold| hold.number == number) {
                 hold.op = op;
             }
-        }
+        });
     }
 
     /// The stream's hold `number` ends: its receive is over (or never started). The turn
     /// passes on.
-    pub(crate) fn end_stream(&self, number: u64) {
-        let ended = {
-            let mut stream = self.stream.borrow_mut();
-            match stream.as_ref() {
-                Some(hold) if hold.number == number => stream.take(),
-                _ => None,
-            }
-        };
+    pub(crate) fn end_stream(&self, number: NonZeroU64) {
+        let ended = self.with_stream(|stream| match stream.as_ref() {
+            Some(hold) if hold.number == number => stream.take(),
+            _ => None,
+        });
         if ended.is_some() {
             self.release_turn();
         }
@@ -450,15 +465,12 @@ impl Unclaimed {
 
     /// The stream's hold `number` as a turn of its own (the stream is dropped with its
     /// receive in the kernel: the turn goes with that receive's orphan).
-    pub(crate) fn take_stream(self: &Rc<Self>, number: u64) -> Option<RecvTurn> {
-        let mut stream = self.stream.borrow_mut();
-        match stream.as_ref() {
-            Some(hold) if hold.number == number => {
-                stream.take();
-                Some(RecvTurn(Some(self.clone())))
-            }
+    pub(crate) fn take_stream(self: &Rc<Self>, number: NonZeroU64) -> Option<RecvTurn> {
+        let taken = self.with_stream(|stream| match stream.as_ref() {
+            Some(hold) if hold.number == number => stream.take(),
             _ => None,
-        }
+        });
+        taken.map(|_| RecvTurn(Some(self.clone())))
     }
 
     /// Puts bytes read ahead but never handed out back in front of the queue (an
