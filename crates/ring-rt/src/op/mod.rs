@@ -112,11 +112,13 @@ impl<T: OpDef> Op<T> {
     }
 
     /// The worker the op runs on.
+    #[inline]
     pub(crate) fn core(&self) -> &Rc<Core> {
         &self.core
     }
 
     /// The op's definition, until its completion takes it.
+    #[inline]
     pub(crate) fn def(&self) -> Option<&T> {
         match &self.state {
             State::Unstarted(op) | State::Running(op, _) => Some(op),

@@ -59,9 +59,18 @@ pub(crate) struct Unclaimed {
     /// A receive of this socket holds the turn (a live one, a dropped one finishing, or a
     /// receive stream between two `next` calls).
     turn_held: Cell<bool>,
-    /// The receive stream holding the turn, which another receive takes it from. A
-    /// `Cell`, reached through [`with_stream`](Self::with_stream).
-    stream: Cell<Option<StreamHold>>,
+    /// The receive stream holding the turn, which another receive takes it from: the
+    /// number of its hold (`None`: no stream holds the turn). The hold's parts are `Cell`s
+    /// of their own, the ones read on every chunk plain copies.
+    hold: Cell<Option<NonZeroU64>>,
+    /// Someone awaits the holding stream's next chunk: the turn stays with it (taking it
+    /// would only bounce the turn between two receivers that both wait). An idle stream
+    /// gives it up.
+    hold_awaited: Cell<bool>,
+    /// The holding stream's receive in the kernel, once armed (`None`: nothing in flight).
+    hold_op: Cell<Option<OpId>>,
+    /// The holding stream's worker and receive group: what orphaning its receive needs.
+    hold_owner: Cell<Option<(Rc<Core>, BufGroup)>>,
     /// The last number a stream's hold got, so a stream can tell its hold was taken.
     holds: Cell<u64>,
     tickets: Cell<u64>,
@@ -94,18 +103,6 @@ impl Drop for TurnTicket {
     fn drop(&mut self) {
         self.unclaimed.leave_queue(self.number);
     }
-}
-
-/// A receive stream's hold on the turn: what to orphan when another receive takes it.
-struct StreamHold {
-    number: NonZeroU64,
-    core: Rc<Core>,
-    group: BufGroup,
-    /// The stream's receive in the kernel, once armed (`None`: nothing in flight).
-    op: Option<OpId>,
-    /// Someone awaits the stream's next chunk: the turn stays with it (taking it would only
-    /// bounce the turn between two receivers that both wait). An idle stream gives it up.
-    awaited: bool,
 }
 
 /// The socket's receive turn: one receive in the kernel at a time. Dropping it (the op
@@ -235,15 +232,6 @@ impl Unclaimed {
         let mut lines = self.lines.take();
         let out = f(&mut lines);
         self.lines.set(lines);
-        out
-    }
-
-    /// Runs `f` on the stream's hold, as [`with_lines`](Self::with_lines) does on the
-    /// queues (nothing but moves and comparisons happen under it).
-    fn with_stream<R>(&self, f: impl FnOnce(&mut Option<StreamHold>) -> R) -> R {
-        let mut stream = self.stream.take();
-        let out = f(&mut stream);
-        self.stream.set(stream);
         out
     }
 
@@ -382,21 +370,24 @@ impl Unclaimed {
     /// orphaned, what it got (queued or late) comes here, and the turn passes on at its
     /// final completion.
     fn take_from_stream(self: &Rc<Self>) {
-        let hold = self.with_stream(|stream| match stream.as_ref() {
-            Some(hold) if !hold.awaited => stream.take(),
-            _ => None,
-        });
-        let Some(hold) = hold else {
+        if self.hold.get().is_none() || self.hold_awaited.get() {
             return;
-        };
-        let turn = RecvTurn(Some(self.clone()));
-        match hold.op {
-            Some(id) => hold.core.orphan(
-                id,
-                crate::op::net::keep_chunks(&hold.group, self, Some(turn)),
-            ),
-            None => drop(turn),
         }
+        let (op, owner) = self.clear_hold();
+        let turn = RecvTurn(Some(self.clone()));
+        match (op, owner) {
+            (Some(id), Some((core, group))) => {
+                core.orphan(id, crate::op::net::keep_chunks(&group, self, Some(turn)))
+            }
+            _ => drop(turn),
+        }
+    }
+
+    /// Ends the stream's hold (the turn stays taken): its receive in flight and its owner.
+    fn clear_hold(&self) -> (Option<OpId>, Option<(Rc<Core>, BufGroup)>) {
+        self.hold.set(None);
+        self.hold_awaited.set(false);
+        (self.hold_op.take(), self.hold_owner.take())
     }
 
     /// A receive stream keeps `turn` between its `next` calls, until
@@ -412,26 +403,20 @@ impl Unclaimed {
         turn.0 = None;
         let number = NonZeroU64::MIN.saturating_add(self.holds.get());
         self.holds.set(number.get());
-        let hold = StreamHold {
-            number,
-            core,
-            group,
-            op: None,
-            awaited: true,
-        };
-        // The hold it replaces (none: the turn was free) drops after the cell is whole.
-        drop(self.stream.replace(Some(hold)));
+        self.hold.set(Some(number));
+        self.hold_awaited.set(true);
+        self.hold_op.set(None);
+        // The owner it replaces (none: the turn was free) drops after the cells are set.
+        drop(self.hold_owner.replace(Some((core, group))));
         number
     }
 
-    /// Records whether someone awaits the stream's next chunk (see `StreamHold`). A stream
-    /// that stops being awaited while another receive waits gives the turn up now.
+    /// Records whether someone awaits the stream's next chunk (see `hold_awaited`). A
+    /// stream that stops being awaited while another receive waits gives the turn up now.
     pub(crate) fn stream_awaited(self: &Rc<Self>, number: NonZeroU64, awaited: bool) {
-        self.with_stream(|stream| {
-            if let Some(hold) = stream.as_mut().filter(|hold| hold.number == number) {
-                hold.awaited = awaited;
-            }
-        });
+        if self.stream_holds(number) {
+            self.hold_awaited.set(awaited);
+        }
         if !awaited && self.first_in_line().is_some() {
             self.take_from_stream();
         }
@@ -439,26 +424,21 @@ impl Unclaimed {
 
     /// Whether the stream's hold `number` still has the turn.
     pub(crate) fn stream_holds(&self, number: NonZeroU64) -> bool {
-        self.with_stream(|stream| stream.as_ref().is_some_and(|hold| hold.number == number))
+        self.hold.get() == Some(number)
     }
 
     /// Records the receive the stream's hold `number` has in the kernel.
     pub(crate) fn stream_op(&self, number: NonZeroU64, op: Option<OpId>) {
-        self.with_stream(|stream| {
-            if let Some(hold) = stream.as_mut().filter(|hold| hold.number == number) {
-                hold.op = op;
-            }
-        });
+        if self.stream_holds(number) {
+            self.hold_op.set(op);
+        }
     }
 
     /// The stream's hold `number` ends: its receive is over (or never started). The turn
     /// passes on.
     pub(crate) fn end_stream(&self, number: NonZeroU64) {
-        let ended = self.with_stream(|stream| match stream.as_ref() {
-            Some(hold) if hold.number == number => stream.take(),
-            _ => None,
-        });
-        if ended.is_some() {
+        if self.stream_holds(number) {
+            drop(self.clear_hold());
             self.release_turn();
         }
     }
@@ -466,11 +446,11 @@ impl Unclaimed {
     /// The stream's hold `number` as a turn of its own (the stream is dropped with its
     /// receive in the kernel: the turn goes with that receive's orphan).
     pub(crate) fn take_stream(self: &Rc<Self>, number: NonZeroU64) -> Option<RecvTurn> {
-        let taken = self.with_stream(|stream| match stream.as_ref() {
-            Some(hold) if hold.number == number => stream.take(),
-            _ => None,
-        });
-        taken.map(|_| RecvTurn(Some(self.clone())))
+        if !self.stream_holds(number) {
+            return None;
+        }
+        drop(self.clear_hold());
+        Some(RecvTurn(Some(self.clone())))
     }
 
     /// Puts bytes read ahead but never handed out back in front of the queue (an
