@@ -111,8 +111,8 @@ const WARM: usize = 64;
 const MEASURED: usize = 448;
 
 /// Heap bytes an idle echo connection may hold on the server's thread. Measured on
-/// 2026-11-26 (Linux 6.18, all features): io_uring 432 B, epoll 712 B; io_uring without
-/// multishot receive (`RING_FEATURES=5.19`) 488 B, as it boxes a one-shot receive as epoll
+/// 2026-11-26 (Linux 6.18, all features): io_uring 424 B, epoll 704 B; io_uring without
+/// multishot receive (`RING_FEATURES=5.19`) 480 B, as it boxes a one-shot receive as epoll
 /// does. Before the receive stream, the pending write and the socket's queues were packed
 /// and the handler reshaped: 560 B and 840 B.
 fn budget(kind: BackendKind) -> isize {

@@ -28,6 +28,6 @@ mod sizes {
         assert!(size_of::<super::RecvStream<'static>>() <= 104);
         assert!(size_of::<super::write_all::WriteAll<'static, PooledBuf>>() <= 96);
         assert!(size_of::<PooledBuf>() <= 32);
-        assert!(size_of::<Unclaimed>() <= 104);
+        assert!(size_of::<Unclaimed>() <= 96);
     }
 }

@@ -71,9 +71,10 @@ pub(crate) struct Unclaimed {
     hold_op: Cell<Option<OpId>>,
     /// The holding stream's worker and receive group: what orphaning its receive needs.
     hold_owner: Cell<Option<(Rc<Core>, BufGroup)>>,
-    /// The last number a stream's hold got, so a stream can tell its hold was taken.
-    holds: Cell<u64>,
-    tickets: Cell<u64>,
+    /// The last number handed out, to a stream's hold (so a stream can tell its hold was
+    /// taken) or to a place in line: one counter for both, as each kind is only compared
+    /// with its own.
+    numbers: Cell<u64>,
 }
 
 /// A socket's queues, boxed in [`Unclaimed`] while either has an entry.
@@ -342,9 +343,15 @@ impl Unclaimed {
         Poll::Pending
     }
 
+    /// A number not handed out before on this socket (a `u64` does not wrap in practice).
+    fn next_number(&self) -> NonZeroU64 {
+        let number = NonZeroU64::MIN.saturating_add(self.numbers.get());
+        self.numbers.set(number.get());
+        number
+    }
+
     fn join_queue(self: &Rc<Self>) -> TurnTicket {
-        let number = self.tickets.get() + 1;
-        self.tickets.set(number);
+        let number = self.next_number().get();
         self.add_to_lines(|lines| lines.queue.push_back(number));
         TurnTicket {
             unclaimed: self.clone(),
@@ -401,8 +408,7 @@ impl Unclaimed {
     ) -> NonZeroU64 {
         // The flag stays set: the hold now stands for the turn.
         turn.0 = None;
-        let number = NonZeroU64::MIN.saturating_add(self.holds.get());
-        self.holds.set(number.get());
+        let number = self.next_number();
         self.hold.set(Some(number));
         self.hold_awaited.set(true);
         self.hold_op.set(None);
