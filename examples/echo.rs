@@ -12,15 +12,20 @@
 //! accepts on worker 0 and serves each connection on the least loaded worker
 //! (`Handle::serve_balanced`).
 
-use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
 use ring_demo::flags::Flags;
 use ring_rt::net::tcp::ListenOptions;
-use ring_rt::net::{TcpListener, TcpStream};
+use ring_rt::net::TcpListener;
 use ring_rt::{BackendKind, Runtime};
+
+// The connection handler, in a file of its own: `tests/idle_memory.rs` counts the heap an
+// idle connection holds with this very handler.
+#[path = "echo_handler.rs"]
+mod echo_handler;
+use echo_handler::echo;
 
 struct Args {
     addr: SocketAddr,
@@ -57,30 +62,6 @@ fn parse_args() -> Result<Args, String> {
         }
     }
     Ok(args)
-}
-
-/// Echoes what arrives until end of stream or an error. Every idle connection's task holds
-/// this future, so it is written to be small: a function returning an `async move` block,
-/// not an `async fn` (rustc keeps an `async fn`'s argument in a slot of its own beside the
-/// local it moves into: 24 B here), and the chunk taken out by a `match` in a `let`, not a
-/// `while let` (whose scrutinee, the `Option<Result<PooledBuf>>`, stays across the write's
-/// await: 32 B).
-// Not an `async fn`, on purpose: see above.
-#[allow(clippy::manual_async_fn)]
-fn echo(stream: TcpStream) -> impl Future<Output = ()> {
-    async move {
-        let mut incoming = stream.recv_stream();
-        loop {
-            let buf = match incoming.next().await {
-                Some(Ok(buf)) => buf,
-                _ => break,
-            };
-            let (res, _buf) = stream.write_all(buf).await;
-            if res.is_err() {
-                break;
-            }
-        }
-    }
 }
 
 /// Binds `addr`, exiting on failure; prints `ready` once bound (worker 0), so whoever

@@ -17,7 +17,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use libtest_mimic::Completion;
-use ring_rt::net::{TcpListener, TcpStream};
+use ring_rt::net::TcpListener;
 use ring_rt::BackendKind;
 use support::Outcome;
 
@@ -84,25 +84,11 @@ fn main() {
     ])
 }
 
-/// The echo handler of examples/echo.rs: what every connection's task holds while idle.
-/// Shaped as the example's is, for its size: see there.
-// Not an `async fn`, on purpose: see above.
-#[allow(clippy::manual_async_fn)]
-fn echo(stream: TcpStream) -> impl Future<Output = ()> {
-    async move {
-        let mut incoming = stream.recv_stream();
-        loop {
-            let buf = match incoming.next().await {
-                Some(Ok(buf)) => buf,
-                _ => break,
-            };
-            let (res, _buf) = stream.write_all(buf).await;
-            if res.is_err() {
-                break;
-            }
-        }
-    }
-}
+// The echo handler of examples/echo.rs, the very file: what every connection's task holds
+// while idle.
+#[path = "../../../examples/echo_handler.rs"]
+mod echo_handler;
+use echo_handler::echo;
 
 /// Connections measured, after `WARM` that settle the pools and tables: 64 + 448 is 512
 /// tasks, where the task slab and op table are exactly full (they grow by doubling), so
