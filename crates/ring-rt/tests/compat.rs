@@ -73,6 +73,10 @@ fn main() {
             a_dropped_adapter_gives_its_read_ahead_back,
         ),
         (
+            "read_ahead_given_back_comes_before_what_a_receive_stream_holds",
+            read_ahead_given_back_comes_before_what_a_receive_stream_holds,
+        ),
+        (
             "a_huge_read_capacity_is_out_of_memory",
             a_huge_read_capacity_is_out_of_memory,
         ),
@@ -105,6 +109,51 @@ fn a_dropped_adapter_gives_its_read_ahead_back(kind: BackendKind) -> Outcome {
             rest == data[4..],
             "after the adapter: {} of 96 bytes",
             rest.len()
+        );
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// An adapter dropped with read-ahead while a receive stream of the same socket holds its
+/// receive turn (armed, its `next` dropped by a timeout): the adapter's bytes came first,
+/// so the stream gives them before what its own receive got after them. Review AH: the
+/// stream went on with its receive, giving "CCCC" and then waiting for ever with "BBBBBB"
+/// queued (or ending the stream with them still there).
+fn read_ahead_given_back_comes_before_what_a_receive_stream_holds(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(bounded(LIMIT, async {
+        let (a, b) = UnixStream::pair()?;
+        let b = Rc::new(b);
+        let mut rx = b.recv_stream();
+        a.write_all(&b"AAAA"[..]).await.0?;
+        let first = rx.next().await.ok_or("end of stream")??;
+        check!(&first[..] == b"AAAA", "the stream's first chunk");
+        drop(first);
+        let mut adapter = Compat::from_rc(b.clone());
+        a.write_all(&b"BBBBBBBB"[..]).await.0?;
+        let mut two = [0u8; 2];
+        adapter.read_exact(&mut two).await?;
+        check!(&two == b"BB", "the adapter's first bytes");
+        // The stream takes the turn back and arms; nobody awaits it after the timeout.
+        check!(
+            timeout(Duration::from_millis(20), rx.next()).await.is_err(),
+            "the stream had data it should not have"
+        );
+        a.write_all(&b"CCCC"[..]).await.0?;
+        sleep(Duration::from_millis(20)).await;
+        drop(adapter); // gives "BBBBBB" back
+        drop(a);
+        let mut rest = Vec::new();
+        while let Some(chunk) = timeout(Duration::from_secs(5), rx.next())
+            .await
+            .map_err(|_| "the stream waited with data queued")?
+        {
+            rest.extend_from_slice(&chunk?);
+        }
+        check!(
+            rest == b"BBBBBBCCCC",
+            "after the adapter the stream gave {:?}",
+            String::from_utf8_lossy(&rest)
         );
         Ok(Completion::Completed)
     }))?

@@ -207,6 +207,13 @@ impl<'a> RecvStream<'a> {
                 // queued with the socket now.
                 self.disown();
             }
+            if self.hold.is_some() && unclaimed.has_items() {
+                // Bytes that came before anything our receive gets were put back on the
+                // socket while we held the turn (an adapter dropped with read-ahead, review
+                // AH): our receive lets the turn go, what it got is queued behind them, and
+                // the queue is read first.
+                self.let_hold_go();
+            }
             if self.hold.is_none() {
                 if let Some(starved) = &mut self.starved {
                     if let Starved::Waiting(wait) = &mut **starved {
@@ -309,6 +316,26 @@ impl<'a> RecvStream<'a> {
                 }
             }
         }
+    }
+
+    /// Lets the socket's receive turn go: a receive in flight is orphaned with the turn,
+    /// which passes on at its final completion, after what it still got is queued for the
+    /// socket's next receive.
+    fn let_hold_go(&mut self) {
+        let (Some(number), Some((group, unclaimed))) = (self.hold, self.receiver.parts()) else {
+            return;
+        };
+        let in_flight = self.in_flight();
+        if let Some(turn) = unclaimed.take_stream(number) {
+            match in_flight {
+                Some(id) => self
+                    .socket
+                    .core
+                    .orphan(id, keep_chunks(group, unclaimed, Some(turn))),
+                None => drop(turn),
+            }
+        }
+        self.disown();
     }
 
     /// The stream's receive is over and it lets the turn go.
@@ -435,20 +462,7 @@ impl Drop for RecvStream<'_> {
     /// socket's receive turn, which passes on at its final completion, after what it still
     /// got is queued for the socket's next receive.
     fn drop(&mut self) {
-        let (Some(number), Some((group, unclaimed))) = (self.hold, self.receiver.parts()) else {
-            return;
-        };
-        let in_flight = self.in_flight();
-        if let Some(turn) = unclaimed.take_stream(number) {
-            match in_flight {
-                Some(id) => self
-                    .socket
-                    .core
-                    .orphan(id, keep_chunks(group, unclaimed, Some(turn))),
-                None => drop(turn),
-            }
-        }
-        self.disown();
+        self.let_hold_go();
     }
 }
 

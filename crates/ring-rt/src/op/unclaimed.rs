@@ -255,7 +255,8 @@ impl Unclaimed {
         })
     }
 
-    fn has_items(&self) -> bool {
+    /// True when what dropped receives got (or an adapter's read-ahead) is queued here.
+    pub(crate) fn has_items(&self) -> bool {
         self.with_lines(|lines| lines.as_ref().is_some_and(|lines| !lines.items.is_empty()))
     }
 
