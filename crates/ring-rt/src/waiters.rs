@@ -1,42 +1,91 @@
-//! Wakers waiting on one thing, inline while there are at most one of them. A leaf: both
+//! Wakers waiting on one thing, inline while there is at most one of them. A leaf: both
 //! the backends (an fd's readiness) and the op layer (a socket's receive turn) use it.
 
 use std::task::Waker;
 
+/// Who waits: a number the waiter keeps for as long as it waits (a receive's place in
+/// line, an epoll wait's number), never handed to another waiter of the same thing.
+/// Polled again, the waiter's waker replaces the one it left; done or dropped, it takes
+/// its waker out ([`Waiters::remove`]). So a waiter polled with a thousand different wakers
+/// leaves one, and a dropped one leaves none (review AJ: every waker polled was kept until
+/// the next wake, and a finished task's waker woken long after).
+pub(crate) type WaiterKey = u64;
+
+/// Waiters without a key of their own (dropped accepts' followers, which wait briefly and
+/// are all woken together): deduplicated by the task they wake only.
+pub(crate) const ANONYMOUS: WaiterKey = 0;
+
 /// Wakers waiting on one thing (a socket's turn, an fd's readiness): nearly always none or
-/// one, kept inline so an idle connection allocates nothing for them. A waker that would
-/// wake the same task as one already here is not added twice.
+/// one, kept inline so an idle connection allocates nothing for them.
 #[derive(Default)]
 pub(crate) enum Waiters {
     #[default]
     None,
-    One(Waker),
-    Many(Vec<Waker>),
+    One(WaiterKey, Waker),
+    /// Boxed: rare, and inline it would make every socket's waiters 8 B larger (the box
+    /// is one word beside `One`'s niche; a `Vec` is three).
+    #[allow(clippy::box_collection)]
+    Many(Box<Vec<(WaiterKey, Waker)>>),
 }
 
 impl Waiters {
-    fn has(&self, waker: &Waker) -> bool {
-        match self {
-            Waiters::None => false,
-            Waiters::One(w) => w.will_wake(waker),
-            Waiters::Many(ws) => ws.iter().any(|w| w.will_wake(waker)),
+    /// Parks `waker` for `key`: the waker `key` left before is replaced (unless it wakes
+    /// the same task) and returned, for the caller to drop where a waker's drop (code that
+    /// is not ours) cannot reach back into what it borrows. An [`ANONYMOUS`] waker is added
+    /// unless one that wakes the same task is here already.
+    #[must_use = "a replaced waker is dropped by the caller, outside its borrows"]
+    pub(crate) fn add(&mut self, key: WaiterKey, waker: &Waker) -> Option<Waker> {
+        let same = |k: WaiterKey, w: &Waker| {
+            if key == ANONYMOUS {
+                k == ANONYMOUS && w.will_wake(waker)
+            } else {
+                k == key
+            }
+        };
+        let found = match self {
+            Waiters::None => None,
+            Waiters::One(k, w) => same(*k, w).then_some(w),
+            Waiters::Many(ws) => ws.iter_mut().find(|(k, w)| same(*k, w)).map(|(_, w)| w),
+        };
+        if let Some(parked) = found {
+            if parked.will_wake(waker) {
+                return None;
+            }
+            return Some(std::mem::replace(parked, waker.clone()));
         }
-    }
-
-    /// Adds a clone of `waker`, unless one that wakes the same task is here already.
-    pub(crate) fn add(&mut self, waker: &Waker) {
-        if self.has(waker) {
-            return;
-        }
-        let waker = waker.clone();
+        let entry = (key, waker.clone());
         *self = match std::mem::take(self) {
-            Waiters::None => Waiters::One(waker),
-            Waiters::One(first) => Waiters::Many(vec![first, waker]),
+            Waiters::None => Waiters::One(entry.0, entry.1),
+            Waiters::One(k, w) => Waiters::Many(Box::new(vec![(k, w), entry])),
             Waiters::Many(mut ws) => {
-                ws.push(waker);
+                ws.push(entry);
                 Waiters::Many(ws)
             }
         };
+        None
+    }
+
+    /// Takes out the waker `key` left, if it is still here (returned, for the caller to
+    /// drop where that is safe).
+    pub(crate) fn remove(&mut self, key: WaiterKey) -> Option<Waker> {
+        match self {
+            Waiters::One(k, _) if *k == key => match std::mem::take(self) {
+                Waiters::One(_, w) => Some(w),
+                _ => unreachable!("just matched one waiter"),
+            },
+            Waiters::Many(ws) => {
+                let at = ws.iter().position(|(k, _)| *k == key)?;
+                let (_, waker) = ws.swap_remove(at);
+                if ws.len() == 1 {
+                    let (k, w) = ws.pop().expect("one left");
+                    *self = Waiters::One(k, w);
+                } else if ws.is_empty() {
+                    *self = Waiters::None;
+                }
+                Some(waker)
+            }
+            _ => None,
+        }
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -44,10 +93,11 @@ impl Waiters {
     }
 
     /// How many wakers wait.
-    pub(crate) fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         match self {
             Waiters::None => 0,
-            Waiters::One(_) => 1,
+            Waiters::One(..) => 1,
             Waiters::Many(ws) => ws.len(),
         }
     }
@@ -60,8 +110,81 @@ impl IntoIterator for Waiters {
     fn into_iter(self) -> Self::IntoIter {
         match self {
             Waiters::None => Vec::new().into_iter(),
-            Waiters::One(w) => vec![w].into_iter(),
-            Waiters::Many(ws) => ws.into_iter(),
+            Waiters::One(_, w) => vec![w].into_iter(),
+            Waiters::Many(ws) => ws
+                .into_iter()
+                .map(|(_, w)| w)
+                .collect::<Vec<_>>()
+                .into_iter(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::task::Wake;
+
+    struct Flag;
+    impl Wake for Flag {
+        fn wake(self: Arc<Self>) {}
+    }
+
+    fn waker() -> (Arc<Flag>, Waker) {
+        let flag = Arc::new(Flag);
+        (flag.clone(), Waker::from(flag))
+    }
+
+    #[test]
+    fn a_key_keeps_its_last_waker_only() {
+        let mut waiters = Waiters::default();
+        let flags: Vec<_> = (0..100)
+            .map(|_| {
+                let (flag, w) = waker();
+                drop(waiters.add(7, &w));
+                flag
+            })
+            .collect();
+        assert_eq!(waiters.len(), 1);
+        let kept = flags.iter().filter(|f| Arc::strong_count(f) > 1).count();
+        assert_eq!(kept, 1);
+        assert!(Arc::strong_count(flags.last().unwrap()) > 1);
+    }
+
+    #[test]
+    fn keys_wait_apart_and_leave_apart() {
+        let mut waiters = Waiters::default();
+        let (_a, wa) = waker();
+        let (_b, wb) = waker();
+        let (_c, wc) = waker();
+        assert!(waiters.add(1, &wa).is_none());
+        assert!(waiters.add(2, &wb).is_none());
+        assert!(waiters.add(3, &wc).is_none());
+        assert_eq!(waiters.len(), 3);
+        assert!(waiters.remove(2).is_some_and(|w| w.will_wake(&wb)));
+        assert!(waiters.remove(2).is_none());
+        assert_eq!(waiters.len(), 2);
+        assert!(waiters.remove(1).is_some());
+        assert!(matches!(waiters, Waiters::One(3, _)));
+        assert!(waiters.remove(3).is_some());
+        assert!(waiters.is_empty());
+    }
+
+    #[test]
+    fn anonymous_waiters_are_kept_per_task() {
+        let mut waiters = Waiters::default();
+        let (_a, wa) = waker();
+        let (_b, wb) = waker();
+        assert!(waiters.add(ANONYMOUS, &wa).is_none());
+        assert!(waiters.add(ANONYMOUS, &wa.clone()).is_none());
+        assert!(waiters.add(ANONYMOUS, &wb).is_none());
+        assert_eq!(waiters.len(), 2);
+        assert_eq!(waiters.into_iter().count(), 2);
+    }
+
+    #[test]
+    fn waiters_stay_three_words() {
+        assert!(std::mem::size_of::<Waiters>() <= 24);
     }
 }

@@ -25,8 +25,8 @@ use ring_core::user_data::OpId;
 
 use super::blocking::{BlockingJob, BlockingPool};
 use super::{
-    BackendKind, Capability, Emulation, FixedBuffers, FixedPool, Mechanism, Operation, RecvBuffers,
-    RecvPool, Start, Token,
+    BackendKind, Capability, Emulation, FixedBuffers, FixedPool, Mechanism, Operation, ParkKey,
+    ReadyWait, RecvBuffers, RecvPool, Start, Token,
 };
 use crate::waiters::Waiters;
 
@@ -41,11 +41,9 @@ const EVENTS_MAX: usize = 1024;
 #[derive(Default)]
 struct Registration {
     registered: bool,
+    /// Ops waiting for the fd to be readable or writable, each under its `ParkKey`.
     readers: Waiters,
     writers: Waiters,
-    /// Waits dropped since `readers` / `writers` were last let go (see
-    /// `readiness_dropped`).
-    dropped: [u16; 2],
     /// Directions (`POLLIN`/`POLLOUT`) a syscall showed drained (a short stream read or
     /// write) and no event has refilled since: the next op there waits for readiness
     /// instead of trying a syscall bound to fail with EAGAIN.
@@ -75,8 +73,11 @@ pub(crate) struct EpollBackend {
     events: Vec<libc::epoll_event>,
     on_wake: Box<dyn Fn()>,
     timeouts: Timeouts,
-    /// Wakers of ready fds, woken by the worker once it lets go of the backend.
+    /// Wakers of ready fds, woken by the worker once it lets go of the backend (and
+    /// wakers let go, dropped there).
     woken: Deferred,
+    /// The last `ParkKey` handed out (0 is never one: it is the anonymous waiters' key).
+    parks: u64,
     /// The worker's shared receive group (see `Backend::recv_group`).
     recv_pool: RecvPool,
     /// The worker's fixed buffers: plain memory here (see `Mechanism::fixed_buffers`).
@@ -112,6 +113,7 @@ impl EpollBackend {
             on_wake,
             timeouts,
             woken: Deferred::default(),
+            parks: 0,
             recv_pool: RecvPool::new(recv_buffers),
             fixed_pool: FixedPool::new(fixed_buffers),
             abandoned: false,
@@ -150,12 +152,31 @@ impl EpollBackend {
     }
 
     /// Tries the op's syscall (unless `fd` is known drained); on EAGAIN waits for
-    /// readiness, and the next poll tries again.
+    /// readiness (parked as `wait`), and the next poll tries again.
     fn poll_readiness(
         &mut self,
         op: &mut dyn Operation,
         fd: RawFd,
         events: u32,
+        wait: &mut ReadyWait,
+        waker: &Waker,
+    ) -> Poll<io::Result<Cqe>> {
+        let polled = self.try_or_park(op, fd, events, wait, waker);
+        if polled.is_ready() {
+            // Done: a waker it parked before (then woken by someone else) goes.
+            if let ReadyWait::Parked(key) = std::mem::replace(wait, ReadyWait::Idle) {
+                self.readiness_dropped(fd, events, key);
+            }
+        }
+        polled
+    }
+
+    fn try_or_park(
+        &mut self,
+        op: &mut dyn Operation,
+        fd: RawFd,
+        events: u32,
+        wait: &mut ReadyWait,
         waker: &Waker,
     ) -> Poll<io::Result<Cqe>> {
         loop {
@@ -177,16 +198,23 @@ impl EpollBackend {
                     return Poll::Ready(Ok(Cqe::new(0, 0, 0)));
                 }
             }
-            return match self.wait_ready(fd, events, waker) {
+            return match self.wait_ready(fd, events, wait, waker) {
                 Ok(()) => Poll::Pending,
                 Err(err) => Poll::Ready(Err(err)),
             };
         }
     }
 
-    /// Parks `waker` until `fd` is ready for `events` (POLLIN and/or POLLOUT). The fd is
-    /// registered edge-triggered once, for both directions, on first use.
-    fn wait_ready(&mut self, fd: RawFd, events: u32, waker: &Waker) -> io::Result<()> {
+    /// Parks `waker` until `fd` is ready for `events` (POLLIN and/or POLLOUT), under the
+    /// key of `wait` (one is given on its first wait). The fd is registered edge-triggered
+    /// once, for both directions, on first use.
+    fn wait_ready(
+        &mut self,
+        fd: RawFd,
+        events: u32,
+        wait: &mut ReadyWait,
+        waker: &Waker,
+    ) -> io::Result<()> {
         let index = usize::try_from(fd).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
         if self.regs.len() <= index {
             self.regs.resize_with(index + 1, Registration::default);
@@ -196,12 +224,24 @@ impl EpollBackend {
             self.ctl(libc::EPOLL_CTL_ADD, fd, interest as u32, index as u64)?;
             self.regs[index].registered = true;
         }
+        let key = match *wait {
+            ReadyWait::Parked(key) => key,
+            _ => {
+                self.parks += 1;
+                ParkKey::new(self.parks)
+            }
+        };
+        *wait = ReadyWait::Parked(key);
         let reg = &mut self.regs[index];
-        if events & libc::POLLIN as u32 != 0 {
-            reg.readers.add(waker);
-        }
-        if events & libc::POLLOUT as u32 != 0 {
-            reg.writers.add(waker);
+        for (event, waiters) in [
+            (libc::POLLIN, &mut reg.readers),
+            (libc::POLLOUT, &mut reg.writers),
+        ] {
+            if events & event as u32 != 0 {
+                if let Some(replaced) = waiters.add(key.get(), waker) {
+                    self.woken.drop_waker_later(replaced);
+                }
+            }
         }
         Ok(())
     }
@@ -328,7 +368,6 @@ impl EpollBackend {
         let writable = events & libc::EPOLLOUT as u32 != 0 || events & err != 0;
         if readable {
             reg.unready &= !(libc::POLLIN as u32);
-            reg.dropped[0] = 0;
             for waker in std::mem::take(&mut reg.readers) {
                 self.woken.wake(waker);
             }
@@ -336,7 +375,6 @@ impl EpollBackend {
         let reg = &mut self.regs[index];
         if writable {
             reg.unready &= !(libc::POLLOUT as u32);
-            reg.dropped[1] = 0;
             for waker in std::mem::take(&mut reg.writers) {
                 self.woken.wake(waker);
             }
@@ -457,7 +495,7 @@ impl Mechanism for EpollBackend {
             Emulation::Readiness { fd, events } => Ok(Start::Token(Token::Ready {
                 fd,
                 events,
-                poll: None,
+                wait: ReadyWait::Idle,
             })),
             Emulation::Blocking(job) => {
                 let returns_fd = op.returns_fd();
@@ -475,9 +513,9 @@ impl Mechanism for EpollBackend {
         op: &mut dyn Operation,
         waker: &Waker,
     ) -> Poll<io::Result<Cqe>> {
-        match *token {
-            Token::InFlight(id) => self.poll_id(id, waker),
-            Token::Ready { fd, events, .. } => self.poll_readiness(op, fd, events, waker),
+        match token {
+            Token::InFlight(id) => self.poll_id(*id, waker),
+            Token::Ready { fd, events, wait } => self.poll_readiness(op, *fd, *events, wait, waker),
         }
     }
 
@@ -601,31 +639,21 @@ impl Mechanism for EpollBackend {
         None
     }
 
-    /// Lets the parked wakers for `events` on `fd` go, waking them, once as many waits
-    /// were dropped as there are wakers parked: the dropped op's waker is among them but
-    /// cannot be told apart (one waker stands for every op of its task waiting there), so
-    /// every one is woken, and those still waiting park again. Counting first keeps the
-    /// list within twice the live waiters at one wake per dropped wait: letting it go at
-    /// every drop made a thousand waiters that each time out wake each other a thousand
-    /// times per round (review AB).
-    fn readiness_dropped(&mut self, fd: RawFd, events: u32) {
+    /// Lets the waker parked under `key` for `events` on `fd` go (dropped at the worker's
+    /// next safe point): its op was dropped or is done. Each wait has a key of its own, so
+    /// only its waker goes; a list that only grew until the fd was ready kept every
+    /// dropped op's waker (reviews AB, AI, AJ).
+    fn readiness_dropped(&mut self, fd: RawFd, events: u32, key: ParkKey) {
         let Some(reg) = usize::try_from(fd).ok().and_then(|i| self.regs.get_mut(i)) else {
             return;
         };
-        let [dropped_readers, dropped_writers] = &mut reg.dropped;
-        let parked = [
-            (libc::POLLIN, &mut reg.readers, dropped_readers),
-            (libc::POLLOUT, &mut reg.writers, dropped_writers),
-        ];
-        for (event, waiters, dropped) in parked {
-            if events & event as u32 == 0 {
-                continue;
-            }
-            *dropped = dropped.saturating_add(1);
-            if usize::from(*dropped) >= waiters.len() {
-                *dropped = 0;
-                for waker in std::mem::take(waiters) {
-                    self.woken.wake(waker);
+        for (event, waiters) in [
+            (libc::POLLIN, &mut reg.readers),
+            (libc::POLLOUT, &mut reg.writers),
+        ] {
+            if events & event as u32 != 0 {
+                if let Some(waker) = waiters.remove(key.get()) {
+                    self.woken.drop_waker_later(waker);
                 }
             }
         }

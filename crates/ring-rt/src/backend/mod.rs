@@ -145,13 +145,40 @@ pub enum Emulation {
 pub(crate) enum Token {
     /// In the op table until its final CQE: an SQE in the ring, or a job on the pool.
     InFlight(OpId),
-    /// Retried whenever `fd` is ready for `events`. Nothing of the op is in flight; on
-    /// io_uring, `poll` is the `POLL_ADD` waiting for the readiness (no memory).
+    /// Retried whenever `fd` is ready for `events`. Nothing of the op is in flight; `wait`
+    /// is how it waits for the readiness.
     Ready {
         fd: RawFd,
         events: u32,
-        poll: Option<OpId>,
+        wait: ReadyWait,
     },
+}
+
+/// How an op of [`Token::Ready`] waits for its fd's readiness.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReadyWait {
+    /// Not waiting (not polled yet, or the readiness came).
+    Idle,
+    /// io_uring: the `POLL_ADD` waiting for the readiness (it owns no memory).
+    Poll(OpId),
+    /// epoll: its waker is parked with the fd's waiters under this key, which it keeps for
+    /// the op's life: polled again it replaces its waker, dropped it takes it out.
+    Parked(ParkKey),
+}
+
+/// An epoll readiness wait's key with its fd's waiters: a `u64` never reused by a backend,
+/// kept as two halves so that a [`Token`] stays 4-byte aligned (it is in every op).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ParkKey([u32; 2]);
+
+impl ParkKey {
+    pub(crate) fn new(key: u64) -> ParkKey {
+        ParkKey([key as u32, (key >> 32) as u32])
+    }
+
+    pub(crate) fn get(self) -> u64 {
+        u64::from(self.0[0]) | (u64::from(self.0[1]) << 32)
+    }
 }
 
 impl Token {
@@ -160,8 +187,11 @@ impl Token {
     pub(crate) fn in_flight(&self) -> Option<(OpId, bool)> {
         match *self {
             Token::InFlight(id) => Some((id, true)),
-            Token::Ready { poll: Some(id), .. } => Some((id, false)),
-            Token::Ready { poll: None, .. } => None,
+            Token::Ready {
+                wait: ReadyWait::Poll(id),
+                ..
+            } => Some((id, false)),
+            Token::Ready { .. } => None,
         }
     }
 }
@@ -469,10 +499,10 @@ pub(crate) trait Mechanism {
     fn after_local_shutdown(&mut self, fd: RawFd);
 
     /// An op waiting for `fd` to be ready for `events` with nothing in flight (epoll's
-    /// readiness wait) was dropped: the wakers parked for that are let go, so that ops
-    /// dropped while `fd` stays unready (a read under a timeout, tried again and again by
-    /// new tasks) do not pile up their tasks' wakers until it is ready.
-    fn readiness_dropped(&mut self, fd: RawFd, events: u32);
+    /// readiness wait, parked under `key`) was dropped or is done: its waker is let go, so
+    /// that ops dropped while `fd` stays unready (a read under a timeout, tried again and
+    /// again by new tasks) do not pile up their tasks' wakers until it is ready.
+    fn readiness_dropped(&mut self, fd: RawFd, events: u32, key: ParkKey);
 
     /// Whether op `id` is still in the op table (its final completion not yet taken).
     fn is_live(&self, id: OpId) -> bool;
@@ -607,8 +637,8 @@ impl Mechanism for Backend {
     fn after_local_shutdown(&mut self, fd: RawFd) {
         each!(self, b => b.after_local_shutdown(fd))
     }
-    fn readiness_dropped(&mut self, fd: RawFd, events: u32) {
-        each!(self, b => b.readiness_dropped(fd, events))
+    fn readiness_dropped(&mut self, fd: RawFd, events: u32, key: ParkKey) {
+        each!(self, b => b.readiness_dropped(fd, events, key))
     }
     fn is_live(&self, id: OpId) -> bool {
         each!(self, b => b.is_live(id))

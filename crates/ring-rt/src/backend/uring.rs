@@ -26,8 +26,8 @@ use ring_core::user_data::{OpId, Reserved};
 
 use super::linked_fds::LinkedFds;
 use super::{
-    BackendKind, Capability, Emulation, FixedBuffers, FixedPool, Mechanism, Operation, RecvBuffers,
-    RecvPool, Start, Token,
+    BackendKind, Capability, Emulation, FixedBuffers, FixedPool, Mechanism, Operation, ParkKey,
+    ReadyWait, RecvBuffers, RecvPool, Start, Token,
 };
 
 pub(crate) struct UringBackend {
@@ -119,13 +119,13 @@ impl UringBackend {
         op: &mut dyn Operation,
         fd: RawFd,
         events: u32,
-        poll: &mut Option<OpId>,
+        wait: &mut ReadyWait,
         waker: &Waker,
     ) -> Poll<io::Result<Cqe>> {
         loop {
-            if let Some(id) = *poll {
+            if let ReadyWait::Poll(id) = *wait {
                 let cqe = std::task::ready!(self.driver.poll_op(id, waker))?;
-                *poll = None;
+                *wait = ReadyWait::Idle;
                 if cqe.res < 0 {
                     return Poll::Ready(Ok(cqe));
                 }
@@ -136,7 +136,7 @@ impl UringBackend {
             }
             let sqe = opcode::PollAdd::new(types::Fd(fd), events).build();
             // SAFETY: a POLL_ADD points at no memory.
-            *poll = Some(unsafe { self.driver.submit_op(sqe)? });
+            *wait = ReadyWait::Poll(unsafe { self.driver.submit_op(sqe)? });
         }
     }
 
@@ -267,7 +267,7 @@ impl Mechanism for UringBackend {
 
     /// Nothing parked here: a readiness wait is a `POLL_ADD` in the op table, whose
     /// waker goes with it when it is orphaned.
-    fn readiness_dropped(&mut self, _fd: RawFd, _events: u32) {}
+    fn readiness_dropped(&mut self, _fd: RawFd, _events: u32, _key: ParkKey) {}
 
     fn is_live(&self, id: OpId) -> bool {
         self.driver.ops().contains(id)
@@ -347,7 +347,7 @@ impl Mechanism for UringBackend {
             return Ok(Start::Token(Token::Ready {
                 fd,
                 events,
-                poll: None,
+                wait: ReadyWait::Idle,
             }));
         }
         if let Some(code) = op.opcode() {
@@ -413,7 +413,7 @@ impl Mechanism for UringBackend {
     ) -> Poll<io::Result<Cqe>> {
         match token {
             Token::InFlight(id) => self.driver.poll_op(*id, waker),
-            Token::Ready { fd, events, poll } => self.poll_readiness(op, *fd, *events, poll, waker),
+            Token::Ready { fd, events, wait } => self.poll_readiness(op, *fd, *events, wait, waker),
         }
     }
 

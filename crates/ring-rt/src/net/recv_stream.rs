@@ -214,15 +214,11 @@ impl<'a> RecvStream<'a> {
                 // the queue is read first.
                 self.let_hold_go();
             }
+            if self.hold.is_none() && ready!(self.poll_starved(&unclaimed, cx)).is_none() {
+                // Bytes queued on the socket need no pool buffer: they are taken below.
+                self.starved = None;
+            }
             if self.hold.is_none() {
-                if let Some(starved) = &mut self.starved {
-                    if let Starved::Waiting(wait) = &mut **starved {
-                        match ready!(wait.poll(cx)) {
-                            Some(turn) => **starved = Starved::Woken(turn),
-                            None => self.starved = None,
-                        }
-                    }
-                }
                 let turn = match unclaimed.poll_turn(&mut self.ticket, cx) {
                     Poll::Ready(turn) => turn,
                     Poll::Pending => {
@@ -252,7 +248,7 @@ impl<'a> RecvStream<'a> {
                     // Awaited: the turn stays. Woken as well if another receive takes it
                     // once nobody awaits this stream.
                     unclaimed.stream_awaited(number, true);
-                    unclaimed.wait_on_hold(cx);
+                    unclaimed.wait_on_hold(number, cx);
                     if self.holds_woken_turn() && !self.socket.has_data_now() {
                         // The retry waits for data that has not come: it will not take
                         // the returned buffer soon, another starved receive may.
@@ -302,7 +298,10 @@ impl<'a> RecvStream<'a> {
                     self.used_turn();
                     pool::record_enobufs(&self.socket.core, &group);
                     let wait = group.wait_return(self.epoch);
-                    self.starved = Some(Box::new(Starved::Waiting(wait)));
+                    self.starved = Some(Box::new(Starved {
+                        stage: Stage::Waiting(wait),
+                        waiter: None,
+                    }));
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Ok(Some(chunk)) => {
@@ -344,10 +343,43 @@ impl<'a> RecvStream<'a> {
         unclaimed.end_stream(number);
     }
 
+    /// After ENOBUFS: waits for a pool buffer to come back, or for bytes to be queued on
+    /// the socket (a dropped receive's, an adapter's read-ahead), which need no buffer.
+    /// `Ready(Some(()))` to go on with the receive (not starved, or a buffer's turn woke
+    /// it), `Ready(None)` when bytes are queued. Review AI: only a returned buffer woke it,
+    /// so with every buffer held by the caller it waited for ever with bytes queued.
+    fn poll_starved(
+        &mut self,
+        unclaimed: &Rc<Unclaimed>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<()>> {
+        let Some(starved) = &mut self.starved else {
+            return Poll::Ready(Some(()));
+        };
+        let Stage::Waiting(wait) = &mut starved.stage else {
+            return Poll::Ready(Some(()));
+        };
+        match wait.poll(cx) {
+            Poll::Ready(Some(turn)) => starved.stage = Stage::Woken(turn),
+            Poll::Ready(None) => self.starved = None,
+            Poll::Pending if unclaimed.has_items() => return Poll::Ready(None),
+            Poll::Pending => {
+                let (_, number) = starved
+                    .waiter
+                    .get_or_insert_with(|| (unclaimed.clone(), unclaimed.waiter_number()));
+                unclaimed.wait_for_items(*number, cx);
+                return Poll::Pending;
+            }
+        }
+        Poll::Ready(Some(()))
+    }
+
     /// Whether this stream holds a returned buffer's turn (woken after ENOBUFS, its retry
     /// not yet done).
     fn holds_woken_turn(&self) -> bool {
-        matches!(self.starved.as_deref(), Some(Starved::Woken(_)))
+        self.starved
+            .as_deref()
+            .is_some_and(|starved| matches!(starved.stage, Stage::Woken(_)))
     }
 
     /// Gives a held turn up unused: the next starved receive is woken.
@@ -466,19 +498,34 @@ impl Drop for RecvStream<'_> {
     }
 }
 
-/// A receive starved of buffers: waiting for one to come back, then holding the return's
-/// turn (a woken turn dropped unused wakes the next starved receive).
-enum Starved {
+/// A receive starved of buffers, and its waker with the socket's waiters (for bytes queued
+/// meanwhile), taken out when it is dropped.
+struct Starved {
+    stage: Stage,
+    waiter: Option<(Rc<Unclaimed>, NonZeroU64)>,
+}
+
+/// Waiting for a buffer to come back, then holding the return's turn (a woken turn dropped
+/// unused wakes the next starved receive).
+enum Stage {
     Waiting(ReturnWait),
     Woken(ReturnTurn),
+    Used,
 }
 
 impl Starved {
     /// The retry took a buffer, or found the returned one gone: nobody else is owed a wake.
-    fn used(self) {
-        match self {
-            Starved::Waiting(_) => {}
-            Starved::Woken(turn) => turn.used(),
+    fn used(mut self) {
+        if let Stage::Woken(turn) = std::mem::replace(&mut self.stage, Stage::Used) {
+            turn.used();
+        }
+    }
+}
+
+impl Drop for Starved {
+    fn drop(&mut self) {
+        if let Some((unclaimed, number)) = self.waiter.take() {
+            unclaimed.stop_waiting(number.get());
         }
     }
 }

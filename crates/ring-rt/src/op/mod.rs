@@ -265,7 +265,11 @@ impl Op<net::RecvSelect> {
     /// with an orphan of its own. Only for this op, which has no memory of its own (the
     /// kernel picks a pool buffer): nothing is freed under the kernel.
     pub(crate) fn disown(mut self) {
-        self.state = State::Done;
+        if let State::Running(_, token) = std::mem::replace(&mut self.state, State::Done) {
+            // Nothing of it is in flight, but a readiness wait's waker is parked: let it
+            // go (review AI: it stayed until the fd was next ready).
+            self.core.parked_wait_dropped(&token);
+        }
     }
 }
 
@@ -278,11 +282,7 @@ impl<T: OpDef> Drop for Op<T> {
         match token.in_flight() {
             Some((id, true)) => self.core.orphan(id, op.into_orphan()),
             Some((poll, false)) => self.core.orphan(poll, Box::new(Keep(()))),
-            None => {
-                if let Token::Ready { fd, events, .. } = token {
-                    self.core.readiness_dropped(fd, events);
-                }
-            }
+            None => self.core.parked_wait_dropped(&token),
         }
     }
 }

@@ -30,7 +30,7 @@ use ring_core::user_data::OpId;
 use socket2::SockAddr;
 
 use crate::pool::PooledBuf;
-use crate::waiters::Waiters;
+use crate::waiters::{Waiters, ANONYMOUS};
 use crate::worker::Core;
 
 /// One thing a dropped receive got.
@@ -54,7 +54,9 @@ pub(crate) struct Unclaimed {
     lines: Cell<Option<Box<Lines>>>,
     /// Dropped accepts whose final completion has not arrived.
     pending: Cell<u32>,
-    /// Receives waiting for the turn, or accepts waiting for dropped accepts.
+    /// Receives waiting for the turn (each under its place in line, a stream holding the
+    /// turn under its hold's number, a starved stream under a number of its own), and
+    /// accepts waiting for dropped accepts (anonymous: all woken together, soon).
     waiters: RefCell<Waiters>,
     /// A receive of this socket holds the turn (a live one, a dropped one finishing, or a
     /// receive stream between two `next` calls).
@@ -274,7 +276,7 @@ impl Unclaimed {
         if self.pending.get() == 0 {
             return Poll::Ready(());
         }
-        self.wait(cx);
+        self.wait(ANONYMOUS, cx);
         Poll::Pending
     }
 
@@ -339,7 +341,7 @@ impl Unclaimed {
                 return Poll::Ready(Some(RecvTurn(Some(self.clone()))));
             }
         }
-        self.wait(cx);
+        self.wait(number, cx);
         self.take_from_stream();
         Poll::Pending
     }
@@ -368,6 +370,8 @@ impl Unclaimed {
                 Some(first)
             })
             .unwrap_or(false);
+        // It waits no more (it has its turn or its data, or was dropped).
+        self.stop_waiting(number);
         if was_first {
             // The next in line may go now.
             self.wake_all();
@@ -392,8 +396,12 @@ impl Unclaimed {
     }
 
     /// Ends the stream's hold (the turn stays taken): its receive in flight and its owner.
+    /// The waker it left waiting on the hold goes: a stream whose hold ends is polled (it
+    /// ended the hold itself), dropped, or not awaited (another receive took the hold).
     fn clear_hold(&self) -> (Option<OpId>, Option<(Rc<Core>, BufGroup)>) {
-        self.hold.set(None);
+        if let Some(number) = self.hold.take() {
+            self.stop_waiting(number.get());
+        }
         self.hold_awaited.set(false);
         (self.hold_op.take(), self.hold_owner.take())
     }
@@ -475,14 +483,36 @@ impl Unclaimed {
         self.wake_all();
     }
 
-    /// A receive stream holding the turn waits on its receive, and here too: it is woken
-    /// if another receive takes the turn from it.
-    pub(crate) fn wait_on_hold(&self, cx: &mut Context<'_>) {
-        self.wait(cx);
+    /// A receive stream holding the turn (by hold `number`) waits on its receive, and here
+    /// too: it is woken when bytes are put back in front of what its receive gets.
+    pub(crate) fn wait_on_hold(&self, number: NonZeroU64, cx: &mut Context<'_>) {
+        self.wait(number.get(), cx);
     }
 
-    fn wait(&self, cx: &mut Context<'_>) {
-        self.waiters.borrow_mut().add(cx.waker());
+    /// A number for a waiter of its own (a stream starved of pool buffers), not handed out
+    /// before on this socket.
+    pub(crate) fn waiter_number(&self) -> NonZeroU64 {
+        self.next_number()
+    }
+
+    /// Waiter `number` (see [`waiter_number`](Self::waiter_number)) is woken when what a
+    /// dropped receive got, or an adapter's read-ahead, is queued here.
+    pub(crate) fn wait_for_items(&self, number: NonZeroU64, cx: &mut Context<'_>) {
+        self.wait(number.get(), cx);
+    }
+
+    /// Waiter `key` waits no more: the waker it left goes (dropped at the worker's next
+    /// safe point).
+    pub(crate) fn stop_waiting(&self, key: u64) {
+        let left = self.waiters.borrow_mut().remove(key);
+        drop_later(left);
+    }
+
+    /// Parks the waker of waiter `key`, replacing the one it left before (a waiter polled
+    /// with a new waker each time keeps one here, not all).
+    fn wait(&self, key: u64, cx: &mut Context<'_>) {
+        let replaced = self.waiters.borrow_mut().add(key, cx.waker());
+        drop_later(replaced);
     }
 
     /// Wakes every waiter: the first to run takes the turn (or the data), the others wait
@@ -570,5 +600,21 @@ impl Unclaimed {
             },
             _ => None,
         })
+    }
+}
+
+/// Drops a waker the socket's waiters let go at the worker's next safe point: a waker's drop
+/// is code that is not ours, and this may run inside an op's poll or a socket's borrow.
+fn drop_later(waker: Option<Waker>) {
+    let Some(waker) = waker else {
+        return;
+    };
+    match Core::current() {
+        Some(core) => {
+            let mut deferred = Deferred::default();
+            deferred.drop_waker_later(waker);
+            core.defer(deferred);
+        }
+        None => drop(waker),
     }
 }

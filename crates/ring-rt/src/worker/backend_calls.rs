@@ -113,16 +113,34 @@ impl Core {
         }
     }
 
+    /// An op whose token is `token` is dropped (or disowned) with nothing in flight: an
+    /// epoll readiness wait it parked is let go (see [`readiness_dropped`](Self::readiness_dropped)).
+    pub(crate) fn parked_wait_dropped(&self, token: &crate::backend::Token) {
+        if let crate::backend::Token::Ready {
+            fd,
+            events,
+            wait: crate::backend::ReadyWait::Parked(key),
+        } = *token
+        {
+            self.readiness_dropped(fd, events, key);
+        }
+    }
+
     /// An op waiting for readiness with nothing in flight was dropped (see
     /// [`Mechanism::readiness_dropped`]); parked if the backend is busy.
-    pub(crate) fn readiness_dropped(&self, fd: std::os::fd::RawFd, events: u32) {
+    pub(crate) fn readiness_dropped(
+        &self,
+        fd: std::os::fd::RawFd,
+        events: u32,
+        key: crate::backend::ParkKey,
+    ) {
         if self
-            .with_backend(|b| b.readiness_dropped(fd, events))
+            .with_backend(|b| b.readiness_dropped(fd, events, key))
             .is_err()
         {
             self.parked
                 .borrow_mut()
-                .push(Parked::ReadinessDropped(fd, events));
+                .push(Parked::ReadinessDropped(fd, events, key));
         }
     }
 

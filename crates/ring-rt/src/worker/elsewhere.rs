@@ -17,7 +17,7 @@ use ring_core::release::Keep;
 use ring_core::user_data::OpId;
 
 use super::{elsewhere, Core};
-use crate::backend::{Mechanism, Operation, Token};
+use crate::backend::{Mechanism, Operation, ReadyWait, Token};
 
 impl Core {
     /// Whether an op of this core polled now is polled elsewhere: this core's loop is not
@@ -82,14 +82,15 @@ impl Core {
         waker: &Waker,
     ) -> Poll<io::Result<Cqe>> {
         let id = match token {
-            Token::Ready { poll, fd, events } => {
+            Token::Ready { wait, fd, events } => {
                 // Nothing of the op is in flight (its readiness poll owns no memory): one
                 // try of its syscall, which cannot block (epoll's sockets are non-blocking,
                 // io_uring's readiness-only receive passes MSG_DONTWAIT), else it fails.
                 // Either way it waits for readiness no more.
-                match poll.take() {
-                    Some(id) => self.orphan(id, Box::new(Keep(()))),
-                    None => self.readiness_dropped(*fd, *events),
+                match std::mem::replace(wait, ReadyWait::Idle) {
+                    ReadyWait::Poll(id) => self.orphan(id, Box::new(Keep(()))),
+                    ReadyWait::Parked(key) => self.readiness_dropped(*fd, *events, key),
+                    ReadyWait::Idle => {}
                 }
                 let cqe = op.try_syscall();
                 if cqe.res == -libc::EAGAIN || cqe.res == -libc::EINTR {

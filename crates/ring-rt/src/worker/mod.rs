@@ -100,7 +100,7 @@ enum Parked {
     Close(RawFd),
     Forget(RawFd),
     Shutdown(RawFd),
-    ReadinessDropped(RawFd, u32),
+    ReadinessDropped(RawFd, u32, crate::backend::ParkKey),
 }
 
 impl Core {
@@ -361,7 +361,9 @@ impl Core {
                     let _ = backend.forget_fd(fd);
                 }
                 Parked::Shutdown(fd) => backend.after_local_shutdown(fd),
-                Parked::ReadinessDropped(fd, events) => backend.readiness_dropped(fd, events),
+                Parked::ReadinessDropped(fd, events, key) => {
+                    backend.readiness_dropped(fd, events, key)
+                }
             }
         }
         backend.take_deferred(&mut self.deferred.borrow_mut());

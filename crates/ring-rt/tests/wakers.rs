@@ -1,0 +1,264 @@
+//! The wakers a receive leaves with the runtime, on both backends: one per waiting receive
+//! (the last it was polled with), none once it is dropped or done, and a receive starved
+//! of pool buffers still woken by data queued on its socket (reviews AI and AJ).
+
+#[macro_use]
+mod support;
+
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::{Context, Wake, Waker};
+use std::time::Duration;
+
+use libtest_mimic::Completion;
+use ring_rt::compat::Compat;
+use ring_rt::net::UnixStream;
+use ring_rt::time::{sleep, timeout};
+use ring_rt::{BackendKind, Runtime};
+use support::{bounded, Outcome};
+use tokio::io::AsyncBufReadExt;
+
+fn main() {
+    support::run(&[
+        (
+            "a_receive_stream_polled_by_many_wakers_keeps_only_the_last",
+            a_receive_stream_polled_by_many_wakers_keeps_only_the_last,
+        ),
+        (
+            "a_read_polled_by_many_wakers_keeps_only_the_last",
+            a_read_polled_by_many_wakers_keeps_only_the_last,
+        ),
+        (
+            "a_dropped_receive_stream_leaves_no_waker",
+            a_dropped_receive_stream_leaves_no_waker,
+        ),
+        (
+            "a_stream_whose_turn_was_taken_leaves_no_waker",
+            a_stream_whose_turn_was_taken_leaves_no_waker,
+        ),
+        (
+            "a_starved_stream_takes_bytes_queued_on_its_socket",
+            a_starved_stream_takes_bytes_queued_on_its_socket,
+        ),
+    ])
+}
+
+const LIMIT: Duration = Duration::from_secs(20);
+const POLLS: usize = 1000;
+
+/// A waker that only counts: the runtime holds it while `Arc::strong_count` is above one.
+struct Counted;
+
+impl Wake for Counted {
+    fn wake(self: Arc<Self>) {}
+}
+
+fn counted() -> (Arc<Counted>, Waker) {
+    let flag = Arc::new(Counted);
+    (flag.clone(), Waker::from(flag))
+}
+
+/// How many of `flags` the runtime still holds a waker of.
+fn held(flags: &[Arc<Counted>]) -> usize {
+    flags.iter().filter(|f| Arc::strong_count(f) > 1).count()
+}
+
+/// Polls `fut` once with each of `POLLS` distinct wakers, each dropped by the test at once,
+/// then lets the runtime run (a waker it replaces is dropped at its next safe point): how
+/// many it kept, and whether the future stayed pending throughout.
+async fn poll_with_many_wakers<F: Future + Unpin>(fut: &mut F) -> (usize, bool) {
+    let mut flags = Vec::with_capacity(POLLS);
+    let mut pending = true;
+    for _ in 0..POLLS {
+        let (flag, waker) = counted();
+        pending &= Pin::new(&mut *fut)
+            .poll(&mut Context::from_waker(&waker))
+            .is_pending();
+        flags.push(flag);
+    }
+    sleep(Duration::from_millis(5)).await;
+    (held(&flags), pending)
+}
+
+/// A `next` that waits is polled with a thousand different wakers (a future moved from
+/// task to task, or an executor that makes a waker per poll): the runtime keeps the last
+/// one, not all of them. Review AJ: it kept every one, on both backends (the socket's
+/// waiters only added), so memory grew with every poll.
+fn a_receive_stream_polled_by_many_wakers_keeps_only_the_last(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(bounded(LIMIT, async {
+        let (a, b) = UnixStream::pair()?;
+        let mut rx = b.recv_stream();
+        let (kept, pending) = {
+            let mut next = rx.next();
+            poll_with_many_wakers(&mut next).await
+        };
+        check!(pending, "`next` was ready with nothing sent");
+        check!(kept <= 1, "the runtime kept {kept} of {POLLS} wakers");
+        a.write_all(&b"after"[..]).await.0?;
+        let chunk = timeout(Duration::from_secs(5), rx.next())
+            .await
+            .map_err(|_| "the stream missed the data")?
+            .ok_or("end of stream")??;
+        check!(&chunk[..] == b"after", "the stream's chunk");
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// The same for a one-shot `read` and `recv_pooled`: on epoll each parked its waker on the
+/// fd's readiness and never replaced one.
+fn a_read_polled_by_many_wakers_keeps_only_the_last(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(bounded(LIMIT, async {
+        let (a, b) = UnixStream::pair()?;
+        let mut read = Box::pin(b.read(Vec::with_capacity(64)).into_future());
+        let (kept, pending) = poll_with_many_wakers(&mut read).await;
+        check!(pending, "`read` was ready with nothing sent");
+        check!(kept <= 1, "read: the runtime kept {kept} of {POLLS} wakers");
+        a.write_all(&b"one"[..]).await.0?;
+        let (n, buf) = timeout(Duration::from_secs(5), read)
+            .await
+            .map_err(|_| "the read missed the data")?;
+        check!(&buf[..n?] == b"one", "the read's bytes");
+
+        let mut pooled = Box::pin(b.recv_pooled().into_future());
+        let (kept, pending) = poll_with_many_wakers(&mut pooled).await;
+        check!(pending, "`recv_pooled` was ready with nothing sent");
+        check!(
+            kept <= 1,
+            "recv_pooled: the runtime kept {kept} of {POLLS} wakers"
+        );
+        a.write_all(&b"two"[..]).await.0?;
+        let chunk = timeout(Duration::from_secs(5), pooled)
+            .await
+            .map_err(|_| "recv_pooled missed the data")??
+            .ok_or("end of stream")?;
+        check!(&chunk[..] == b"two", "recv_pooled's bytes");
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// A stream whose `next` waited is dropped: the runtime lets the waker go. Review AJ: the
+/// socket kept it until some later receive woke every waiter, so a task that was done was
+/// woken (and its memory kept) long after.
+fn a_dropped_receive_stream_leaves_no_waker(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(bounded(LIMIT, async {
+        let (a, b) = UnixStream::pair()?;
+        let (flag, waker) = counted();
+        {
+            let mut rx = b.recv_stream();
+            let mut next = rx.next();
+            let polled = Pin::new(&mut next).poll(&mut Context::from_waker(&waker));
+            check!(polled.is_pending(), "`next` was ready with nothing sent");
+        }
+        drop(waker);
+        // The stream's receive is cancelled; let its final completion come in.
+        sleep(Duration::from_millis(20)).await;
+        check!(
+            Arc::strong_count(&flag) == 1,
+            "the runtime still holds the dropped stream's waker"
+        );
+        // The socket works on, and nothing was lost.
+        a.write_all(&b"later"[..]).await.0?;
+        let (n, buf) = timeout(Duration::from_secs(5), b.read(Vec::with_capacity(64)))
+            .await
+            .map_err(|_| "the read missed the data")?;
+        check!(&buf[..n?] == b"later", "the read after the stream");
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// A stream waits (its `next` polled, then dropped by the caller), another receive takes
+/// the socket's turn from it, and the stream is polled again and finds the turn gone: the
+/// waker its first wait left is let go. Review AI: on epoll the stream forgot its receive
+/// without telling the fd's readiness, which kept the waker until the fd was next ready.
+fn a_stream_whose_turn_was_taken_leaves_no_waker(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(bounded(LIMIT, async {
+        let (a, b) = UnixStream::pair()?;
+        let b = Rc::new(b);
+        let (flag, waker) = counted();
+        let mut rx = b.recv_stream();
+        {
+            let mut next = rx.next();
+            let polled = Pin::new(&mut next).poll(&mut Context::from_waker(&waker));
+            check!(polled.is_pending(), "`next` was ready with nothing sent");
+        }
+        drop(waker);
+        // A read through an adapter takes the turn from the stream nobody awaits.
+        let mut adapter = Compat::from_rc(b.clone());
+        check!(
+            timeout(Duration::from_millis(20), adapter.fill_buf())
+                .await
+                .is_err(),
+            "the adapter read with nothing sent"
+        );
+        drop(adapter);
+        // The stream finds its turn gone and waits in line again.
+        check!(
+            timeout(Duration::from_millis(20), rx.next()).await.is_err(),
+            "the stream had data with nothing sent"
+        );
+        sleep(Duration::from_millis(20)).await;
+        check!(
+            Arc::strong_count(&flag) == 1,
+            "the runtime still holds the waker of the stream's first wait"
+        );
+        a.write_all(&b"still here"[..]).await.0?;
+        let chunk = timeout(Duration::from_secs(5), rx.next())
+            .await
+            .map_err(|_| "the stream missed the data")?
+            .ok_or("end of stream")??;
+        check!(&chunk[..] == b"still here", "the stream's chunk");
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// A stream starved of pool buffers (the caller holds both) waits for one to come back.
+/// Meanwhile an adapter reads what waits on the socket and is dropped with it unread: the
+/// bytes are queued on the socket, needing no pool buffer, and the starved stream gets
+/// them. Review AI: it waited for a returned buffer only, so with every buffer held it
+/// waited for ever with the bytes queued.
+fn a_starved_stream_takes_bytes_queued_on_its_socket(kind: BackendKind) -> Outcome {
+    let builder = Runtime::builder().threads(1).recv_buffers(2, 64);
+    let rt = runtime!(kind, builder);
+    rt.block_on(bounded(LIMIT, async {
+        let (a, b) = UnixStream::pair()?;
+        let b = Rc::new(b);
+        let reader = b.clone();
+        let (held_tx, held_rx) = tokio::sync::oneshot::channel::<()>();
+        let task = ring_rt::spawn(async move {
+            let mut rx = reader.recv_stream();
+            let mut kept = Vec::new();
+            // Two chunks, each a pool buffer, both kept: the pool is empty.
+            while kept.len() < 2 {
+                kept.push(rx.next().await.ok_or("end of stream")??);
+            }
+            let _ = held_tx.send(());
+            // Starved: the data waiting on the socket finds no buffer.
+            let chunk = rx.next().await.ok_or("end of stream")??;
+            let first: Vec<u8> = kept.iter().flat_map(|c| c.to_vec()).collect();
+            Ok::<_, Box<dyn std::error::Error>>((first, chunk.to_vec()))
+        });
+        a.write_all(&b"one"[..]).await.0?;
+        sleep(Duration::from_millis(10)).await;
+        a.write_all(&b"two"[..]).await.0?;
+        held_rx.await.map_err(|_| "the task ended early")?;
+        a.write_all(&b"three"[..]).await.0?;
+        // The stream tries, gets ENOBUFS and waits for a buffer to come back.
+        sleep(Duration::from_millis(20)).await;
+        let mut adapter = Compat::from_rc(b.clone());
+        let ahead = adapter.fill_buf().await?.to_vec();
+        check!(ahead == b"three", "the adapter read {ahead:?}");
+        drop(adapter); // gives "three" back
+        let (first, chunk) = timeout(Duration::from_secs(5), task)
+            .await
+            .map_err(|_| "the starved stream waited with bytes queued")???;
+        check!(first == b"onetwo", "the first chunks were {first:?}");
+        check!(chunk == b"three", "the starved stream got {chunk:?}");
+        Ok(Completion::Completed)
+    }))?
+}
