@@ -17,15 +17,34 @@ pub(crate) const ANONYMOUS: WaiterKey = 0;
 
 /// Wakers waiting on one thing (a socket's turn, an fd's readiness): nearly always none or
 /// one, kept inline so an idle connection allocates nothing for them.
-#[derive(Default)]
-pub(crate) enum Waiters {
-    #[default]
-    None,
-    One(WaiterKey, Waker),
-    /// Boxed: rare, and inline it would make every socket's waiters 8 B larger (the box
-    /// is one word beside `One`'s niche; a `Vec` is three).
+///
+/// Three words: the one waiter's key beside a slot of two. A waker's only niche is its
+/// vtable pointer's null, which can stand for one other variant, not two: with a variant
+/// for "none" as well, the slot took three words and the whole four. So "none" is the slot
+/// holding the no-op waker under [`EMPTY`], a key no waiter gets.
+pub(crate) struct Waiters {
+    /// The key of the waker in `Slot::One`; [`EMPTY`] when nobody waits.
+    key: WaiterKey,
+    slot: Slot,
+}
+
+/// The key of an empty [`Waiters`]: the keys handed out count up from 1 and never get here.
+const EMPTY: WaiterKey = WaiterKey::MAX;
+
+enum Slot {
+    One(Waker),
+    /// Boxed: rare, and a `Vec` inline would make every socket's waiters a word larger.
     #[allow(clippy::box_collection)]
     Many(Box<Vec<(WaiterKey, Waker)>>),
+}
+
+impl Default for Waiters {
+    fn default() -> Waiters {
+        Waiters {
+            key: EMPTY,
+            slot: Slot::One(Waker::noop().clone()),
+        }
+    }
 }
 
 impl Waiters {
@@ -35,6 +54,7 @@ impl Waiters {
     /// unless one that wakes the same task is here already.
     #[must_use = "a replaced waker is dropped by the caller, outside its borrows"]
     pub(crate) fn add(&mut self, key: WaiterKey, waker: &Waker) -> Option<Waker> {
+        debug_assert!(key != EMPTY, "a waiter's key is never the empty mark");
         let same = |k: WaiterKey, w: &Waker| {
             if key == ANONYMOUS {
                 k == ANONYMOUS && w.will_wake(waker)
@@ -42,10 +62,11 @@ impl Waiters {
                 k == key
             }
         };
-        let found = match self {
-            Waiters::None => None,
-            Waiters::One(k, w) => same(*k, w).then_some(w),
-            Waiters::Many(ws) => ws.iter_mut().find(|(k, w)| same(*k, w)).map(|(_, w)| w),
+        let empty = self.is_empty();
+        let found = match &mut self.slot {
+            Slot::One(_) if empty => None,
+            Slot::One(w) => same(self.key, w).then_some(w),
+            Slot::Many(ws) => ws.iter_mut().find(|(k, w)| same(*k, w)).map(|(_, w)| w),
         };
         if let Some(parked) = found {
             if parked.will_wake(waker) {
@@ -53,52 +74,72 @@ impl Waiters {
             }
             return Some(std::mem::replace(parked, waker.clone()));
         }
-        let entry = (key, waker.clone());
-        *self = match std::mem::take(self) {
-            Waiters::None => Waiters::One(entry.0, entry.1),
-            Waiters::One(k, w) => Waiters::Many(Box::new(vec![(k, w), entry])),
-            Waiters::Many(mut ws) => {
-                ws.push(entry);
-                Waiters::Many(ws)
+        let waker = waker.clone();
+        if empty {
+            // The no-op waker goes; its drop does nothing.
+            self.key = key;
+            self.slot = Slot::One(waker);
+            return None;
+        }
+        match &mut self.slot {
+            Slot::Many(ws) => ws.push((key, waker)),
+            Slot::One(_) => {
+                let Slot::One(first) =
+                    std::mem::replace(&mut self.slot, Slot::Many(Box::default()))
+                else {
+                    unreachable!("just matched one waiter")
+                };
+                let first = (std::mem::replace(&mut self.key, EMPTY), first);
+                self.slot = Slot::Many(Box::new(vec![first, (key, waker)]));
             }
-        };
+        }
         None
     }
 
     /// Takes out the waker `key` left, if it is still here (returned, for the caller to
     /// drop where that is safe).
     pub(crate) fn remove(&mut self, key: WaiterKey) -> Option<Waker> {
-        match self {
-            Waiters::One(k, _) if *k == key => match std::mem::take(self) {
-                Waiters::One(_, w) => Some(w),
-                _ => unreachable!("just matched one waiter"),
-            },
-            Waiters::Many(ws) => {
+        if key == EMPTY {
+            return None;
+        }
+        match &mut self.slot {
+            Slot::One(_) if self.key == key => Some(self.take_one()),
+            Slot::Many(ws) => {
                 let at = ws.iter().position(|(k, _)| *k == key)?;
                 let (_, waker) = ws.swap_remove(at);
-                if ws.len() == 1 {
-                    let (k, w) = ws.pop().expect("one left");
-                    *self = Waiters::One(k, w);
-                } else if ws.is_empty() {
-                    *self = Waiters::None;
+                if ws.len() <= 1 {
+                    let last = ws.pop();
+                    *self = Waiters::default();
+                    if let Some((k, w)) = last {
+                        self.key = k;
+                        self.slot = Slot::One(w);
+                    }
                 }
                 Some(waker)
             }
-            _ => None,
+            Slot::One(_) => None,
+        }
+    }
+
+    /// The one waker, leaving these empty.
+    fn take_one(&mut self) -> Waker {
+        match std::mem::take(self).slot {
+            Slot::One(w) => w,
+            Slot::Many(_) => unreachable!("called with one waiter"),
         }
     }
 
     pub(crate) fn is_empty(&self) -> bool {
-        matches!(self, Waiters::None)
+        self.key == EMPTY && matches!(self.slot, Slot::One(_))
     }
 
     /// How many wakers wait.
     #[cfg(test)]
     fn len(&self) -> usize {
-        match self {
-            Waiters::None => 0,
-            Waiters::One(..) => 1,
-            Waiters::Many(ws) => ws.len(),
+        match &self.slot {
+            _ if self.is_empty() => 0,
+            Slot::One(_) => 1,
+            Slot::Many(ws) => ws.len(),
         }
     }
 }
@@ -108,10 +149,12 @@ impl IntoIterator for Waiters {
     type IntoIter = std::vec::IntoIter<Waker>;
 
     fn into_iter(self) -> Self::IntoIter {
-        match self {
-            Waiters::None => Vec::new().into_iter(),
-            Waiters::One(_, w) => vec![w].into_iter(),
-            Waiters::Many(ws) => ws
+        if self.is_empty() {
+            return Vec::new().into_iter();
+        }
+        match self.slot {
+            Slot::One(w) => vec![w].into_iter(),
+            Slot::Many(ws) => ws
                 .into_iter()
                 .map(|(_, w)| w)
                 .collect::<Vec<_>>()
@@ -166,7 +209,7 @@ mod tests {
         assert!(waiters.remove(2).is_none());
         assert_eq!(waiters.len(), 2);
         assert!(waiters.remove(1).is_some());
-        assert!(matches!(waiters, Waiters::One(3, _)));
+        assert!(matches!(waiters.slot, Slot::One(_)) && waiters.key == 3);
         assert!(waiters.remove(3).is_some());
         assert!(waiters.is_empty());
     }
