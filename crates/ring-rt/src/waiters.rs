@@ -54,10 +54,31 @@ impl Waiters {
     /// unless one that wakes the same task is here already.
     #[must_use = "a replaced waker is dropped by the caller, outside its borrows"]
     pub(crate) fn add(&mut self, key: WaiterKey, waker: &Waker) -> Option<Waker> {
+        if self.has(key, waker) {
+            return None;
+        }
+        self.put(key, waker.clone())
+    }
+
+    /// Whether `key` waits here with a waker that wakes the same task as `waker` (runs no
+    /// code that is not ours: a caller holding a borrow can ask, then clone outside it).
+    pub(crate) fn has(&self, key: WaiterKey, waker: &Waker) -> bool {
+        let same = |k: WaiterKey, w: &Waker| k == key && w.will_wake(waker);
+        match &self.slot {
+            _ if self.is_empty() => false,
+            Slot::One(w) => same(self.key, w),
+            Slot::Many(ws) => ws.iter().any(|(k, w)| same(*k, w)),
+        }
+    }
+
+    /// [`add`](Self::add) with the waker cloned already (by a caller that must not run a
+    /// clone, code that is not ours, under its borrow). Runs no code that is not ours.
+    #[must_use = "a replaced waker is dropped by the caller, outside its borrows"]
+    pub(crate) fn put(&mut self, key: WaiterKey, waker: Waker) -> Option<Waker> {
         debug_assert!(key != EMPTY, "a waiter's key is never the empty mark");
         let same = |k: WaiterKey, w: &Waker| {
             if key == ANONYMOUS {
-                k == ANONYMOUS && w.will_wake(waker)
+                k == ANONYMOUS && w.will_wake(&waker)
             } else {
                 k == key
             }
@@ -69,12 +90,12 @@ impl Waiters {
             Slot::Many(ws) => ws.iter_mut().find(|(k, w)| same(*k, w)).map(|(_, w)| w),
         };
         if let Some(parked) = found {
-            if parked.will_wake(waker) {
-                return None;
+            // The waker not kept (either one) goes to the caller.
+            if parked.will_wake(&waker) {
+                return Some(waker);
             }
-            return Some(std::mem::replace(parked, waker.clone()));
+            return Some(std::mem::replace(parked, waker));
         }
-        let waker = waker.clone();
         if empty {
             // The no-op waker goes; its drop does nothing.
             self.key = key;
@@ -146,19 +167,33 @@ impl Waiters {
 
 impl IntoIterator for Waiters {
     type Item = Waker;
-    type IntoIter = std::vec::IntoIter<Waker>;
+    type IntoIter = Drain;
 
-    fn into_iter(self) -> Self::IntoIter {
+    /// The wakers, without an allocation for the usual one.
+    fn into_iter(self) -> Drain {
         if self.is_empty() {
-            return Vec::new().into_iter();
+            return Drain::One(None);
         }
         match self.slot {
-            Slot::One(w) => vec![w].into_iter(),
-            Slot::Many(ws) => ws
-                .into_iter()
-                .map(|(_, w)| w)
-                .collect::<Vec<_>>()
-                .into_iter(),
+            Slot::One(w) => Drain::One(Some(w)),
+            Slot::Many(ws) => Drain::Many((*ws).into_iter()),
+        }
+    }
+}
+
+/// The wakers of a [`Waiters`], taken out.
+pub(crate) enum Drain {
+    One(Option<Waker>),
+    Many(std::vec::IntoIter<(WaiterKey, Waker)>),
+}
+
+impl Iterator for Drain {
+    type Item = Waker;
+
+    fn next(&mut self) -> Option<Waker> {
+        match self {
+            Drain::One(w) => w.take(),
+            Drain::Many(ws) => ws.next().map(|(_, w)| w),
         }
     }
 }

@@ -5,6 +5,7 @@
 #[macro_use]
 mod support;
 
+use std::cell::RefCell;
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::rc::Rc;
@@ -14,7 +15,7 @@ use std::time::Duration;
 
 use libtest_mimic::Completion;
 use ring_rt::compat::Compat;
-use ring_rt::net::UnixStream;
+use ring_rt::net::{RecvStream, UnixStream};
 use ring_rt::time::{sleep, timeout};
 use ring_rt::{BackendKind, Runtime};
 use support::{bounded, Outcome};
@@ -41,6 +42,18 @@ fn main() {
         (
             "a_starved_stream_takes_bytes_queued_on_its_socket",
             a_starved_stream_takes_bytes_queued_on_its_socket,
+        ),
+        (
+            "a_waker_whose_clone_drops_a_receive_in_line",
+            a_waker_whose_clone_drops_a_receive_in_line,
+        ),
+        (
+            "a_waker_whose_clone_drops_the_stream_holding_the_turn",
+            a_waker_whose_clone_drops_the_stream_holding_the_turn,
+        ),
+        (
+            "a_waker_whose_clone_polls_a_receive_of_the_same_socket",
+            a_waker_whose_clone_polls_a_receive_of_the_same_socket,
         ),
     ])
 }
@@ -261,4 +274,140 @@ fn a_starved_stream_takes_bytes_queued_on_its_socket(kind: BackendKind) -> Outco
         check!(chunk == b"three", "the starved stream got {chunk:?}");
         Ok(Completion::Completed)
     }))?
+}
+
+thread_local! {
+    /// A receive a waker's `clone` drops or polls (see `support::waker_calling_on_clone`).
+    static OTHER: RefCell<Option<Pin<Box<dyn Future<Output = ()>>>>> = const { RefCell::new(None) };
+    static STREAM: RefCell<Option<RecvStream<'static>>> = const { RefCell::new(None) };
+}
+
+fn drop_other() {
+    drop(OTHER.with(|o| o.borrow_mut().take()));
+}
+
+fn poll_other() {
+    if let Some(mut other) = OTHER.with(|o| o.borrow_mut().take()) {
+        let _ = other.as_mut().poll(&mut Context::from_waker(Waker::noop()));
+        OTHER.with(|o| *o.borrow_mut() = Some(other));
+    }
+}
+
+fn drop_stream() {
+    drop(STREAM.with(|s| s.borrow_mut().take()));
+}
+
+/// A socket that lives for the rest of the test process, so that receives of it can sit
+/// in thread-locals a waker reaches.
+fn leaked_pair() -> std::io::Result<(UnixStream, &'static UnixStream)> {
+    let (a, b) = UnixStream::pair()?;
+    Ok((a, Box::leak(Box::new(b))))
+}
+
+/// A read waits in line for the socket's turn, polled with a waker whose `clone` (code that
+/// is not the runtime's) drops another read waiting in line. Review AK: the clone ran with
+/// the socket's waiters borrowed, and the dropped read's leaving the line borrowed them
+/// again: "RefCell already borrowed".
+fn a_waker_whose_clone_drops_a_receive_in_line(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let out = rt.block_on(bounded(LIMIT, async {
+        let (a, b) = leaked_pair()?;
+        let first = ring_rt::spawn(async move { b.read(Vec::with_capacity(8)).await });
+        ring_rt::yield_now().await; // `first` holds the turn
+        let mut second = Box::pin(async move {
+            let _ = b.read(Vec::with_capacity(8)).await;
+        });
+        let polled = second
+            .as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()));
+        check!(polled.is_pending(), "a read in line was ready");
+        let mut third: Pin<Box<dyn Future<Output = ()>>> = Box::pin(async move {
+            let _ = b.read(Vec::with_capacity(8)).await;
+        });
+        let polled = third.as_mut().poll(&mut Context::from_waker(Waker::noop()));
+        check!(polled.is_pending(), "a read in line was ready");
+        OTHER.with(|o| *o.borrow_mut() = Some(third));
+        let waker = support::waker_calling_on_clone(drop_other);
+        let mut fourth = Box::pin(b.read(Vec::with_capacity(8)).into_future());
+        let polled = fourth.as_mut().poll(&mut Context::from_waker(&waker));
+        check!(polled.is_pending(), "a read in line was ready");
+        drop(fourth);
+        drop(second);
+        a.write_all(&b"ok"[..]).await.0?;
+        let (n, buf) = timeout(Duration::from_secs(5), first)
+            .await
+            .map_err(|_| "the first read missed the data")??;
+        check!(&buf[..n?] == b"ok", "the first read's bytes");
+        Ok(Completion::Completed)
+    }));
+    drop_other();
+    out?
+}
+
+/// A read is polled with a waker whose `clone` drops the receive stream holding the
+/// socket's turn (its `poll_next` pending): the stream lets the turn go, and the read gets
+/// it. Review AK: "RefCell already borrowed" on epoll before the keyed waiters too, on
+/// both backends after them until the clone moved out of the borrow.
+fn a_waker_whose_clone_drops_the_stream_holding_the_turn(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let out = rt.block_on(bounded(LIMIT, async {
+        let (a, b) = leaked_pair()?;
+        let mut rx = b.recv_stream();
+        let polled = rx.poll_next(&mut Context::from_waker(Waker::noop()));
+        check!(
+            polled.is_pending(),
+            "the stream was ready with nothing sent"
+        );
+        STREAM.with(|s| *s.borrow_mut() = Some(rx));
+        let waker = support::waker_calling_on_clone(drop_stream);
+        let mut read = Box::pin(b.read(Vec::with_capacity(8)).into_future());
+        let _ = read.as_mut().poll(&mut Context::from_waker(&waker));
+        check!(
+            STREAM.with(|s| s.borrow().is_none()),
+            "the waker was never cloned"
+        );
+        a.write_all(&b"ok"[..]).await.0?;
+        let (n, buf) = timeout(Duration::from_secs(5), read)
+            .await
+            .map_err(|_| "the read missed the data")?;
+        check!(&buf[..n?] == b"ok", "the read's bytes");
+        Ok(Completion::Completed)
+    }));
+    drop_stream();
+    out?
+}
+
+/// A read is polled with a waker whose `clone` polls another read of the same socket.
+/// Before review AK's fix the nested poll found the socket's waiters borrowed and panicked
+/// (on both backends); after the keyed waiters, the unwinding then dropped a place in line,
+/// which borrowed them again: a panic in a destructor during unwinding, and the process
+/// aborted.
+fn a_waker_whose_clone_polls_a_receive_of_the_same_socket(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let out = rt.block_on(bounded(LIMIT, async {
+        let (a, b) = leaked_pair()?;
+        let first = ring_rt::spawn(async move {
+            let _ = timeout(Duration::from_millis(50), b.read(Vec::with_capacity(8))).await;
+        });
+        ring_rt::yield_now().await; // `first` holds the turn
+        OTHER.with(|o| {
+            *o.borrow_mut() = Some(Box::pin(async move {
+                let _ = b.read(Vec::with_capacity(8)).await;
+            }))
+        });
+        let waker = support::waker_calling_on_clone(poll_other);
+        let mut read = Box::pin(b.read(Vec::with_capacity(8)).into_future());
+        let polled = read.as_mut().poll(&mut Context::from_waker(&waker));
+        check!(polled.is_pending(), "a read in line was ready");
+        first.await?;
+        drop_other();
+        a.write_all(&b"ok"[..]).await.0?;
+        let (n, buf) = timeout(Duration::from_secs(5), read)
+            .await
+            .map_err(|_| "the read missed the data")?;
+        check!(&buf[..n?] == b"ok", "the read's bytes");
+        Ok(Completion::Completed)
+    }));
+    drop_other();
+    out?
 }

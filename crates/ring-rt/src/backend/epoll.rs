@@ -163,9 +163,11 @@ impl EpollBackend {
     ) -> Poll<io::Result<Cqe>> {
         let polled = self.try_or_park(op, fd, events, wait, waker);
         if polled.is_ready() {
-            // Done: a waker it parked before (then woken by someone else) goes.
-            if let ReadyWait::Parked(key) = std::mem::replace(wait, ReadyWait::Idle) {
-                self.readiness_dropped(fd, events, key);
+            // Done: a waker it parked before and that is still there (it was polled for
+            // some other reason than its readiness) goes.
+            if let ReadyWait::Parked(key) = *wait {
+                *wait = ReadyWait::Idle;
+                self.unpark(fd, events, key);
             }
         }
         polled
@@ -244,6 +246,24 @@ impl EpollBackend {
             }
         }
         Ok(())
+    }
+
+    /// Takes the waker parked under `key` for `events` on `fd` out, if it is still there,
+    /// to be dropped at the worker's next safe point.
+    fn unpark(&mut self, fd: RawFd, events: u32, key: ParkKey) {
+        let Some(reg) = usize::try_from(fd).ok().and_then(|i| self.regs.get_mut(i)) else {
+            return;
+        };
+        if events & libc::POLLIN as u32 != 0 && !reg.readers.is_empty() {
+            if let Some(waker) = reg.readers.remove(key.get()) {
+                self.woken.drop_waker_later(waker);
+            }
+        }
+        if events & libc::POLLOUT as u32 != 0 && !reg.writers.is_empty() {
+            if let Some(waker) = reg.writers.remove(key.get()) {
+                self.woken.drop_waker_later(waker);
+            }
+        }
     }
 
     /// Records that `fd` has nothing more for `events` until epoll says otherwise (see
@@ -644,19 +664,7 @@ impl Mechanism for EpollBackend {
     /// only its waker goes; a list that only grew until the fd was ready kept every
     /// dropped op's waker (reviews AB, AI, AJ).
     fn readiness_dropped(&mut self, fd: RawFd, events: u32, key: ParkKey) {
-        let Some(reg) = usize::try_from(fd).ok().and_then(|i| self.regs.get_mut(i)) else {
-            return;
-        };
-        for (event, waiters) in [
-            (libc::POLLIN, &mut reg.readers),
-            (libc::POLLOUT, &mut reg.writers),
-        ] {
-            if events & event as u32 != 0 {
-                if let Some(waker) = waiters.remove(key.get()) {
-                    self.woken.drop_waker_later(waker);
-                }
-            }
-        }
+        self.unpark(fd, events, key);
     }
 
     fn is_live(&self, id: OpId) -> bool {

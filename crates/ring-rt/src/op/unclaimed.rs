@@ -504,14 +504,28 @@ impl Unclaimed {
     /// Waiter `key` waits no more: the waker it left goes (dropped at the worker's next
     /// safe point).
     pub(crate) fn stop_waiting(&self, key: u64) {
-        let left = self.waiters.borrow_mut().remove(key);
+        // Nothing that is not ours runs under this borrow (see `wait`), so it is free; if
+        // some path ever reached here under one, the waker would stay until the next wake
+        // rather than panic (this runs in drops, during unwinding too).
+        let Ok(mut waiters) = self.waiters.try_borrow_mut() else {
+            return;
+        };
+        let left = waiters.remove(key);
+        drop(waiters);
         drop_later(left);
     }
 
     /// Parks the waker of waiter `key`, replacing the one it left before (a waiter polled
-    /// with a new waker each time keeps one here, not all).
+    /// with a new waker each time keeps one here, not all). The waker is cloned outside the
+    /// borrow: a clone is code that is not ours, and may drop or poll another receive of
+    /// this socket (review AK: it panicked with the borrow held, and aborted when the
+    /// unwinding dropped a ticket).
     fn wait(&self, key: u64, cx: &mut Context<'_>) {
-        let replaced = self.waiters.borrow_mut().add(key, cx.waker());
+        if key != ANONYMOUS && self.waiters.borrow().has(key, cx.waker()) {
+            return;
+        }
+        let waker = cx.waker().clone();
+        let replaced = self.waiters.borrow_mut().put(key, waker);
         drop_later(replaced);
     }
 
