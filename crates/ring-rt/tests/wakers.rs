@@ -44,6 +44,10 @@ fn main() {
             a_starved_stream_takes_bytes_queued_on_its_socket,
         ),
         (
+            "a_receive_dropped_after_its_runtime_leaves_no_waker",
+            a_receive_dropped_after_its_runtime_leaves_no_waker,
+        ),
+        (
             "a_waker_whose_clone_drops_a_receive_in_line",
             a_waker_whose_clone_drops_a_receive_in_line,
         ),
@@ -410,4 +414,29 @@ fn a_waker_whose_clone_polls_a_receive_of_the_same_socket(kind: BackendKind) -> 
     }));
     drop_other();
     out?
+}
+
+/// A read waits, its runtime is dropped, then the read is dropped (its socket outlives the
+/// runtime): the waker it parked is let go. Review AK: on epoll it went to the worker's
+/// queue of things to drop at its next safe point, which never came after shutdown.
+fn a_receive_dropped_after_its_runtime_leaves_no_waker(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let (a, b) = rt.block_on(async { UnixStream::pair() })?;
+    let b: &'static UnixStream = Box::leak(Box::new(b));
+    let (flag, waker) = counted();
+    let read = rt.block_on(async {
+        let mut read = Box::pin(b.read(Vec::with_capacity(8)).into_future());
+        let polled = read.as_mut().poll(&mut Context::from_waker(&waker));
+        polled.is_pending().then_some(read)
+    });
+    let read = read.ok_or("a read was ready with nothing sent")?;
+    drop(waker);
+    drop(rt);
+    drop(read);
+    check!(
+        Arc::strong_count(&flag) == 1,
+        "the dropped read's waker is still held"
+    );
+    drop(a);
+    Ok(Completion::Completed)
 }

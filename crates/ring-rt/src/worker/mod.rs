@@ -155,16 +155,18 @@ impl Core {
         let out = f(&mut backend);
         backend.take_deferred(&mut self.deferred.borrow_mut());
         drop(backend);
-        self.run_parked_if_shut_down();
+        self.settle_if_shut_down();
         Ok(out)
     }
 
     /// After shutdown no loop turn comes to run parked work (a close or an orphan that a
-    /// waker's `clone` made while the backend was borrowed): the end of the backend call
-    /// that parked it is the safe point.
-    fn run_parked_if_shut_down(&self) {
-        if self.is_shut_down.get() && !self.parked.borrow().is_empty() {
-            self.run_parked();
+    /// waker's `clone` made while the backend was borrowed) or deferred work (a waker a
+    /// dropped op let go, an orphan done): the end of the backend call that parked or
+    /// deferred it is the safe point. Deferred work left there was never run (review AK:
+    /// an epoll read dropped after its runtime kept its task's waker for good).
+    fn settle_if_shut_down(&self) {
+        if self.is_shut_down.get() {
+            self.run_deferred();
         }
     }
 
@@ -275,7 +277,7 @@ impl Core {
                 backend.orphan(id, orphan);
                 backend.take_deferred(&mut self.deferred.borrow_mut());
                 drop(backend);
-                self.run_parked_if_shut_down();
+                self.settle_if_shut_down();
             }
             Err(_) => self.parked.borrow_mut().push(Parked::Orphan(id, orphan)),
         }
