@@ -301,6 +301,33 @@ fn drop_stream() {
     drop(STREAM.with(|s| s.borrow_mut().take()));
 }
 
+/// Sends "ok" from `a` and checks that `read`, a read of the other end, gets it.
+async fn sends_ok_to(
+    a: &UnixStream,
+    read: impl Future<Output = (std::io::Result<usize>, Vec<u8>)>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    a.write_all(&b"ok"[..]).await.0?;
+    let (n, buf) = timeout(Duration::from_secs(5), read)
+        .await
+        .map_err(|_| "the read missed the data")?;
+    if &buf[..n?] != b"ok" {
+        return Err(format!("the read got {buf:?}").into());
+    }
+    Ok(())
+}
+
+/// A read of `b`, polled once: it waits in line for the socket's receive turn.
+fn waiting_read(b: &'static UnixStream) -> Result<Pin<Box<dyn Future<Output = ()>>>, &'static str> {
+    let mut read: Pin<Box<dyn Future<Output = ()>>> = Box::pin(async move {
+        let _ = b.read(Vec::with_capacity(8)).await;
+    });
+    let polled = read.as_mut().poll(&mut Context::from_waker(Waker::noop()));
+    if polled.is_ready() {
+        return Err("a read in line was ready");
+    }
+    Ok(read)
+}
+
 /// A socket that lives for the rest of the test process, so that receives of it can sit
 /// in thread-locals a waker reaches.
 fn leaked_pair() -> std::io::Result<(UnixStream, &'static UnixStream)> {
@@ -318,18 +345,8 @@ fn a_waker_whose_clone_drops_a_receive_in_line(kind: BackendKind) -> Outcome {
         let (a, b) = leaked_pair()?;
         let first = ring_rt::spawn(async move { b.read(Vec::with_capacity(8)).await });
         ring_rt::yield_now().await; // `first` holds the turn
-        let mut second = Box::pin(async move {
-            let _ = b.read(Vec::with_capacity(8)).await;
-        });
-        let polled = second
-            .as_mut()
-            .poll(&mut Context::from_waker(Waker::noop()));
-        check!(polled.is_pending(), "a read in line was ready");
-        let mut third: Pin<Box<dyn Future<Output = ()>>> = Box::pin(async move {
-            let _ = b.read(Vec::with_capacity(8)).await;
-        });
-        let polled = third.as_mut().poll(&mut Context::from_waker(Waker::noop()));
-        check!(polled.is_pending(), "a read in line was ready");
+        let second = waiting_read(b)?;
+        let third = waiting_read(b)?;
         OTHER.with(|o| *o.borrow_mut() = Some(third));
         let waker = support::waker_calling_on_clone(drop_other);
         let mut fourth = Box::pin(b.read(Vec::with_capacity(8)).into_future());
@@ -337,11 +354,12 @@ fn a_waker_whose_clone_drops_a_receive_in_line(kind: BackendKind) -> Outcome {
         check!(polled.is_pending(), "a read in line was ready");
         drop(fourth);
         drop(second);
-        a.write_all(&b"ok"[..]).await.0?;
-        let (n, buf) = timeout(Duration::from_secs(5), first)
-            .await
-            .map_err(|_| "the first read missed the data")??;
-        check!(&buf[..n?] == b"ok", "the first read's bytes");
+        let first = async move {
+            first
+                .await
+                .unwrap_or_else(|e| (Err(std::io::Error::other(e.to_string())), Vec::new()))
+        };
+        sends_ok_to(&a, first).await?;
         Ok(Completion::Completed)
     }));
     drop_other();
@@ -370,11 +388,7 @@ fn a_waker_whose_clone_drops_the_stream_holding_the_turn(kind: BackendKind) -> O
             STREAM.with(|s| s.borrow().is_none()),
             "the waker was never cloned"
         );
-        a.write_all(&b"ok"[..]).await.0?;
-        let (n, buf) = timeout(Duration::from_secs(5), read)
-            .await
-            .map_err(|_| "the read missed the data")?;
-        check!(&buf[..n?] == b"ok", "the read's bytes");
+        sends_ok_to(&a, read).await?;
         Ok(Completion::Completed)
     }));
     drop_stream();
@@ -394,22 +408,17 @@ fn a_waker_whose_clone_polls_a_receive_of_the_same_socket(kind: BackendKind) -> 
             let _ = timeout(Duration::from_millis(50), b.read(Vec::with_capacity(8))).await;
         });
         ring_rt::yield_now().await; // `first` holds the turn
-        OTHER.with(|o| {
-            *o.borrow_mut() = Some(Box::pin(async move {
-                let _ = b.read(Vec::with_capacity(8)).await;
-            }))
+        let other: Pin<Box<dyn Future<Output = ()>>> = Box::pin(async move {
+            let _ = b.read(Vec::with_capacity(8)).await;
         });
+        OTHER.with(|o| *o.borrow_mut() = Some(other));
         let waker = support::waker_calling_on_clone(poll_other);
         let mut read = Box::pin(b.read(Vec::with_capacity(8)).into_future());
         let polled = read.as_mut().poll(&mut Context::from_waker(&waker));
         check!(polled.is_pending(), "a read in line was ready");
         first.await?;
         drop_other();
-        a.write_all(&b"ok"[..]).await.0?;
-        let (n, buf) = timeout(Duration::from_secs(5), read)
-            .await
-            .map_err(|_| "the read missed the data")?;
-        check!(&buf[..n?] == b"ok", "the read's bytes");
+        sends_ok_to(&a, read).await?;
         Ok(Completion::Completed)
     }));
     drop_other();
