@@ -10,7 +10,7 @@ use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::task::{Context, Wake, Waker};
+use std::task::{Context, RawWaker, RawWakerVTable, Wake, Waker};
 use std::time::Duration;
 
 use libtest_mimic::Completion;
@@ -19,7 +19,7 @@ use ring_rt::net::{RecvStream, UnixStream};
 use ring_rt::time::{sleep, timeout};
 use ring_rt::{BackendKind, Runtime};
 use support::{bounded, Outcome};
-use tokio::io::AsyncBufReadExt;
+use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 
 fn main() {
     support::run(&[
@@ -46,6 +46,18 @@ fn main() {
         (
             "a_receive_dropped_after_its_runtime_leaves_no_waker",
             a_receive_dropped_after_its_runtime_leaves_no_waker,
+        ),
+        (
+            "a_receive_whose_waker_clone_frees_the_turn_is_woken",
+            a_receive_whose_waker_clone_frees_the_turn_is_woken,
+        ),
+        (
+            "a_receive_whose_waker_clone_queues_bytes_is_woken",
+            a_receive_whose_waker_clone_queues_bytes_is_woken,
+        ),
+        (
+            "a_receive_stream_whose_waker_clone_queues_bytes_gets_them",
+            a_receive_stream_whose_waker_clone_queues_bytes_gets_them,
         ),
         (
             "a_waker_whose_clone_drops_a_receive_in_line",
@@ -448,4 +460,147 @@ fn a_receive_dropped_after_its_runtime_leaves_no_waker(kind: BackendKind) -> Out
     );
     drop(a);
     Ok(Completion::Completed)
+}
+
+thread_local! {
+    /// Run by the next clone of a hooked waker (see `with_hook`).
+    static ON_CLONE: RefCell<Option<Box<dyn FnOnce()>>> = const { RefCell::new(None) };
+    /// The task a hooked waker's wakes wake.
+    static TASK: RefCell<Option<Waker>> = const { RefCell::new(None) };
+}
+
+static HOOKED: RawWakerVTable = RawWakerVTable::new(
+    |data| {
+        if let Some(hook) = ON_CLONE.with(|h| h.borrow_mut().take()) {
+            hook();
+        }
+        RawWaker::new(data, &HOOKED)
+    },
+    |_| wake_task(),
+    |_| wake_task(),
+    |_| {},
+);
+
+fn wake_task() {
+    TASK.with(|t| {
+        if let Some(task) = t.borrow().as_ref() {
+            task.wake_by_ref();
+        }
+    });
+}
+
+/// Awaits `fut`, polling it with a waker whose first clone runs `on_clone` (code that is
+/// not the runtime's, run where the runtime keeps the waker) and whose wakes wake this
+/// task.
+async fn with_hook<F: Future + Unpin>(mut fut: F, on_clone: impl FnOnce() + 'static) -> F::Output {
+    ON_CLONE.with(|h| *h.borrow_mut() = Some(Box::new(on_clone)));
+    std::future::poll_fn(move |cx| {
+        TASK.with(|t| *t.borrow_mut() = Some(cx.waker().clone()));
+        // SAFETY: the vtable ignores `data` (null), and its functions are sound for any.
+        let hooked = unsafe { Waker::from_raw(RawWaker::new(std::ptr::null(), &HOOKED)) };
+        Pin::new(&mut fut).poll(&mut Context::from_waker(&hooked))
+    })
+    .await
+}
+
+/// A read waits in line behind one that got its data; the turn is free but the read first
+/// in line has not been polled since. A third read's waker, cloned as it waits, drops that
+/// first read: the third is then first in line with the turn free, and is woken to take
+/// it. Review AL: the wake that said so went out while the waker was being cloned, before
+/// it was parked, and the read waited for ever.
+fn a_receive_whose_waker_clone_frees_the_turn_is_woken(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let out = rt.block_on(bounded(LIMIT, async {
+        let (a, b) = leaked_pair()?;
+        let mut first = Box::pin(b.read(Vec::with_capacity(8)).into_future());
+        let polled = first.as_mut().poll(&mut Context::from_waker(Waker::noop()));
+        check!(polled.is_pending(), "a read was ready with nothing sent");
+        let second = waiting_read(b)?;
+        a.write_all(&b"x"[..]).await.0?;
+        let (n, buf) = first.await;
+        check!(&buf[..n?] == b"x", "the first read's bytes");
+        let third = ring_rt::spawn(async move {
+            let read = Box::pin(b.read(Vec::with_capacity(8)).into_future());
+            with_hook(read, move || drop(second)).await
+        });
+        sleep(Duration::from_millis(20)).await;
+        sends_ok_to(&a, async move {
+            third
+                .await
+                .unwrap_or_else(|e| (Err(std::io::Error::other(e.to_string())), Vec::new()))
+        })
+        .await?;
+        Ok(Completion::Completed)
+    }));
+    drop(TASK.with(|t| t.borrow_mut().take()));
+    out?
+}
+
+/// An adapter read ahead; another read holds the turn in the kernel. A read's waker, cloned
+/// as it waits in line, drops the adapter, which puts its bytes back on the socket: the
+/// read is woken and gets them (review AL: it waited for ever with them queued).
+fn a_receive_whose_waker_clone_queues_bytes_is_woken(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let out = rt.block_on(bounded(LIMIT, async {
+        let (a, b) = UnixStream::pair()?;
+        let b = Rc::new(b);
+        a.write_all(&b"hello"[..]).await.0?;
+        let mut adapter = Compat::from_rc(b.clone());
+        check!(
+            adapter.fill_buf().await? == b"hello",
+            "the adapter's read-ahead"
+        );
+        Pin::new(&mut adapter).consume(1);
+        let holder = b.clone();
+        let _holding = ring_rt::spawn(async move { holder.read(Vec::with_capacity(8)).await });
+        ring_rt::yield_now().await; // it holds the turn, in the kernel
+        let reader = b.clone();
+        let read = ring_rt::spawn(async move {
+            let read = Box::pin(reader.read(Vec::with_capacity(8)).into_future());
+            with_hook(read, move || drop(adapter)).await
+        });
+        let (n, buf) = timeout(Duration::from_secs(5), read)
+            .await
+            .map_err(|_| "the read waited with the adapter's bytes queued")??;
+        check!(&buf[..n?] == b"ello", "the read got {buf:?}");
+        drop(a);
+        Ok(Completion::Completed)
+    }));
+    drop(TASK.with(|t| t.borrow_mut().take()));
+    out?
+}
+
+/// An adapter read ahead and let the turn go. A receive stream takes the turn, and its
+/// receive keeps a clone of its waker (the op's, or epoll's readiness wait), which drops
+/// the adapter: the bytes go back on the socket while the stream's receive waits in the
+/// kernel. The stream notices, lets its receive go and gives them. Review AL: it waited
+/// for ever with them queued (on epoll and with user-space buffer selection).
+fn a_receive_stream_whose_waker_clone_queues_bytes_gets_them(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let out = rt.block_on(bounded(LIMIT, async {
+        let (a, b) = UnixStream::pair()?;
+        let b = Rc::new(b);
+        a.write_all(&b"hello"[..]).await.0?;
+        let mut adapter = Compat::from_rc(b.clone());
+        check!(
+            adapter.fill_buf().await? == b"hello",
+            "the adapter's read-ahead"
+        );
+        Pin::new(&mut adapter).consume(1);
+        let reader = b.clone();
+        let next = ring_rt::spawn(async move {
+            let mut rx = reader.recv_stream();
+            let chunk = with_hook(Box::pin(rx.next()), move || drop(adapter)).await;
+            chunk.map(|chunk| chunk.map(|chunk| chunk.to_vec()))
+        });
+        let chunk = timeout(Duration::from_secs(5), next)
+            .await
+            .map_err(|_| "the stream waited with the adapter's bytes queued")??
+            .ok_or("end of stream")??;
+        check!(chunk == b"ello", "the stream got {chunk:?}");
+        drop(a);
+        Ok(Completion::Completed)
+    }));
+    drop(TASK.with(|t| t.borrow_mut().take()));
+    out?
 }

@@ -240,6 +240,7 @@ impl<'a> RecvStream<'a> {
                 let core = self.socket.core.clone();
                 self.hold = Some(unclaimed.hold_for_stream(turn, core, group.clone()));
             }
+            let wakes = unclaimed.wake_count();
             let polled = self.poll_receive(&group, &unclaimed, cx);
             let number = self.hold.expect("held above");
             unclaimed.stream_op(number, self.in_flight());
@@ -249,6 +250,13 @@ impl<'a> RecvStream<'a> {
                     // once nobody awaits this stream.
                     unclaimed.stream_awaited(number, true);
                     unclaimed.wait_on_hold(number, cx);
+                    if unclaimed.wake_count() != wakes {
+                        // The socket's waiters were woken while the receive parked its
+                        // waker (a clone of it, code that is not ours, put an adapter's
+                        // read-ahead back, say), before this stream's waker was among
+                        // them: look again now (review AL).
+                        continue;
+                    }
                     if self.holds_woken_turn() && !self.socket.has_data_now() {
                         // The retry waits for data that has not come: it will not take
                         // the returned buffer soon, another starved receive may.

@@ -58,6 +58,9 @@ pub(crate) struct Unclaimed {
     /// turn under its hold's number, a starved stream under a number of its own), and
     /// accepts waiting for dropped accepts (anonymous: all woken together, soon).
     waiters: RefCell<Waiters>,
+    /// How many times the waiters were woken (wrapping): a waiter whose waker's clone made
+    /// a wake go out before that waker was parked sees it change (see `wait`).
+    wakes: Cell<u32>,
     /// A receive of this socket holds the turn (a live one, a dropped one finishing, or a
     /// receive stream between two `next` calls).
     turn_held: Cell<bool>,
@@ -209,6 +212,7 @@ impl Unclaimed {
     pub(crate) fn orphan_done(&self, deferred: &mut Deferred) {
         self.pending.set(self.pending.get().saturating_sub(1));
         if self.pending.get() == 0 {
+            self.wakes.set(self.wakes.get().wrapping_add(1));
             for waker in self.waiters.take() {
                 deferred.wake(waker);
             }
@@ -489,6 +493,13 @@ impl Unclaimed {
         self.wait(number.get(), cx);
     }
 
+    /// How many times the socket's waiters were woken (wrapping): a receive that parks its
+    /// waker elsewhere first (its op's readiness or completion) compares it before and
+    /// after, as that clone may have made a wake go out before it waited here.
+    pub(crate) fn wake_count(&self) -> u32 {
+        self.wakes.get()
+    }
+
     /// A number for a waiter of its own (a stream starved of pool buffers), not handed out
     /// before on this socket.
     pub(crate) fn waiter_number(&self) -> NonZeroU64 {
@@ -519,20 +530,29 @@ impl Unclaimed {
     /// with a new waker each time keeps one here, not all). The waker is cloned outside the
     /// borrow: a clone is code that is not ours, and may drop or poll another receive of
     /// this socket (review AK: it panicked with the borrow held, and aborted when the
-    /// unwinding dropped a ticket).
+    /// unwinding dropped a ticket). What the caller checked before waiting may have changed
+    /// in that clone (the receive first in line dropped, an adapter's read-ahead put back),
+    /// and the wake saying so gone out before this waker was here: then the waiters are
+    /// woken again, this one with them (review AL: the receive waited for ever).
     fn wait(&self, key: u64, cx: &mut Context<'_>) {
         if key != ANONYMOUS && self.waiters.borrow().has(key, cx.waker()) {
             return;
         }
+        let wakes = self.wakes.get();
         let waker = cx.waker().clone();
         let replaced = self.waiters.borrow_mut().put(key, waker);
         drop_later(replaced);
+        if self.wakes.get() != wakes {
+            self.wake_all();
+        }
     }
 
     /// Wakes every waiter: the first to run takes the turn (or the data), the others wait
     /// again. A socket rarely has more than one. The wakes wait for the worker's next safe
     /// point (a waker is code that is not ours, and this may run inside an op's poll).
     fn wake_all(&self) {
+        // Counted even with nobody here: a waiter may be cloning its waker (see `wait`).
+        self.wakes.set(self.wakes.get().wrapping_add(1));
         let waiters = self.waiters.take();
         if waiters.is_empty() {
             return;
