@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use libtest_mimic::Completion;
 use ring_rt::compat::Compat;
-use ring_rt::net::{RecvStream, UnixStream};
+use ring_rt::net::UnixStream;
 use ring_rt::time::{sleep, timeout};
 use ring_rt::{BackendKind, Runtime};
 use support::{bounded, Outcome};
@@ -295,7 +295,6 @@ fn a_starved_stream_takes_bytes_queued_on_its_socket(kind: BackendKind) -> Outco
 thread_local! {
     /// A receive a waker's `clone` drops or polls (see `support::waker_calling_on_clone`).
     static OTHER: RefCell<Option<Pin<Box<dyn Future<Output = ()>>>>> = const { RefCell::new(None) };
-    static STREAM: RefCell<Option<RecvStream<'static>>> = const { RefCell::new(None) };
 }
 
 fn drop_other() {
@@ -307,10 +306,6 @@ fn poll_other() {
         let _ = other.as_mut().poll(&mut Context::from_waker(Waker::noop()));
         OTHER.with(|o| *o.borrow_mut() = Some(other));
     }
-}
-
-fn drop_stream() {
-    drop(STREAM.with(|s| s.borrow_mut().take()));
 }
 
 /// Sends "ok" from `a` and checks that `read`, a read of the other end, gets it.
@@ -329,7 +324,8 @@ async fn sends_ok_to(
 }
 
 /// A read of `b`, polled once: it waits in line for the socket's receive turn.
-fn waiting_read(b: &'static UnixStream) -> Result<Pin<Box<dyn Future<Output = ()>>>, &'static str> {
+fn waiting_read(b: &Rc<UnixStream>) -> Result<Pin<Box<dyn Future<Output = ()>>>, &'static str> {
+    let b = b.clone();
     let mut read: Pin<Box<dyn Future<Output = ()>>> = Box::pin(async move {
         let _ = b.read(Vec::with_capacity(8)).await;
     });
@@ -340,11 +336,11 @@ fn waiting_read(b: &'static UnixStream) -> Result<Pin<Box<dyn Future<Output = ()
     Ok(read)
 }
 
-/// A socket that lives for the rest of the test process, so that receives of it can sit
-/// in thread-locals a waker reaches.
-fn leaked_pair() -> std::io::Result<(UnixStream, &'static UnixStream)> {
+/// A socket pair whose second end is shared, so that receives of it can sit in
+/// thread-locals a waker reaches (freed with them: LeakSanitizer runs these tests).
+fn shared_pair() -> std::io::Result<(UnixStream, Rc<UnixStream>)> {
     let (a, b) = UnixStream::pair()?;
-    Ok((a, Box::leak(Box::new(b))))
+    Ok((a, Rc::new(b)))
 }
 
 /// A read waits in line for the socket's turn, polled with a waker whose `clone` (code that
@@ -354,11 +350,12 @@ fn leaked_pair() -> std::io::Result<(UnixStream, &'static UnixStream)> {
 fn a_waker_whose_clone_drops_a_receive_in_line(kind: BackendKind) -> Outcome {
     let rt = runtime!(kind);
     let out = rt.block_on(bounded(LIMIT, async {
-        let (a, b) = leaked_pair()?;
-        let first = ring_rt::spawn(async move { b.read(Vec::with_capacity(8)).await });
+        let (a, b) = shared_pair()?;
+        let holder = b.clone();
+        let first = ring_rt::spawn(async move { holder.read(Vec::with_capacity(8)).await });
         ring_rt::yield_now().await; // `first` holds the turn
-        let second = waiting_read(b)?;
-        let third = waiting_read(b)?;
+        let second = waiting_read(&b)?;
+        let third = waiting_read(&b)?;
         OTHER.with(|o| *o.borrow_mut() = Some(third));
         let waker = support::waker_calling_on_clone(drop_other);
         let mut fourth = Box::pin(b.read(Vec::with_capacity(8)).into_future());
@@ -385,25 +382,31 @@ fn a_waker_whose_clone_drops_a_receive_in_line(kind: BackendKind) -> Outcome {
 fn a_waker_whose_clone_drops_the_stream_holding_the_turn(kind: BackendKind) -> Outcome {
     let rt = runtime!(kind);
     let out = rt.block_on(bounded(LIMIT, async {
-        let (a, b) = leaked_pair()?;
-        let mut rx = b.recv_stream();
-        let polled = rx.poll_next(&mut Context::from_waker(Waker::noop()));
+        let (a, b) = shared_pair()?;
+        let reader = b.clone();
+        let mut stream: Pin<Box<dyn Future<Output = ()>>> = Box::pin(async move {
+            let mut rx = reader.recv_stream();
+            let _ = std::future::poll_fn(|cx| rx.poll_next(cx)).await;
+        });
+        let polled = stream
+            .as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()));
         check!(
             polled.is_pending(),
             "the stream was ready with nothing sent"
         );
-        STREAM.with(|s| *s.borrow_mut() = Some(rx));
-        let waker = support::waker_calling_on_clone(drop_stream);
+        OTHER.with(|o| *o.borrow_mut() = Some(stream));
+        let waker = support::waker_calling_on_clone(drop_other);
         let mut read = Box::pin(b.read(Vec::with_capacity(8)).into_future());
         let _ = read.as_mut().poll(&mut Context::from_waker(&waker));
         check!(
-            STREAM.with(|s| s.borrow().is_none()),
+            OTHER.with(|o| o.borrow().is_none()),
             "the waker was never cloned"
         );
         sends_ok_to(&a, read).await?;
         Ok(Completion::Completed)
     }));
-    drop_stream();
+    drop_other();
     out?
 }
 
@@ -415,13 +418,19 @@ fn a_waker_whose_clone_drops_the_stream_holding_the_turn(kind: BackendKind) -> O
 fn a_waker_whose_clone_polls_a_receive_of_the_same_socket(kind: BackendKind) -> Outcome {
     let rt = runtime!(kind);
     let out = rt.block_on(bounded(LIMIT, async {
-        let (a, b) = leaked_pair()?;
+        let (a, b) = shared_pair()?;
+        let holder = b.clone();
         let first = ring_rt::spawn(async move {
-            let _ = timeout(Duration::from_millis(50), b.read(Vec::with_capacity(8))).await;
+            let _ = timeout(
+                Duration::from_millis(50),
+                holder.read(Vec::with_capacity(8)),
+            )
+            .await;
         });
         ring_rt::yield_now().await; // `first` holds the turn
+        let reader = b.clone();
         let other: Pin<Box<dyn Future<Output = ()>>> = Box::pin(async move {
-            let _ = b.read(Vec::with_capacity(8)).await;
+            let _ = reader.read(Vec::with_capacity(8)).await;
         });
         OTHER.with(|o| *o.borrow_mut() = Some(other));
         let waker = support::waker_calling_on_clone(poll_other);
@@ -443,10 +452,10 @@ fn a_waker_whose_clone_polls_a_receive_of_the_same_socket(kind: BackendKind) -> 
 fn a_receive_dropped_after_its_runtime_leaves_no_waker(kind: BackendKind) -> Outcome {
     let rt = runtime!(kind);
     let (a, b) = rt.block_on(async { UnixStream::pair() })?;
-    let b: &'static UnixStream = Box::leak(Box::new(b));
     let (flag, waker) = counted();
     let read = rt.block_on(async {
-        let mut read = Box::pin(b.read(Vec::with_capacity(8)).into_future());
+        // The read owns its socket: both outlive the runtime, and go together.
+        let mut read = Box::pin(async move { b.read(Vec::with_capacity(8)).await });
         let polled = read.as_mut().poll(&mut Context::from_waker(&waker));
         polled.is_pending().then_some(read)
     });
@@ -511,16 +520,17 @@ async fn with_hook<F: Future + Unpin>(mut fut: F, on_clone: impl FnOnce() + 'sta
 fn a_receive_whose_waker_clone_frees_the_turn_is_woken(kind: BackendKind) -> Outcome {
     let rt = runtime!(kind);
     let out = rt.block_on(bounded(LIMIT, async {
-        let (a, b) = leaked_pair()?;
+        let (a, b) = shared_pair()?;
         let mut first = Box::pin(b.read(Vec::with_capacity(8)).into_future());
         let polled = first.as_mut().poll(&mut Context::from_waker(Waker::noop()));
         check!(polled.is_pending(), "a read was ready with nothing sent");
-        let second = waiting_read(b)?;
+        let second = waiting_read(&b)?;
         a.write_all(&b"x"[..]).await.0?;
         let (n, buf) = first.await;
         check!(&buf[..n?] == b"x", "the first read's bytes");
+        let reader = b.clone();
         let third = ring_rt::spawn(async move {
-            let read = Box::pin(b.read(Vec::with_capacity(8)).into_future());
+            let read = Box::pin(reader.read(Vec::with_capacity(8)).into_future());
             with_hook(read, move || drop(second)).await
         });
         sleep(Duration::from_millis(20)).await;
@@ -533,6 +543,7 @@ fn a_receive_whose_waker_clone_frees_the_turn_is_woken(kind: BackendKind) -> Out
         Ok(Completion::Completed)
     }));
     drop(TASK.with(|t| t.borrow_mut().take()));
+    drop(ON_CLONE.with(|h| h.borrow_mut().take()));
     out?
 }
 
@@ -567,6 +578,7 @@ fn a_receive_whose_waker_clone_queues_bytes_is_woken(kind: BackendKind) -> Outco
         Ok(Completion::Completed)
     }));
     drop(TASK.with(|t| t.borrow_mut().take()));
+    drop(ON_CLONE.with(|h| h.borrow_mut().take()));
     out?
 }
 
@@ -602,5 +614,6 @@ fn a_receive_stream_whose_waker_clone_queues_bytes_gets_them(kind: BackendKind) 
         Ok(Completion::Completed)
     }));
     drop(TASK.with(|t| t.borrow_mut().take()));
+    drop(ON_CLONE.with(|h| h.borrow_mut().take()));
     out?
 }
