@@ -249,7 +249,7 @@ impl<'a> RecvStream<'a> {
                     // Awaited: the turn stays. Woken as well if another receive takes it
                     // once nobody awaits this stream.
                     unclaimed.stream_awaited(number, true);
-                    unclaimed.wait_on_hold(number, cx);
+                    unclaimed.wait_as(number, cx);
                     if unclaimed.wake_count() != wakes {
                         // The socket's waiters were woken while the receive parked its
                         // waker (a clone of it, code that is not ours, put an adapter's
@@ -375,7 +375,7 @@ impl<'a> RecvStream<'a> {
                 let (_, number) = starved
                     .waiter
                     .get_or_insert_with(|| (unclaimed.clone(), unclaimed.waiter_number()));
-                unclaimed.wait_for_items(*number, cx);
+                unclaimed.wait_as(*number, cx);
                 return Poll::Pending;
             }
         }

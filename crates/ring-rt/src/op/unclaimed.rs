@@ -212,8 +212,7 @@ impl Unclaimed {
     pub(crate) fn orphan_done(&self, deferred: &mut Deferred) {
         self.pending.set(self.pending.get().saturating_sub(1));
         if self.pending.get() == 0 {
-            self.wakes.set(self.wakes.get().wrapping_add(1));
-            for waker in self.waiters.take() {
+            for waker in self.take_waiters() {
                 deferred.wake(waker);
             }
         }
@@ -487,9 +486,11 @@ impl Unclaimed {
         self.wake_all();
     }
 
-    /// A receive stream holding the turn (by hold `number`) waits on its receive, and here
-    /// too: it is woken when bytes are put back in front of what its receive gets.
-    pub(crate) fn wait_on_hold(&self, number: NonZeroU64, cx: &mut Context<'_>) {
+    /// Waiter `number` waits here too: a receive stream holding the turn (by its hold's
+    /// number), woken when bytes are put back in front of what its receive gets; a stream
+    /// starved of pool buffers (by a [`waiter_number`](Self::waiter_number)), woken when
+    /// what a dropped receive got, or an adapter's read-ahead, is queued here.
+    pub(crate) fn wait_as(&self, number: NonZeroU64, cx: &mut Context<'_>) {
         self.wait(number.get(), cx);
     }
 
@@ -504,12 +505,6 @@ impl Unclaimed {
     /// before on this socket.
     pub(crate) fn waiter_number(&self) -> NonZeroU64 {
         self.next_number()
-    }
-
-    /// Waiter `number` (see [`waiter_number`](Self::waiter_number)) is woken when what a
-    /// dropped receive got, or an adapter's read-ahead, is queued here.
-    pub(crate) fn wait_for_items(&self, number: NonZeroU64, cx: &mut Context<'_>) {
-        self.wait(number.get(), cx);
     }
 
     /// Waiter `key` waits no more: the waker it left goes (dropped at the worker's next
@@ -551,20 +546,17 @@ impl Unclaimed {
     /// again. A socket rarely has more than one. The wakes wait for the worker's next safe
     /// point (a waker is code that is not ours, and this may run inside an op's poll).
     fn wake_all(&self) {
-        // Counted even with nobody here: a waiter may be cloning its waker (see `wait`).
+        let waiters = self.take_waiters();
+        if !waiters.is_empty() {
+            at_safe_point(|deferred| waiters.into_iter().for_each(|w| deferred.wake(w)));
+        }
+    }
+
+    /// Takes every waiter out, to be woken, and counts the wake: even with nobody here, a
+    /// waiter may be cloning its waker (see `wait`).
+    fn take_waiters(&self) -> Waiters {
         self.wakes.set(self.wakes.get().wrapping_add(1));
-        let waiters = self.waiters.take();
-        if waiters.is_empty() {
-            return;
-        }
-        match Core::current() {
-            Some(core) => {
-                let mut deferred = Deferred::default();
-                waiters.into_iter().for_each(|w| deferred.wake(w));
-                core.defer(deferred);
-            }
-            None => waiters.into_iter().for_each(Waker::wake),
-        }
+        self.waiters.take()
     }
 
     /// Copies up to `len` stream bytes to `dst`; how many (0: none here).
@@ -640,15 +632,18 @@ impl Unclaimed {
 /// Drops a waker the socket's waiters let go at the worker's next safe point: a waker's drop
 /// is code that is not ours, and this may run inside an op's poll or a socket's borrow.
 fn drop_later(waker: Option<Waker>) {
-    let Some(waker) = waker else {
-        return;
-    };
+    if let Some(waker) = waker {
+        at_safe_point(|deferred| deferred.drop_waker_later(waker));
+    }
+}
+
+/// Queues what `work` puts in a `Deferred` (wakes, wakers to drop) for the worker's next
+/// safe point; outside a worker (its runtime gone, no loop turn coming) it runs now.
+fn at_safe_point(work: impl FnOnce(&mut Deferred)) {
+    let mut deferred = Deferred::default();
+    work(&mut deferred);
     match Core::current() {
-        Some(core) => {
-            let mut deferred = Deferred::default();
-            deferred.drop_waker_later(waker);
-            core.defer(deferred);
-        }
-        None => drop(waker),
+        Some(core) => core.defer(deferred),
+        None => deferred.run(),
     }
 }
