@@ -627,37 +627,60 @@ impl ReturnWait {
     /// the caller holds that return's turn until its retry took a buffer (see [`ReturnTurn`]).
     /// `None` when a return had come before the wait queued: nobody was woken for it.
     pub fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Option<ReturnTurn>> {
+        if let Some(done) = self.check(cx.waker()) {
+            return done;
+        }
+        // Cloned outside the borrow: a waker's clone is code that is not ours, and may give
+        // a buffer back (review AM: "already borrowed", an abort when the unwinding dropped
+        // a lease). What it changes is checked again below.
+        let waker = cx.waker().clone();
         let mut waiters = self.group.0.waiters.borrow_mut();
         let Some(ticket) = self.ticket else {
             if self.group.0.returns.get() != self.epoch {
+                // A return came while the waker was cloned.
+                drop(waiters);
+                drop(waker);
                 return Poll::Ready(None);
             }
             let ticket = waiters.next_ticket;
             waiters.next_ticket += 1;
-            waiters.queue.push_back((ticket, cx.waker().clone()));
+            waiters.queue.push_back((ticket, waker));
             self.ticket = Some(ticket);
             return Poll::Pending;
         };
-        if let Some(i) = waiters.woken.iter().position(|&t| t == ticket) {
-            waiters.woken.swap_remove(i);
-            self.ticket = None;
-            self.epoch = self.group.0.returns.get();
-            return Poll::Ready(Some(ReturnTurn {
-                group: self.group.clone(),
-                used: false,
-            }));
-        }
-        let mut replaced = None;
-        if let Some((_, waker)) = waiters.queue.iter_mut().find(|(t, _)| *t == ticket) {
-            if !waker.will_wake(cx.waker()) {
-                replaced = Some(std::mem::replace(waker, cx.waker().clone()));
-            }
+        let mut replaced = Some(waker);
+        if let Some((_, stored)) = waiters.queue.iter_mut().find(|(t, _)| *t == ticket) {
+            replaced = replaced.map(|waker| std::mem::replace(stored, waker));
         }
         // The old waker is dropped after the borrow ends: its drop is code that is not
         // ours, and may give a buffer back or drop another wait of this group.
         drop(waiters);
         drop(replaced);
-        Poll::Pending
+        // Woken while the waker was cloned: the turn is this wait's now.
+        self.check(cx.waker()).unwrap_or(Poll::Pending)
+    }
+
+    /// What `poll` can say without cloning `waker`: `Some` when the wait is over (a return
+    /// came before it queued, or woke it) or its stored waker already wakes `waker`'s task.
+    fn check(&mut self, waker: &Waker) -> Option<Poll<Option<ReturnTurn>>> {
+        let mut waiters = self.group.0.waiters.borrow_mut();
+        let Some(ticket) = self.ticket else {
+            return (self.group.0.returns.get() != self.epoch).then_some(Poll::Ready(None));
+        };
+        if let Some(i) = waiters.woken.iter().position(|&t| t == ticket) {
+            waiters.woken.swap_remove(i);
+            self.ticket = None;
+            self.epoch = self.group.0.returns.get();
+            return Some(Poll::Ready(Some(ReturnTurn {
+                group: self.group.clone(),
+                used: false,
+            })));
+        }
+        let parked = waiters
+            .queue
+            .iter()
+            .any(|(t, stored)| *t == ticket && stored.will_wake(waker));
+        parked.then_some(Poll::Pending)
     }
 }
 

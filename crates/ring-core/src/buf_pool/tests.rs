@@ -439,13 +439,72 @@ fn a_replaced_waker_may_give_a_buffer_back_as_it_drops() {
     let waker = Waker::from(std::sync::Arc::new(ReleasesOnDrop));
     assert!(wait.poll(&mut Context::from_waker(&waker)).is_pending());
     drop(waker);
-    // The lease comes back as the old waker drops, which wakes this wait's ticket.
+    // The lease comes back as the old waker drops, which wakes this wait's ticket: the
+    // same poll sees it.
+    let Poll::Ready(Some(turn)) = wait.poll(&mut Context::from_waker(Waker::noop())) else {
+        panic!("the return did not end the wait");
+    };
+    assert!(HELD_LEASES.with(|l| l.borrow().is_empty()));
+    assert_eq!(group.take(), Some(bid));
+    turn.used();
+}
+
+thread_local! {
+    static RELEASE_ON_CLONE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+static RELEASING: std::task::RawWakerVTable = std::task::RawWakerVTable::new(
+    |data| {
+        if RELEASE_ON_CLONE.with(|r| r.replace(false)) {
+            let leases = HELD_LEASES.with(|l| std::mem::take(&mut *l.borrow_mut()));
+            drop(leases);
+        }
+        std::task::RawWaker::new(data, &RELEASING)
+    },
+    |_| {},
+    |_| {},
+    |_| {},
+);
+
+/// A waker whose next clone gives back the leases the thread holds (as a waker's clone may
+/// run any code, here a task's cleanup).
+fn releasing_on_clone() -> Waker {
+    RELEASE_ON_CLONE.with(|r| r.set(true));
+    // SAFETY: the vtable ignores `data` (null), and its functions are sound for any.
+    unsafe { Waker::from_raw(std::task::RawWaker::new(std::ptr::null(), &RELEASING)) }
+}
+
+/// Review AM: a wait cloned its waker with the group's waiters borrowed; a clone that gave
+/// a buffer back panicked with "already borrowed". The return comes before the wait
+/// queued: the wait ends.
+#[test]
+fn a_waker_whose_clone_gives_a_buffer_back_ends_the_wait_it_queues() {
+    let group = BufGroup::new_user(1, 2, 64).unwrap();
+    let bid = group.take().unwrap();
+    HELD_LEASES.with(|l| l.borrow_mut().push(lease(&group, bid, 1).unwrap()));
+    let mut wait = group.wait_return(group.returns());
+    let waker = releasing_on_clone();
+    assert!(matches!(
+        wait.poll(&mut Context::from_waker(&waker)),
+        Poll::Ready(None)
+    ));
+    assert_eq!(group.take(), Some(bid));
+}
+
+/// The same for a queued wait polled with a new waker: the return its clone makes is this
+/// wait's turn, taken at once.
+#[test]
+fn a_waker_whose_clone_gives_a_buffer_back_gives_the_wait_its_turn() {
+    let group = BufGroup::new_user(1, 2, 64).unwrap();
+    let bid = group.take().unwrap();
+    HELD_LEASES.with(|l| l.borrow_mut().push(lease(&group, bid, 1).unwrap()));
+    let mut wait = group.wait_return(group.returns());
     assert!(wait
         .poll(&mut Context::from_waker(Waker::noop()))
         .is_pending());
-    assert!(HELD_LEASES.with(|l| l.borrow().is_empty()));
-    let Poll::Ready(Some(turn)) = wait.poll(&mut Context::from_waker(Waker::noop())) else {
-        panic!("the return did not end the wait");
+    let waker = releasing_on_clone();
+    let Poll::Ready(Some(turn)) = wait.poll(&mut Context::from_waker(&waker)) else {
+        panic!("the return made during the clone did not end the wait");
     };
     assert_eq!(group.take(), Some(bid));
     turn.used();
