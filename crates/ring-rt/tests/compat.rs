@@ -77,6 +77,18 @@ fn main() {
             read_ahead_given_back_comes_before_what_a_receive_stream_holds,
         ),
         (
+            "read_ahead_given_back_comes_before_what_a_read_in_flight_gets",
+            read_ahead_given_back_comes_before_what_a_read_in_flight_gets,
+        ),
+        (
+            "read_ahead_given_back_reaches_a_read_in_flight",
+            read_ahead_given_back_reaches_a_read_in_flight,
+        ),
+        (
+            "a_read_recalled_for_bytes_another_read_took_reads_on",
+            a_read_recalled_for_bytes_another_read_took_reads_on,
+        ),
+        (
             "a_huge_read_capacity_is_out_of_memory",
             a_huge_read_capacity_is_out_of_memory,
         ),
@@ -157,6 +169,113 @@ fn read_ahead_given_back_comes_before_what_a_receive_stream_holds(kind: BackendK
         );
         Ok(Completion::Completed)
     }))?
+}
+
+/// An adapter read ahead; a task's `read` then holds the socket's receive turn in the
+/// kernel, waiting for data. The adapter is dropped (its bytes go back on the socket), then
+/// the peer writes more: the read gives the adapter's bytes first, the next read the newer
+/// ones. Review AM: the read in flight was not told, took the newer bytes, and the
+/// put-back ones came after them ("WORLD" before "ello"), on both backends.
+fn read_ahead_given_back_comes_before_what_a_read_in_flight_gets(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(bounded(LIMIT, async {
+        let (a, b, read) = read_in_flight_behind_read_ahead().await?;
+        a.write_all(&b"WORLD"[..]).await.0?;
+        let first = timeout(Duration::from_secs(5), read)
+            .await
+            .map_err(|_| "the read in flight hung")???;
+        let (n, buf) = timeout(Duration::from_secs(5), b.read(Vec::with_capacity(16)))
+            .await
+            .map_err(|_| "the next read hung")?;
+        let second = String::from_utf8_lossy(&buf[..n?]).into_owned();
+        check!(
+            first == "ello" && second == "WORLD",
+            "reads gave {first:?} then {second:?}"
+        );
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// As above with nothing more written: the read in flight gets the put-back bytes. Review
+/// AM: it stayed in the kernel waiting for new data while they sat on the socket.
+fn read_ahead_given_back_reaches_a_read_in_flight(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(bounded(LIMIT, async {
+        let (_a, _b, read) = read_in_flight_behind_read_ahead().await?;
+        let first = timeout(Duration::from_secs(5), read)
+            .await
+            .map_err(|_| "the read in flight waited with bytes queued")???;
+        check!(first == "ello", "the read gave {first:?}");
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// As above with a second read waiting in line when the adapter is dropped: one of the two
+/// gets the put-back bytes, the other what the peer sends next; neither fails. (The read in
+/// flight is cancelled to come back for the bytes; finding them taken, it goes back to the
+/// kernel. A first version reported that cancel as the read's error.)
+fn a_read_recalled_for_bytes_another_read_took_reads_on(kind: BackendKind) -> Outcome {
+    use tokio::io::AsyncBufReadExt;
+    let rt = runtime!(kind);
+    rt.block_on(bounded(LIMIT, async {
+        let (a, b) = UnixStream::pair()?;
+        let b = Rc::new(b);
+        a.write_all(&b"hello"[..]).await.0?;
+        let mut adapter = Compat::from_rc(b.clone()).with_capacity(64, 0);
+        check!(adapter.fill_buf().await? == b"hello", "the read-ahead");
+        std::pin::Pin::new(&mut adapter).consume(1);
+        let reads: Vec<_> = (0..2)
+            .map(|_| {
+                let reader = b.clone();
+                ring_rt::spawn(async move {
+                    let (n, buf) = reader.read(Vec::with_capacity(16)).await;
+                    n.map(|n| String::from_utf8_lossy(&buf[..n]).into_owned())
+                })
+            })
+            .collect();
+        sleep(Duration::from_millis(20)).await;
+        drop(adapter);
+        sleep(Duration::from_millis(20)).await;
+        a.write_all(&b"ok"[..]).await.0?;
+        let mut got = Vec::new();
+        for read in reads {
+            let res = timeout(Duration::from_secs(5), read)
+                .await
+                .map_err(|_| "a read hung")??;
+            got.push(res.map_err(|e| format!("a read failed: {e}"))?);
+        }
+        got.sort();
+        check!(got == ["ello", "ok"], "the reads gave {got:?}");
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// A pair whose second end had "hello" read ahead by an adapter (one byte consumed), and a
+/// task whose `read` of it waits in the kernel when the adapter is dropped (giving "ello"
+/// back). Returns the ends and the task.
+async fn read_in_flight_behind_read_ahead() -> std::io::Result<(
+    UnixStream,
+    Rc<UnixStream>,
+    ring_rt::JoinHandle<std::io::Result<String>>,
+)> {
+    use tokio::io::AsyncBufReadExt;
+    let (a, b) = UnixStream::pair()?;
+    let b = Rc::new(b);
+    a.write_all(&b"hello"[..]).await.0?;
+    let mut adapter = Compat::from_rc(b.clone()).with_capacity(64, 0);
+    let ahead = adapter.fill_buf().await?;
+    assert_eq!(ahead, b"hello", "the adapter's read-ahead");
+    std::pin::Pin::new(&mut adapter).consume(1);
+    let reader = b.clone();
+    let read = ring_rt::spawn(async move {
+        let (n, buf) = reader.read(Vec::with_capacity(16)).await;
+        Ok(String::from_utf8_lossy(&buf[..n?]).into_owned())
+    });
+    // The read starts and waits in the kernel (or for readiness) with the turn.
+    sleep(Duration::from_millis(20)).await;
+    drop(adapter);
+    sleep(Duration::from_millis(20)).await;
+    Ok((a, b, read))
 }
 
 const LIMIT: Duration = Duration::from_secs(20);

@@ -1,6 +1,7 @@
 //! The wakers a receive leaves with the runtime, on both backends: one per waiting receive
 //! (the last it was polled with), none once it is dropped or done, and a receive starved
-//! of pool buffers still woken by data queued on its socket (reviews AI and AJ).
+//! of pool buffers still woken by data queued on its socket (reviews AI and AJ). Wakers
+//! whose `clone` or `drop` runs code that reaches the runtime again: receives, timers.
 
 #[macro_use]
 mod support;
@@ -56,8 +57,20 @@ fn main() {
             a_receive_whose_waker_clone_queues_bytes_is_woken,
         ),
         (
+            "a_read_whose_waker_clone_gives_read_ahead_back_gets_it",
+            a_read_whose_waker_clone_gives_read_ahead_back_gets_it,
+        ),
+        (
             "a_receive_stream_whose_waker_clone_queues_bytes_gets_them",
             a_receive_stream_whose_waker_clone_queues_bytes_gets_them,
+        ),
+        (
+            "a_sleep_whose_waker_clone_drops_another_sleep",
+            a_sleep_whose_waker_clone_drops_another_sleep,
+        ),
+        (
+            "a_sleep_whose_stored_waker_drops_another_sleep_as_it_goes",
+            a_sleep_whose_stored_waker_drops_another_sleep_as_it_goes,
         ),
         (
             "a_waker_whose_clone_drops_a_receive_in_line",
@@ -474,6 +487,10 @@ fn a_receive_dropped_after_its_runtime_leaves_no_waker(kind: BackendKind) -> Out
 thread_local! {
     /// Run by the next clone of a hooked waker (see `with_hook`).
     static ON_CLONE: RefCell<Option<Box<dyn FnOnce()>>> = const { RefCell::new(None) };
+    /// Run by the next drop of a hooked waker.
+    static ON_DROP: RefCell<Option<Box<dyn FnOnce()>>> = const { RefCell::new(None) };
+    /// A timer a hooked waker's `clone` or `drop` drops.
+    static OTHER_SLEEP: RefCell<Option<Pin<Box<ring_rt::time::Sleep>>>> = const { RefCell::new(None) };
     /// The task a hooked waker's wakes wake.
     static TASK: RefCell<Option<Waker>> = const { RefCell::new(None) };
 }
@@ -487,8 +504,18 @@ static HOOKED: RawWakerVTable = RawWakerVTable::new(
     },
     |_| wake_task(),
     |_| wake_task(),
-    |_| {},
+    |_| {
+        if let Some(hook) = ON_DROP.with(|h| h.borrow_mut().take()) {
+            hook();
+        }
+    },
 );
+
+/// A hooked waker (see `with_hook`), made by the test itself.
+fn hooked() -> Waker {
+    // SAFETY: the vtable ignores `data` (null), and its functions are sound for any.
+    unsafe { Waker::from_raw(RawWaker::new(std::ptr::null(), &HOOKED)) }
+}
 
 fn wake_task() {
     TASK.with(|t| {
@@ -505,11 +532,78 @@ async fn with_hook<F: Future + Unpin>(mut fut: F, on_clone: impl FnOnce() + 'sta
     ON_CLONE.with(|h| *h.borrow_mut() = Some(Box::new(on_clone)));
     std::future::poll_fn(move |cx| {
         TASK.with(|t| *t.borrow_mut() = Some(cx.waker().clone()));
-        // SAFETY: the vtable ignores `data` (null), and its functions are sound for any.
-        let hooked = unsafe { Waker::from_raw(RawWaker::new(std::ptr::null(), &HOOKED)) };
+        let hooked = hooked();
         Pin::new(&mut fut).poll(&mut Context::from_waker(&hooked))
     })
     .await
+}
+
+/// A sleep registered with the worker's timers, kept where a waker reaches it.
+fn park_other_sleep() -> Result<(), &'static str> {
+    let mut other = Box::pin(sleep(Duration::from_secs(60)));
+    let polled = other.as_mut().poll(&mut Context::from_waker(Waker::noop()));
+    if polled.is_ready() {
+        return Err("a sleep of a minute was over");
+    }
+    OTHER_SLEEP.with(|o| *o.borrow_mut() = Some(other));
+    Ok(())
+}
+
+fn drop_other_sleep() {
+    drop(OTHER_SLEEP.with(|o| o.borrow_mut().take()));
+}
+
+/// A sleep is polled with a waker whose `clone` drops another sleep of the same worker.
+/// Review AM's sweep found the class; the timers had it too: the clone ran with the
+/// worker's timers borrowed, and the other sleep's removal panicked ("already borrowed").
+fn a_sleep_whose_waker_clone_drops_another_sleep(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let out = rt.block_on(bounded(LIMIT, async {
+        park_other_sleep()?;
+        with_hook(Box::pin(sleep(Duration::from_millis(5))), drop_other_sleep).await;
+        check!(
+            OTHER_SLEEP.with(|o| o.borrow().is_none()),
+            "the clone did not run"
+        );
+        Ok(Completion::Completed)
+    }));
+    drop(TASK.with(|t| t.borrow_mut().take()));
+    out?
+}
+
+/// A sleep whose stored waker's `drop` drops another sleep is dropped (and, in a second
+/// round, polled with a new waker, which replaces the stored one). The stored waker was
+/// dropped with the timers borrowed: the other sleep's removal panicked, inside a drop.
+fn a_sleep_whose_stored_waker_drops_another_sleep_as_it_goes(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let out = rt.block_on(bounded(LIMIT, async {
+        for replace in [false, true] {
+            park_other_sleep()?;
+            let mut timer = Box::pin(sleep(Duration::from_secs(60)));
+            let waker = hooked();
+            check!(
+                timer
+                    .as_mut()
+                    .poll(&mut Context::from_waker(&waker))
+                    .is_pending(),
+                "a sleep of a minute was over"
+            );
+            drop(waker);
+            ON_DROP.with(|h| *h.borrow_mut() = Some(Box::new(drop_other_sleep)));
+            if replace {
+                let polled = timer.as_mut().poll(&mut Context::from_waker(Waker::noop()));
+                check!(polled.is_pending(), "a sleep of a minute was over");
+            }
+            drop(timer);
+            check!(
+                OTHER_SLEEP.with(|o| o.borrow().is_none()),
+                "the stored waker was not dropped"
+            );
+        }
+        Ok(Completion::Completed)
+    }));
+    drop(ON_DROP.with(|h| h.borrow_mut().take()));
+    out?
 }
 
 /// A read waits in line behind one that got its data; the turn is free but the read first
@@ -547,9 +641,11 @@ fn a_receive_whose_waker_clone_frees_the_turn_is_woken(kind: BackendKind) -> Out
     out?
 }
 
-/// An adapter read ahead; another read holds the turn in the kernel. A read's waker, cloned
-/// as it waits in line, drops the adapter, which puts its bytes back on the socket: the
-/// read is woken and gets them (review AL: it waited for ever with them queued).
+/// An adapter read ahead; another read holds the turn in the kernel (one bounded by a
+/// timeout, which is not recalled for put-back bytes: a plain read would come back for them
+/// itself). A read's waker, cloned as it waits in line, drops the adapter, which puts its
+/// bytes back on the socket: the read is woken and gets them (review AL: it waited for ever
+/// with them queued).
 fn a_receive_whose_waker_clone_queues_bytes_is_woken(kind: BackendKind) -> Outcome {
     let rt = runtime!(kind);
     let out = rt.block_on(bounded(LIMIT, async {
@@ -563,8 +659,52 @@ fn a_receive_whose_waker_clone_queues_bytes_is_woken(kind: BackendKind) -> Outco
         );
         Pin::new(&mut adapter).consume(1);
         let holder = b.clone();
-        let _holding = ring_rt::spawn(async move { holder.read(Vec::with_capacity(8)).await });
+        let holding = ring_rt::spawn(async move {
+            let (n, buf) = holder
+                .read(Vec::with_capacity(8))
+                .timeout(Duration::from_secs(60))
+                .await;
+            n.map(|n| buf[..n].to_vec())
+        });
         ring_rt::yield_now().await; // it holds the turn, in the kernel
+        let reader = b.clone();
+        let read = ring_rt::spawn(async move {
+            let read = Box::pin(reader.read(Vec::with_capacity(8)).into_future());
+            with_hook(read, move || drop(adapter)).await
+        });
+        let (n, buf) = timeout(Duration::from_secs(5), read)
+            .await
+            .map_err(|_| "the read waited with the adapter's bytes queued")??;
+        check!(&buf[..n?] == b"ello", "the read got {buf:?}");
+        a.write_all(&b"ok"[..]).await.0?;
+        let held = timeout(Duration::from_secs(5), holding)
+            .await
+            .map_err(|_| "the read holding the turn missed what came next")???;
+        check!(held == b"ok", "the read holding the turn got {held:?}");
+        Ok(Completion::Completed)
+    }));
+    drop(TASK.with(|t| t.borrow_mut().take()));
+    drop(ON_CLONE.with(|h| h.borrow_mut().take()));
+    out?
+}
+
+/// An adapter read ahead and let the turn go. A read takes the turn, and the waker it
+/// leaves where its op waits (the op table, or epoll's readiness wait) is cloned there,
+/// dropping the adapter: its bytes go back on the socket while the read waits for newer
+/// ones, and nothing more is sent. The read comes back for them. Review AM: it waited for
+/// ever (the put-back told the waiting receives, not the one holding the turn).
+fn a_read_whose_waker_clone_gives_read_ahead_back_gets_it(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let out = rt.block_on(bounded(LIMIT, async {
+        let (a, b) = UnixStream::pair()?;
+        let b = Rc::new(b);
+        a.write_all(&b"hello"[..]).await.0?;
+        let mut adapter = Compat::from_rc(b.clone());
+        check!(
+            adapter.fill_buf().await? == b"hello",
+            "the adapter's read-ahead"
+        );
+        Pin::new(&mut adapter).consume(1);
         let reader = b.clone();
         let read = ring_rt::spawn(async move {
             let read = Box::pin(reader.read(Vec::with_capacity(8)).into_future());

@@ -667,6 +667,16 @@ impl Mechanism for EpollBackend {
         self.unpark(fd, events, key);
     }
 
+    /// A read waits for readiness with nothing in flight: every reader of `fd` is woken
+    /// (a wake without the recall costs a syscall that says `EAGAIN`, and a wait again).
+    fn recall_receive(&mut self, fd: RawFd, _id: Option<OpId>) {
+        if let Some(reg) = usize::try_from(fd).ok().and_then(|i| self.regs.get_mut(i)) {
+            for waker in std::mem::take(&mut reg.readers) {
+                self.woken.wake(waker);
+            }
+        }
+    }
+
     fn is_live(&self, id: OpId) -> bool {
         self.ops.contains(id)
     }

@@ -504,6 +504,12 @@ pub(crate) trait Mechanism {
     /// again by new tasks) do not pile up their tasks' wakers until it is ready.
     fn readiness_dropped(&mut self, fd: RawFd, events: u32, key: ParkKey);
 
+    /// A one-shot receive of `fd` holding the socket's receive turn must come back: bytes
+    /// were put back in front of what it waits for. `id`, its op in the kernel if known, is
+    /// cancelled (io_uring); the readiness waits of `fd`'s readers are woken (epoll), to
+    /// find the bytes when polled.
+    fn recall_receive(&mut self, fd: RawFd, id: Option<OpId>);
+
     /// Whether op `id` is still in the op table (its final completion not yet taken).
     fn is_live(&self, id: OpId) -> bool;
 
@@ -639,6 +645,9 @@ impl Mechanism for Backend {
     }
     fn readiness_dropped(&mut self, fd: RawFd, events: u32, key: ParkKey) {
         each!(self, b => b.readiness_dropped(fd, events, key))
+    }
+    fn recall_receive(&mut self, fd: RawFd, id: Option<OpId>) {
+        each!(self, b => b.recall_receive(fd, id))
     }
     fn is_live(&self, id: OpId) -> bool {
         each!(self, b => b.is_live(id))

@@ -269,6 +269,15 @@ impl Mechanism for UringBackend {
     /// waker goes with it when it is orphaned.
     fn readiness_dropped(&mut self, _fd: RawFd, _events: u32, _key: ParkKey) {}
 
+    /// The receive's op is cancelled; it completes with `ECANCELED` (or with what it got
+    /// first) and finds the bytes then. Without an id there is nothing in the kernel to
+    /// call back.
+    fn recall_receive(&mut self, _fd: RawFd, id: Option<OpId>) {
+        if let Some(id) = id {
+            self.driver.cancel(id);
+        }
+    }
+
     fn is_live(&self, id: OpId) -> bool {
         self.driver.ops().contains(id)
     }

@@ -224,7 +224,10 @@ macro_rules! stream_methods {
         /// to the stream: its next receive returns them first.
         #[cfg(any(feature = "tokio-io", feature = "futures-io"))]
         pub(crate) fn unread(&self, bytes: Vec<u8>) {
-            self.socket.unclaimed().unread(bytes);
+            if let Some(op) = self.socket.unclaimed().unread(bytes) {
+                // A read holding the turn waits for newer bytes: it comes back for these.
+                self.socket.core.recall_receive(self.socket.fd(), op);
+            }
         }
 
         /// Sends what of `bufs` the socket's buffer takes now, from the caller's memory

@@ -67,6 +67,31 @@ pub trait OpDef: Operation + Unpin + 'static {
     /// takes its socket's receive turn.
     fn claim(&mut self) {}
 
+    /// The op went to the backend as `id`, on its own (not in a chain): a stream read
+    /// holding its socket's receive turn records it, to be recalled by bytes put back in
+    /// front of what it gets (see [`is_recalled`](Self::is_recalled)).
+    fn started(&self, _id: OpId) {}
+
+    /// Bytes were put back on the op's socket in front of what it waits for (an adapter
+    /// dropped with read-ahead): it must come back for them. With nothing of it in the
+    /// kernel it completes now (its `complete` gives them); in the kernel it is cancelled,
+    /// once (see [`take_recall`](Self::take_recall)), and its completion gives them.
+    fn is_recalled(&self) -> bool {
+        false
+    }
+
+    /// The op's final completion says it was recalled and found nothing left: it starts
+    /// again instead (a stream read cancelled for put-back bytes another receive took).
+    fn restarts_after(&self, _cqe: &Cqe) -> bool {
+        false
+    }
+
+    /// Whether the recalled op's cancel is still to be sent (true once, and only if the
+    /// socket's `unread` did not send it).
+    fn take_recall(&self) -> bool {
+        false
+    }
+
     /// In a chain, before the op starts: a receive goes on with the receive turn an
     /// earlier op of the chain holds on the same socket.
     fn adopt_turn(&mut self, _turns: &ChainTurns) {}
@@ -200,7 +225,11 @@ impl<T: OpDef> Future for Op<T> {
                         Ok(Start::Token(token)) => this.run(token),
                         Ok(Start::Waiting(token)) => {
                             this.run(token);
-                            return Poll::Pending;
+                            // Recalled while it started (a waker's clone dropped an
+                            // adapter): dealt with now, as no wake says so.
+                            if !this.is_recalled() {
+                                return Poll::Pending;
+                            }
                         }
                         Ok(Start::Done(cqe)) => return Poll::Ready(this.finish(cqe)),
                         Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
@@ -212,6 +241,11 @@ impl<T: OpDef> Future for Op<T> {
                     }
                 }
                 State::Running(op, token) => {
+                    if op.is_recalled() {
+                        if let Some(cqe) = recall(&this.core, op, token) {
+                            return Poll::Ready(this.finish(cqe));
+                        }
+                    }
                     let cqe = match this.core.poll(token, op, cx.waker()) {
                         Poll::Pending => return Poll::Pending,
                         Poll::Ready(Ok(cqe)) => cqe,
@@ -224,6 +258,10 @@ impl<T: OpDef> Future for Op<T> {
                     };
                     if cqe.is_more() {
                         op.on_more(cqe);
+                        continue;
+                    }
+                    if op.restarts_after(&cqe) {
+                        this.restart();
                         continue;
                     }
                     return Poll::Ready(this.finish(cqe));
@@ -248,7 +286,23 @@ impl<T: OpDef> Op<T> {
         let State::Unstarted(op) = std::mem::replace(&mut self.state, State::Done) else {
             unreachable!("an op starts once, from Unstarted")
         };
+        if let Some((id, _)) = token.in_flight() {
+            op.started(id);
+        }
         self.state = State::Running(op, token);
+    }
+
+    /// Running -> Unstarted, after its final completion (see [`OpDef::restarts_after`]).
+    fn restart(&mut self) {
+        let State::Running(op, _) = std::mem::replace(&mut self.state, State::Done) else {
+            unreachable!("only a running op restarts")
+        };
+        self.state = State::Unstarted(op);
+    }
+
+    /// Whether the running op was recalled (see [`OpDef::is_recalled`]).
+    fn is_recalled(&self) -> bool {
+        matches!(&self.state, State::Running(op, _) if op.is_recalled())
     }
 
     /// Completes the op with its final CQE.
@@ -256,6 +310,28 @@ impl<T: OpDef> Op<T> {
         match std::mem::replace(&mut self.state, State::Done) {
             State::Unstarted(op) | State::Running(op, _) => op.complete(cqe),
             State::Done => unreachable!("an op finishes once"),
+        }
+    }
+}
+
+/// Recalls a running op (see [`OpDef::is_recalled`]): `Some` with the CQE to complete it
+/// by when nothing of it is in the kernel (a readiness wait, let go); else its cancel is
+/// sent, once, and `None`: its completion comes through the backend.
+fn recall<T: OpDef>(core: &Core, op: &T, token: &Token) -> Option<Cqe> {
+    match token.in_flight() {
+        Some((id, true)) => {
+            if op.take_recall() {
+                core.recall_receive(op.fd().unwrap_or(-1), Some(id));
+            }
+            None
+        }
+        Some((poll, false)) => {
+            core.orphan(poll, Box::new(Keep(())));
+            Some(Cqe::new(0, -libc::ECANCELED, 0))
+        }
+        None => {
+            core.parked_wait_dropped(token);
+            Some(Cqe::new(0, -libc::ECANCELED, 0))
         }
     }
 }

@@ -9,6 +9,7 @@ use io_uring::{opcode, squeue, types};
 use ring_core::buf_pool::{BufGroup, BufMode};
 use ring_core::cqe::Cqe;
 use ring_core::lifecycle::{Deferred, Orphan};
+use ring_core::user_data::OpId;
 use socket2::{SockAddr, SockAddrStorage};
 
 use super::multishot::MultishotDef;
@@ -331,10 +332,35 @@ unsafe impl<B: IoBufMut> Operation for Recv<B> {
 impl<B: IoBufMut> OpDef for Recv<B> {
     type Output = (io::Result<usize>, B);
 
-    fn complete(self, cqe: Cqe) -> Self::Output {
+    fn complete(mut self, cqe: Cqe) -> Self::Output {
+        let cqe = self.behind_put_back(cqe);
         // SAFETY: `cqe` is this op's final completion, a read into the start of `buf` (by
-        // the kernel, or from unclaimed bytes by `poll_prepare`).
+        // the kernel, or from unclaimed bytes by `poll_prepare` or `behind_put_back`).
         unsafe { read_output(&cqe, self.buf) }
+    }
+
+    fn started(&self, id: OpId) {
+        if self.is_stream && self.turn.holds() {
+            self.unclaimed.one_shot_started(id);
+        }
+    }
+
+    fn is_recalled(&self) -> bool {
+        self.is_stream && self.turn.holds() && self.unclaimed.has_items()
+    }
+
+    fn take_recall(&self) -> bool {
+        self.unclaimed.take_turn_op().is_some()
+    }
+
+    /// Cancelled by a recall (no cancel of a user's reaches a plain op: a timeout's goes to
+    /// its chain), with the put-back bytes taken by another receive meanwhile: it goes back
+    /// to the kernel, still holding the turn, rather than report a cancel nobody asked for.
+    fn restarts_after(&self, cqe: &Cqe) -> bool {
+        cqe.res == -libc::ECANCELED
+            && self.is_stream
+            && self.turn.holds()
+            && !self.unclaimed.has_items()
     }
 
     fn poll_prepare(&mut self, cx: &mut Context<'_>) -> Poll<Option<Cqe>> {
@@ -387,6 +413,34 @@ impl<B: IoBufMut> OpDef for Recv<B> {
         if let Some(item) = self.item(cqe.res) {
             self.unclaimed.push_front(item);
         }
+    }
+}
+
+impl<B: IoBufMut> Recv<B> {
+    /// A stream read that held its socket's turn, finishing with bytes queued on the socket:
+    /// they were put back in front while it was in the kernel (an adapter dropped with
+    /// read-ahead), so they are older than what it got. What it got goes behind them and
+    /// it gives the first of them instead (review AM: it gave the newer bytes first). A
+    /// read recalled for them (cancelled, or woken from its readiness wait) gives them
+    /// too; an error is reported, the bytes staying for the next read.
+    fn behind_put_back(&mut self, cqe: Cqe) -> Cqe {
+        if !self.is_stream || !self.turn.holds() || !self.unclaimed.has_items() {
+            return cqe;
+        }
+        match cqe.res {
+            n if n > 0 => {
+                let got = received_bytes(&self.buf, n as usize);
+                self.unclaimed.push(Item::Bytes(PooledBuf::owned(got)));
+            }
+            0 => {}
+            res if res == -libc::ECANCELED || res == -libc::ETIMEDOUT => {}
+            _ => return cqe,
+        }
+        let (dst, len) = (self.buf.stable_mut_ptr(), self.buf.bytes_total());
+        // SAFETY: the buffer is writable for bytes_total bytes and, the op being complete,
+        // the kernel is done with it.
+        let n = unsafe { self.unclaimed.take_bytes(dst, len) };
+        Cqe::new(cqe.user_data, n.min(i32::MAX as usize) as i32, cqe.flags)
     }
 }
 

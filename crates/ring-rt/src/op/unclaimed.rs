@@ -15,6 +15,14 @@
 //! multishot receive stays armed); once nobody awaits it, another receive takes the turn
 //! from it, its receive then being orphaned so that what it had goes here. Accepts only
 //! use the queue and wait for dropped accepts to finish.
+//!
+//! Bytes an adapter read ahead go back in front of the queue when it is dropped
+//! ([`Unclaimed::unread`]): they are older than anything a receive in the kernel gets. A
+//! stream holding the turn then lets it go; a one-shot read holding it is recalled (its op
+//! cancelled, or its readiness wait woken), takes them, and queues what it got behind
+//! them. A read in a kernel-linked chain, or bounded by `.timeout()`, is not recalled
+//! (cancelling it would end its chain, or report a timeout early): it keeps the order the
+//! same way when it completes, but waits for that.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -72,8 +80,10 @@ pub(crate) struct Unclaimed {
     /// would only bounce the turn between two receivers that both wait). An idle stream
     /// gives it up.
     hold_awaited: Cell<bool>,
-    /// The holding stream's receive in the kernel, once armed (`None`: nothing in flight).
-    hold_op: Cell<Option<OpId>>,
+    /// The receive holding the turn in the kernel: the holding stream's once armed, or a
+    /// one-shot receive's whose future awaits it (`None`: nothing known in flight). Bytes
+    /// put back in front (an adapter dropped) make a one-shot receive come back for them.
+    turn_op: Cell<Option<OpId>>,
     /// The holding stream's worker and receive group: what orphaning its receive needs.
     hold_owner: Cell<Option<(Rc<Core>, BufGroup)>>,
     /// The last number handed out, to a stream's hold (so a stream can tell its hold was
@@ -167,6 +177,11 @@ impl TurnSlot {
         let granted = turn.is_some();
         self.turn = turn.map(Rc::new);
         Poll::Ready(granted)
+    }
+
+    /// Whether the receive holds its socket's turn (it went, or goes, to the kernel).
+    pub(crate) fn holds(&self) -> bool {
+        self.turn.is_some()
     }
 
     /// Whether the receive would have to wait before it could go into a kernel-linked chain.
@@ -406,7 +421,7 @@ impl Unclaimed {
             self.stop_waiting(number.get());
         }
         self.hold_awaited.set(false);
-        (self.hold_op.take(), self.hold_owner.take())
+        (self.turn_op.take(), self.hold_owner.take())
     }
 
     /// A receive stream keeps `turn` between its `next` calls, until
@@ -423,7 +438,7 @@ impl Unclaimed {
         let number = self.next_number();
         self.hold.set(Some(number));
         self.hold_awaited.set(true);
-        self.hold_op.set(None);
+        self.turn_op.set(None);
         // The owner it replaces (none: the turn was free) drops after the cells are set.
         drop(self.hold_owner.replace(Some((core, group))));
         number
@@ -448,7 +463,7 @@ impl Unclaimed {
     /// Records the receive the stream's hold `number` has in the kernel.
     pub(crate) fn stream_op(&self, number: NonZeroU64, op: Option<OpId>) {
         if self.stream_holds(number) {
-            self.hold_op.set(op);
+            self.turn_op.set(op);
         }
     }
 
@@ -473,16 +488,43 @@ impl Unclaimed {
 
     /// Puts bytes read ahead but never handed out back in front of the queue (an
     /// adapter dropped with data in its buffer): they are older than anything here.
+    ///
+    /// Returns `Some` when a one-shot receive holds the turn: it waits in the kernel (or for
+    /// readiness) for bytes newer than these, and must come back for them (review AM: it
+    /// took the newer bytes first, or waited for ever with these queued). The caller
+    /// recalls it: the op in the kernel, if known, is cancelled; an epoll read waiting for
+    /// readiness is woken. A receive stream holding the turn is woken here instead, and
+    /// lets its turn go.
     #[cfg(any(feature = "tokio-io", feature = "futures-io"))]
-    pub(crate) fn unread(&self, bytes: Vec<u8>) {
-        if !bytes.is_empty() {
-            self.push_front(Item::Bytes(PooledBuf::owned(bytes)));
-            self.wake_all();
+    pub(crate) fn unread(&self, bytes: Vec<u8>) -> Option<Option<OpId>> {
+        if bytes.is_empty() {
+            return None;
         }
+        self.push_front(Item::Bytes(PooledBuf::owned(bytes)));
+        self.wake_all();
+        (self.turn_held.get() && self.hold.get().is_none()).then(|| self.turn_op.take())
+    }
+
+    /// A one-shot receive holding the turn went to the kernel as op `id`: bytes put back
+    /// in front of what it gets recall it (see [`unread`](Self::unread)).
+    pub(crate) fn one_shot_started(&self, id: OpId) {
+        if self.turn_held.get() && self.hold.get().is_none() {
+            self.turn_op.set(Some(id));
+        }
+    }
+
+    /// The one-shot receive op holding the turn in the kernel, to cancel once: `None` when
+    /// it is not known or was cancelled already.
+    pub(crate) fn take_turn_op(&self) -> Option<OpId> {
+        if self.hold.get().is_some() {
+            return None;
+        }
+        self.turn_op.take()
     }
 
     fn release_turn(&self) {
         self.turn_held.set(false);
+        self.turn_op.set(None);
         self.wake_all();
     }
 

@@ -126,6 +126,15 @@ impl Core {
         }
     }
 
+    /// Recalls the one-shot receive of `fd` holding its socket's turn (see
+    /// [`Mechanism::recall_receive`]); parked if the backend is busy (a waker's clone
+    /// dropped an adapter), as a recall lost would leave the receive waiting for ever.
+    pub(crate) fn recall_receive(&self, fd: std::os::fd::RawFd, id: Option<OpId>) {
+        if self.with_backend(|b| b.recall_receive(fd, id)).is_err() {
+            self.parked.borrow_mut().push(Parked::Recall(fd, id));
+        }
+    }
+
     /// An op waiting for readiness with nothing in flight was dropped (see
     /// [`Mechanism::readiness_dropped`]); parked if the backend is busy.
     pub(crate) fn readiness_dropped(

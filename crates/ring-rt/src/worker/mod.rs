@@ -101,6 +101,7 @@ enum Parked {
     Forget(RawFd),
     Shutdown(RawFd),
     ReadinessDropped(RawFd, u32, crate::backend::ParkKey),
+    Recall(RawFd, Option<OpId>),
 }
 
 impl Core {
@@ -366,6 +367,7 @@ impl Core {
                 Parked::ReadinessDropped(fd, events, key) => {
                     backend.readiness_dropped(fd, events, key)
                 }
+                Parked::Recall(fd, id) => backend.recall_receive(fd, id),
             }
         }
         backend.take_deferred(&mut self.deferred.borrow_mut());

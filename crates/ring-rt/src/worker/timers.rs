@@ -26,16 +26,24 @@ impl Timers {
         key
     }
 
-    pub(crate) fn update(&mut self, key: TimerKey, waker: &Waker) {
-        if let Some(current) = self.map.get_mut(&key) {
-            if !current.will_wake(waker) {
-                *current = waker.clone();
-            }
-        }
+    /// Whether timer `key` is gone (it fired) or already wakes `waker`'s task.
+    fn wakes(&self, key: TimerKey, waker: &Waker) -> bool {
+        self.map
+            .get(&key)
+            .is_none_or(|current| current.will_wake(waker))
     }
 
-    pub(crate) fn remove(&mut self, key: TimerKey) {
-        self.map.remove(&key);
+    /// Gives timer `key` a new waker; the one it replaces is returned, for the caller to
+    /// drop once the timers are no longer borrowed.
+    fn replace(&mut self, key: TimerKey, waker: Waker) -> Option<Waker> {
+        self.map
+            .get_mut(&key)
+            .map(|current| std::mem::replace(current, waker))
+    }
+
+    /// Removes timer `key`; its waker is returned, as for `replace`.
+    fn remove(&mut self, key: TimerKey) -> Option<Waker> {
+        self.map.remove(&key)
     }
 
     /// The earliest deadline, if any timer is pending.
@@ -120,11 +128,25 @@ impl TimerEntry {
         let core = self.core.get_or_insert_with(|| {
             Core::current().expect("a ring-rt timer polled outside a ring-rt runtime")
         });
-        let mut timers = core.timers.borrow_mut();
-        match self.key {
-            Some(key) => timers.update(key, cx.waker()),
-            None => self.key = Some(timers.insert(deadline, cx.waker().clone())),
+        if let Some(key) = self.key {
+            if core.timers.borrow().wakes(key, cx.waker()) {
+                return Poll::Pending;
+            }
         }
+        // Wakers are cloned and dropped outside the borrow: both are code that is not ours
+        // and may drop or poll another timer of this worker ("already borrowed" before).
+        let waker = cx.waker().clone();
+        let replaced = {
+            let mut timers = core.timers.borrow_mut();
+            match self.key {
+                Some(key) => timers.replace(key, waker),
+                None => {
+                    self.key = Some(timers.insert(deadline, waker));
+                    None
+                }
+            }
+        };
+        drop(replaced);
         Poll::Pending
     }
 
@@ -138,7 +160,9 @@ impl TimerEntry {
     /// Removes the timer (a later poll registers it again).
     pub(crate) fn cancel(&mut self) {
         if let (Some(key), Some(core)) = (self.key.take(), &self.core) {
-            core.timers.borrow_mut().remove(key);
+            // Dropped after the borrow (see `poll`).
+            let removed = core.timers.borrow_mut().remove(key);
+            drop(removed);
         }
     }
 }
