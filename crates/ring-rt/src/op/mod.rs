@@ -207,6 +207,7 @@ fn errno_of(err: &io::Error) -> i32 {
 impl<T: OpDef> Future for Op<T> {
     type Output = T::Output;
 
+    #[inline]
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T::Output> {
         let this = &mut *self;
         loop {
@@ -316,7 +317,10 @@ impl<T: OpDef> Op<T> {
 
 /// Recalls a running op (see [`OpDef::is_recalled`]): `Some` with the CQE to complete it
 /// by when nothing of it is in the kernel (a readiness wait, let go); else its cancel is
-/// sent, once, and `None`: its completion comes through the backend.
+/// sent, once, and `None`: its completion comes through the backend. Rare, and kept out of
+/// line: `Op::poll` is every op's hot path.
+#[cold]
+#[inline(never)]
 fn recall<T: OpDef>(core: &Core, op: &T, token: &Token) -> Option<Cqe> {
     match token.in_flight() {
         Some((id, true)) => {
