@@ -89,6 +89,10 @@ fn main() {
             a_read_recalled_for_bytes_another_read_took_reads_on,
         ),
         (
+            "read_ahead_given_back_comes_before_a_dropped_chains_reads",
+            read_ahead_given_back_comes_before_a_dropped_chains_reads,
+        ),
+        (
             "a_huge_read_capacity_is_out_of_memory",
             a_huge_read_capacity_is_out_of_memory,
         ),
@@ -246,6 +250,52 @@ fn a_read_recalled_for_bytes_another_read_took_reads_on(kind: BackendKind) -> Ou
         }
         got.sort();
         check!(got == ["ello", "ok"], "the reads gave {got:?}");
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// A chain's first op reads the socket and ends (with bytes newer than an adapter's
+/// read-ahead); its second op, on another socket, waits. The adapter is dropped (its bytes
+/// go back in front), then the chain: the ended read's bytes go back behind them. Review
+/// AN: they went back in front of everything, giving "WORLD" before "ello" (epoll, and
+/// io_uring whenever a chain runs op by op).
+fn read_ahead_given_back_comes_before_a_dropped_chains_reads(kind: BackendKind) -> Outcome {
+    use std::future::{Future, IntoFuture};
+    use std::task::{Context, Waker};
+    use tokio::io::AsyncBufReadExt;
+    let rt = runtime!(kind);
+    rt.block_on(bounded(LIMIT, async {
+        let (a, b) = UnixStream::pair()?;
+        let b = Rc::new(b);
+        let (_quiet, c) = UnixStream::pair()?;
+        a.write_all(&b"hello"[..]).await.0?;
+        let mut adapter = Compat::from_rc(b.clone());
+        check!(adapter.fill_buf().await? == b"hello", "the read-ahead");
+        std::pin::Pin::new(&mut adapter).consume(1);
+        let mut chain = Box::pin(
+            b.read(Vec::with_capacity(16))
+                .link(c.read(Vec::with_capacity(16)))
+                .into_future(),
+        );
+        let noop = &mut Context::from_waker(Waker::noop());
+        check!(chain.as_mut().poll(noop).is_pending(), "the chain ended");
+        a.write_all(&b"WORLD"[..]).await.0?;
+        sleep(Duration::from_millis(20)).await;
+        check!(chain.as_mut().poll(noop).is_pending(), "the chain ended");
+        drop(adapter);
+        drop(chain);
+        let mut got = Vec::new();
+        while got.len() < 9 {
+            let (n, buf) = timeout(Duration::from_secs(5), b.read(Vec::with_capacity(64)))
+                .await
+                .map_err(|_| "a read hung")?;
+            got.extend_from_slice(&buf[..n?]);
+        }
+        check!(
+            got == b"elloWORLD",
+            "reads gave {:?}",
+            String::from_utf8_lossy(&got)
+        );
         Ok(Completion::Completed)
     }))?
 }

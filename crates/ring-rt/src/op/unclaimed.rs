@@ -100,11 +100,21 @@ struct Lines {
     /// Receives waiting for the turn (or for queued data), first come first served: a
     /// receive stream that keeps re-arming cannot starve a receive that asked before.
     queue: VecDeque<u64>,
+    /// How many items at the front adapters put back: older than anything a receive
+    /// holding the turn got, so what a dropped chain gives back goes behind them.
+    put_back: usize,
 }
 
 impl Lines {
     fn is_empty(&self) -> bool {
         self.items.is_empty() && self.queue.is_empty()
+    }
+
+    /// Takes the first item out (a put-back one first, while there are any).
+    fn pop_front(&mut self) -> Option<Item> {
+        let item = self.items.pop_front()?;
+        self.put_back = self.put_back.saturating_sub(1);
+        Some(item)
     }
 }
 
@@ -239,11 +249,15 @@ impl Unclaimed {
     }
 
     /// Gives back what an ended receive of a dropped chain got, ahead of everything
-    /// queued: it came first (served from the front of this queue, or from the kernel
-    /// while the chain held the turn, when nothing could be queued). A chain gives its
-    /// ended receives back last to first.
+    /// queued but what adapters put back meanwhile: it came first (served from the front of
+    /// this queue, or from the kernel while the chain held the turn, when nothing else
+    /// could be queued), after those (review AN: it went in front of them). A chain gives
+    /// its ended receives back last to first.
     pub(crate) fn push_front(&self, item: Item) {
-        self.add_to_lines(|lines| lines.items.push_front(item));
+        self.add_to_lines(|lines| {
+            let at = lines.put_back.min(lines.items.len());
+            lines.items.insert(at, item);
+        });
     }
 
     /// Runs `f` on the queues, taken out of their cell for it and put back after. `f` runs
@@ -500,7 +514,10 @@ impl Unclaimed {
         if bytes.is_empty() {
             return None;
         }
-        self.push_front(Item::Bytes(PooledBuf::owned(bytes)));
+        self.add_to_lines(|lines| {
+            lines.items.push_front(Item::Bytes(PooledBuf::owned(bytes)));
+            lines.put_back += 1;
+        });
         self.wake_all();
         (self.turn_held.get() && self.hold.get().is_none()).then(|| self.turn_op.take())
     }
@@ -617,7 +634,7 @@ impl Unclaimed {
                 // is the caller's own buffer, `buf` ours).
                 unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), dst, n) };
                 if n == buf.len() {
-                    Some((n, lines.items.pop_front()))
+                    Some((n, lines.pop_front()))
                 } else {
                     buf.consume(n);
                     Some((n, None))
@@ -641,7 +658,7 @@ impl Unclaimed {
                 buf.consume(max);
                 return Some(piece);
             }
-            match lines.items.pop_front() {
+            match lines.pop_front() {
                 Some(Item::Bytes(buf)) => Some(buf),
                 _ => unreachable!("just matched a chunk"),
             }
@@ -651,7 +668,7 @@ impl Unclaimed {
     /// The first unclaimed datagram.
     pub(crate) fn take_datagram(&self) -> Option<(Vec<u8>, Option<SockAddr>)> {
         self.take_from_lines(|lines| match lines.items.front() {
-            Some(Item::Datagram(..)) => match lines.items.pop_front() {
+            Some(Item::Datagram(..)) => match lines.pop_front() {
                 Some(Item::Datagram(data, from)) => Some((data, from)),
                 _ => unreachable!("just matched a datagram"),
             },
@@ -662,7 +679,7 @@ impl Unclaimed {
     /// The first unclaimed connection, with its peer address if known.
     pub(crate) fn take_conn(&self) -> Option<(OwnedFd, Option<SockAddr>)> {
         self.take_from_lines(|lines| match lines.items.front() {
-            Some(Item::Conn(..)) => match lines.items.pop_front() {
+            Some(Item::Conn(..)) => match lines.pop_front() {
                 Some(Item::Conn(fd, peer)) => Some((fd, peer)),
                 _ => unreachable!("just matched a connection"),
             },
