@@ -219,15 +219,9 @@ fn read_ahead_given_back_reaches_a_read_in_flight(kind: BackendKind) -> Outcome 
 /// flight is cancelled to come back for the bytes; finding them taken, it goes back to the
 /// kernel. A first version reported that cancel as the read's error.)
 fn a_read_recalled_for_bytes_another_read_took_reads_on(kind: BackendKind) -> Outcome {
-    use tokio::io::AsyncBufReadExt;
     let rt = runtime!(kind);
     rt.block_on(bounded(LIMIT, async {
-        let (a, b) = UnixStream::pair()?;
-        let b = Rc::new(b);
-        a.write_all(&b"hello"[..]).await.0?;
-        let mut adapter = Compat::from_rc(b.clone()).with_capacity(64, 0);
-        check!(adapter.fill_buf().await? == b"hello", "the read-ahead");
-        std::pin::Pin::new(&mut adapter).consume(1);
+        let (a, b, adapter) = hello_read_ahead().await?;
         let reads: Vec<_> = (0..2)
             .map(|_| {
                 let reader = b.clone();
@@ -262,16 +256,10 @@ fn a_read_recalled_for_bytes_another_read_took_reads_on(kind: BackendKind) -> Ou
 fn read_ahead_given_back_comes_before_a_dropped_chains_reads(kind: BackendKind) -> Outcome {
     use std::future::{Future, IntoFuture};
     use std::task::{Context, Waker};
-    use tokio::io::AsyncBufReadExt;
     let rt = runtime!(kind);
     rt.block_on(bounded(LIMIT, async {
-        let (a, b) = UnixStream::pair()?;
-        let b = Rc::new(b);
+        let (a, b, adapter) = hello_read_ahead().await?;
         let (_quiet, c) = UnixStream::pair()?;
-        a.write_all(&b"hello"[..]).await.0?;
-        let mut adapter = Compat::from_rc(b.clone());
-        check!(adapter.fill_buf().await? == b"hello", "the read-ahead");
-        std::pin::Pin::new(&mut adapter).consume(1);
         let mut chain = Box::pin(
             b.read(Vec::with_capacity(16))
                 .link(c.read(Vec::with_capacity(16)))
@@ -300,6 +288,24 @@ fn read_ahead_given_back_comes_before_a_dropped_chains_reads(kind: BackendKind) 
     }))?
 }
 
+/// A socket pair whose second end (shared) had "hello" read ahead by an adapter, which
+/// handed out the "h": "ello" goes back on the socket when the adapter is dropped.
+async fn hello_read_ahead() -> std::io::Result<(UnixStream, Rc<UnixStream>, Compat<UnixStream>)> {
+    use tokio::io::AsyncBufReadExt;
+    let (a, b) = UnixStream::pair()?;
+    let b = Rc::new(b);
+    a.write_all(&b"hello"[..]).await.0?;
+    let mut adapter = Compat::from_rc(b.clone()).with_capacity(64, 0);
+    let ahead = adapter.fill_buf().await?;
+    if ahead != b"hello" {
+        return Err(std::io::Error::other(format!(
+            "the adapter read {ahead:?} ahead"
+        )));
+    }
+    std::pin::Pin::new(&mut adapter).consume(1);
+    Ok((a, b, adapter))
+}
+
 /// A pair whose second end had "hello" read ahead by an adapter (one byte consumed), and a
 /// task whose `read` of it waits in the kernel when the adapter is dropped (giving "ello"
 /// back). Returns the ends and the task.
@@ -308,14 +314,7 @@ async fn read_in_flight_behind_read_ahead() -> std::io::Result<(
     Rc<UnixStream>,
     ring_rt::JoinHandle<std::io::Result<String>>,
 )> {
-    use tokio::io::AsyncBufReadExt;
-    let (a, b) = UnixStream::pair()?;
-    let b = Rc::new(b);
-    a.write_all(&b"hello"[..]).await.0?;
-    let mut adapter = Compat::from_rc(b.clone()).with_capacity(64, 0);
-    let ahead = adapter.fill_buf().await?;
-    assert_eq!(ahead, b"hello", "the adapter's read-ahead");
-    std::pin::Pin::new(&mut adapter).consume(1);
+    let (a, b, adapter) = hello_read_ahead().await?;
     let reader = b.clone();
     let read = ring_rt::spawn(async move {
         let (n, buf) = reader.read(Vec::with_capacity(16)).await;

@@ -606,6 +606,23 @@ fn a_sleep_whose_stored_waker_drops_another_sleep_as_it_goes(kind: BackendKind) 
     out?
 }
 
+/// A socket pair whose second end (shared) had "hello" read ahead by an adapter, which
+/// handed out the "h": "ello" goes back on the socket when the adapter is dropped.
+async fn hello_read_ahead() -> std::io::Result<(UnixStream, Rc<UnixStream>, Compat<UnixStream>)> {
+    let (a, b) = UnixStream::pair()?;
+    let b = Rc::new(b);
+    a.write_all(&b"hello"[..]).await.0?;
+    let mut adapter = Compat::from_rc(b.clone());
+    let ahead = adapter.fill_buf().await?;
+    if ahead != b"hello" {
+        return Err(std::io::Error::other(format!(
+            "the adapter read {ahead:?} ahead"
+        )));
+    }
+    Pin::new(&mut adapter).consume(1);
+    Ok((a, b, adapter))
+}
+
 /// A read waits in line behind one that got its data; the turn is free but the read first
 /// in line has not been polled since. A third read's waker, cloned as it waits, drops that
 /// first read: the third is then first in line with the turn free, and is woken to take
@@ -649,15 +666,7 @@ fn a_receive_whose_waker_clone_frees_the_turn_is_woken(kind: BackendKind) -> Out
 fn a_receive_whose_waker_clone_queues_bytes_is_woken(kind: BackendKind) -> Outcome {
     let rt = runtime!(kind);
     let out = rt.block_on(bounded(LIMIT, async {
-        let (a, b) = UnixStream::pair()?;
-        let b = Rc::new(b);
-        a.write_all(&b"hello"[..]).await.0?;
-        let mut adapter = Compat::from_rc(b.clone());
-        check!(
-            adapter.fill_buf().await? == b"hello",
-            "the adapter's read-ahead"
-        );
-        Pin::new(&mut adapter).consume(1);
+        let (a, b, adapter) = hello_read_ahead().await?;
         let holder = b.clone();
         let holding = ring_rt::spawn(async move {
             let (n, buf) = holder
@@ -696,15 +705,7 @@ fn a_receive_whose_waker_clone_queues_bytes_is_woken(kind: BackendKind) -> Outco
 fn a_read_whose_waker_clone_gives_read_ahead_back_gets_it(kind: BackendKind) -> Outcome {
     let rt = runtime!(kind);
     let out = rt.block_on(bounded(LIMIT, async {
-        let (a, b) = UnixStream::pair()?;
-        let b = Rc::new(b);
-        a.write_all(&b"hello"[..]).await.0?;
-        let mut adapter = Compat::from_rc(b.clone());
-        check!(
-            adapter.fill_buf().await? == b"hello",
-            "the adapter's read-ahead"
-        );
-        Pin::new(&mut adapter).consume(1);
+        let (a, b, adapter) = hello_read_ahead().await?;
         let reader = b.clone();
         let read = ring_rt::spawn(async move {
             let read = Box::pin(reader.read(Vec::with_capacity(8)).into_future());
@@ -730,15 +731,7 @@ fn a_read_whose_waker_clone_gives_read_ahead_back_gets_it(kind: BackendKind) -> 
 fn a_receive_stream_whose_waker_clone_queues_bytes_gets_them(kind: BackendKind) -> Outcome {
     let rt = runtime!(kind);
     let out = rt.block_on(bounded(LIMIT, async {
-        let (a, b) = UnixStream::pair()?;
-        let b = Rc::new(b);
-        a.write_all(&b"hello"[..]).await.0?;
-        let mut adapter = Compat::from_rc(b.clone());
-        check!(
-            adapter.fill_buf().await? == b"hello",
-            "the adapter's read-ahead"
-        );
-        Pin::new(&mut adapter).consume(1);
+        let (a, b, adapter) = hello_read_ahead().await?;
         let reader = b.clone();
         let next = ring_rt::spawn(async move {
             let mut rx = reader.recv_stream();
