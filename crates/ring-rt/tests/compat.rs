@@ -93,6 +93,10 @@ fn main() {
             read_ahead_given_back_comes_before_a_dropped_chains_reads,
         ),
         (
+            "a_dropped_chains_read_served_from_the_queue_goes_back_first",
+            a_dropped_chains_read_served_from_the_queue_goes_back_first,
+        ),
+        (
             "a_huge_read_capacity_is_out_of_memory",
             a_huge_read_capacity_is_out_of_memory,
         ),
@@ -284,6 +288,57 @@ fn read_ahead_given_back_comes_before_a_dropped_chains_reads(kind: BackendKind) 
             "reads gave {:?}",
             String::from_utf8_lossy(&got)
         );
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// A chain's read is served from the socket's queue (the bytes a dropped adapter gave
+/// back), not from the kernel; the chain waits on another socket and is dropped: its read's
+/// bytes go back at the very front, being the oldest. Review AO: with AN's fix they went
+/// behind what adapters had put back: behind the rest of their own item when the read took
+/// part of it ("loel"), or behind newer bytes a second adapter read ahead and gave back
+/// while the chain waited ("WORLDhello"); both backends.
+fn a_dropped_chains_read_served_from_the_queue_goes_back_first(kind: BackendKind) -> Outcome {
+    use std::future::{Future, IntoFuture};
+    use std::task::{Context, Waker};
+    use tokio::io::AsyncBufReadExt;
+    let rt = runtime!(kind);
+    rt.block_on(bounded(LIMIT, async {
+        for (capacity, newer) in [(2, false), (16, true)] {
+            let (a, b, adapter) = hello_read_ahead().await?;
+            drop(adapter); // "ello" back on the socket
+            let (_quiet, c) = UnixStream::pair()?;
+            let mut chain = Box::pin(
+                b.read(Vec::with_capacity(capacity))
+                    .link(c.read(Vec::with_capacity(16)))
+                    .into_future(),
+            );
+            let noop = &mut Context::from_waker(Waker::noop());
+            check!(chain.as_mut().poll(noop).is_pending(), "the chain ended");
+            sleep(Duration::from_millis(10)).await;
+            check!(chain.as_mut().poll(noop).is_pending(), "the chain ended");
+            a.write_all(&b"WORLD"[..]).await.0?;
+            if newer {
+                let mut second = Compat::from_rc(b.clone());
+                let ahead = timeout(Duration::from_secs(5), second.fill_buf())
+                    .await
+                    .map_err(|_| "the second adapter's read hung")??;
+                check!(ahead == b"WORLD", "the second adapter read {ahead:?}");
+            }
+            drop(chain);
+            let mut got = Vec::new();
+            while got.len() < 9 {
+                let (n, buf) = timeout(Duration::from_secs(5), b.read(Vec::with_capacity(64)))
+                    .await
+                    .map_err(|_| "a read hung")?;
+                got.extend_from_slice(&buf[..n?]);
+            }
+            check!(
+                got == b"elloWORLD",
+                "read capacity {capacity}: reads gave {:?}",
+                String::from_utf8_lossy(&got)
+            );
+        }
         Ok(Completion::Completed)
     }))?
 }

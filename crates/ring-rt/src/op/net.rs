@@ -411,7 +411,7 @@ impl<B: IoBufMut> OpDef for Recv<B> {
 
     fn give_back(self, cqe: &Cqe, _deferred: &mut Deferred) {
         if let Some(item) = self.item(cqe.res) {
-            self.unclaimed.push_front(item);
+            self.unclaimed.push_front(item, self.turn.holds());
         }
     }
 }
@@ -993,7 +993,7 @@ impl<B: IoBufMut> OpDef for RecvMsg<B> {
 
     fn give_back(self, cqe: &Cqe, _deferred: &mut Deferred) {
         if let Some(item) = self.item(cqe.res) {
-            self.unclaimed.push_front(item);
+            self.unclaimed.push_front(item, self.turn.holds());
         }
     }
 }

@@ -249,14 +249,17 @@ impl Unclaimed {
     }
 
     /// Gives back what an ended receive of a dropped chain got, ahead of everything
-    /// queued but what adapters put back meanwhile: it came first (served from the front of
-    /// this queue, or from the kernel while the chain held the turn, when nothing else
-    /// could be queued), after those (review AN: it went in front of them). A chain gives
-    /// its ended receives back last to first.
-    pub(crate) fn push_front(&self, item: Item) {
+    /// queued: it came first. A chain gives its ended receives back last to first.
+    ///
+    /// `from_kernel`: the receive held the turn and got its bytes from the kernel, when
+    /// nothing could be queued but what adapters put back meanwhile; those are older and
+    /// stay in front (review AN: it went in front of them). A receive served from this
+    /// queue got the oldest bytes there were, and goes back at the very front (review AO:
+    /// putting those behind the put-back ones reordered them).
+    pub(crate) fn push_front(&self, item: Item, from_kernel: bool) {
         self.add_to_lines(|lines| {
-            let at = lines.put_back.min(lines.items.len());
-            lines.items.insert(at, item);
+            let at = if from_kernel { lines.put_back } else { 0 };
+            lines.items.insert(at.min(lines.items.len()), item);
         });
     }
 
