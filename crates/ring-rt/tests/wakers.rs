@@ -45,6 +45,10 @@ fn main() {
             a_starved_stream_takes_bytes_queued_on_its_socket,
         ),
         (
+            "a_timed_out_read_leaves_no_waker",
+            a_timed_out_read_leaves_no_waker,
+        ),
+        (
             "a_receive_dropped_after_its_runtime_leaves_no_waker",
             a_receive_dropped_after_its_runtime_leaves_no_waker,
         ),
@@ -361,6 +365,48 @@ fn waiting_read(b: &Rc<UnixStream>) -> Result<Pin<Box<dyn Future<Output = ()>>>,
         return Err("a read in line was ready");
     }
     Ok(read)
+}
+
+/// A read bounded by `.timeout()` times out on a socket that stays quiet: the runtime lets
+/// the read's waker go. On epoll the timeout (a worker timer there) gave up the read's
+/// readiness wait without taking its waker out of the fd's waiters, which kept it until the
+/// fd was next readable (found reading review AM's fix: `Op::time_out` skipped what `Drop`
+/// does for a readiness wait).
+fn a_timed_out_read_leaves_no_waker(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(bounded(LIMIT, async {
+        let (_a, b) = UnixStream::pair()?;
+        let (flag, waker) = counted();
+        let mut read = Box::pin(
+            b.read(Vec::with_capacity(8))
+                .timeout(Duration::from_millis(10))
+                .into_future(),
+        );
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let (res, _buf) = loop {
+            if let std::task::Poll::Ready(out) =
+                read.as_mut().poll(&mut Context::from_waker(&waker))
+            {
+                break out;
+            }
+            check!(
+                std::time::Instant::now() < deadline,
+                "the timed read never ended"
+            );
+            sleep(Duration::from_millis(2)).await;
+        };
+        check!(
+            res.is_err_and(|e| e.kind() == std::io::ErrorKind::TimedOut),
+            "the read did not time out"
+        );
+        drop(waker);
+        settle_until(|| Arc::strong_count(&flag) == 1).await;
+        check!(
+            Arc::strong_count(&flag) == 1,
+            "the runtime still holds the timed-out read's waker"
+        );
+        Ok(Completion::Completed)
+    }))?
 }
 
 /// A socket pair whose second end is shared, so that receives of it can sit in
