@@ -648,10 +648,10 @@ impl ReturnWait {
             self.ticket = Some(ticket);
             return Poll::Pending;
         };
-        let mut replaced = Some(waker);
-        if let Some((_, stored)) = waiters.queue.iter_mut().find(|(t, _)| *t == ticket) {
-            replaced = replaced.map(|waker| std::mem::replace(stored, waker));
-        }
+        let replaced = match waiters.queue.iter_mut().find(|(t, _)| *t == ticket) {
+            Some((_, stored)) => std::mem::replace(stored, waker),
+            None => waker,
+        };
         // The old waker is dropped after the borrow ends: its drop is code that is not
         // ours, and may give a buffer back or drop another wait of this group.
         drop(waiters);

@@ -388,16 +388,11 @@ impl EpollBackend {
         let writable = events & libc::EPOLLOUT as u32 != 0 || events & err != 0;
         if readable {
             reg.unready &= !(libc::POLLIN as u32);
-            for waker in std::mem::take(&mut reg.readers) {
-                self.woken.wake(waker);
-            }
+            wake_every(&mut reg.readers, &mut self.woken);
         }
-        let reg = &mut self.regs[index];
         if writable {
             reg.unready &= !(libc::POLLOUT as u32);
-            for waker in std::mem::take(&mut reg.writers) {
-                self.woken.wake(waker);
-            }
+            wake_every(&mut reg.writers, &mut self.woken);
         }
     }
 
@@ -671,9 +666,7 @@ impl Mechanism for EpollBackend {
     /// (a wake without the recall costs a syscall that says `EAGAIN`, and a wait again).
     fn recall_receive(&mut self, fd: RawFd, _id: Option<OpId>) {
         if let Some(reg) = usize::try_from(fd).ok().and_then(|i| self.regs.get_mut(i)) {
-            for waker in std::mem::take(&mut reg.readers) {
-                self.woken.wake(waker);
-            }
+            wake_every(&mut reg.readers, &mut self.woken);
         }
     }
 
@@ -700,6 +693,13 @@ impl Drop for EpollBackend {
         if self.ops.awaiting_kernel() > 0 {
             std::mem::forget(std::mem::take(&mut self.ops));
         }
+    }
+}
+
+/// Takes every waker out of `waiters`, to be woken at the worker's next safe point.
+fn wake_every(waiters: &mut Waiters, woken: &mut Deferred) {
+    for waker in std::mem::take(waiters) {
+        woken.wake(waker);
     }
 }
 

@@ -340,13 +340,14 @@ impl<B: IoBufMut> OpDef for Recv<B> {
     }
 
     fn started(&self, id: OpId) {
-        if self.is_stream && self.turn.holds() {
+        if self.holds_stream_turn() {
             self.unclaimed.one_shot_started(id);
         }
     }
 
+    /// Bytes were queued while it held the turn: only adapters put bytes there then.
     fn is_recalled(&self) -> bool {
-        self.is_stream && self.turn.holds() && self.unclaimed.has_items()
+        self.holds_stream_turn() && self.unclaimed.has_items()
     }
 
     fn take_recall(&self) -> bool {
@@ -357,10 +358,7 @@ impl<B: IoBufMut> OpDef for Recv<B> {
     /// its chain), with the put-back bytes taken by another receive meanwhile: it goes back
     /// to the kernel, still holding the turn, rather than report a cancel nobody asked for.
     fn restarts_after(&self, cqe: &Cqe) -> bool {
-        cqe.res == -libc::ECANCELED
-            && self.is_stream
-            && self.turn.holds()
-            && !self.unclaimed.has_items()
+        cqe.res == -libc::ECANCELED && self.holds_stream_turn() && !self.unclaimed.has_items()
     }
 
     fn poll_prepare(&mut self, cx: &mut Context<'_>) -> Poll<Option<Cqe>> {
@@ -417,6 +415,12 @@ impl<B: IoBufMut> OpDef for Recv<B> {
 }
 
 impl<B: IoBufMut> Recv<B> {
+    /// A stream read holding its socket's receive turn: the one receive in the kernel, the
+    /// kind bytes put back in front can recall.
+    fn holds_stream_turn(&self) -> bool {
+        self.is_stream && self.turn.holds()
+    }
+
     /// A stream read that held its socket's turn, finishing with bytes queued on the socket:
     /// they were put back in front while it was in the kernel (an adapter dropped with
     /// read-ahead), so they are older than what it got. What it got goes behind them and
@@ -424,7 +428,7 @@ impl<B: IoBufMut> Recv<B> {
     /// read recalled for them (cancelled, or woken from its readiness wait) gives them
     /// too; an error is reported, the bytes staying for the next read.
     fn behind_put_back(&mut self, cqe: Cqe) -> Cqe {
-        if !self.is_stream || !self.turn.holds() || !self.unclaimed.has_items() {
+        if !self.is_recalled() {
             return cqe;
         }
         match cqe.res {

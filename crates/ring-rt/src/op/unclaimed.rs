@@ -522,13 +522,19 @@ impl Unclaimed {
             lines.put_back += 1;
         });
         self.wake_all();
-        (self.turn_held.get() && self.hold.get().is_none()).then(|| self.turn_op.take())
+        self.one_shot_holds_turn().then(|| self.turn_op.take())
+    }
+
+    /// A one-shot receive (not a receive stream) holds the turn: a live read, or a dropped
+    /// one's orphan.
+    fn one_shot_holds_turn(&self) -> bool {
+        self.turn_held.get() && self.hold.get().is_none()
     }
 
     /// A one-shot receive holding the turn went to the kernel as op `id`: bytes put back
     /// in front of what it gets recall it (see [`unread`](Self::unread)).
     pub(crate) fn one_shot_started(&self, id: OpId) {
-        if self.turn_held.get() && self.hold.get().is_none() {
+        if self.one_shot_holds_turn() {
             self.turn_op.set(Some(id));
         }
     }
@@ -536,7 +542,7 @@ impl Unclaimed {
     /// The one-shot receive op holding the turn in the kernel, to cancel once: `None` when
     /// it is not known or was cancelled already.
     pub(crate) fn take_turn_op(&self) -> Option<OpId> {
-        if self.hold.get().is_some() {
+        if !self.one_shot_holds_turn() {
             return None;
         }
         self.turn_op.take()
