@@ -258,31 +258,17 @@ fn a_read_recalled_for_bytes_another_read_took_reads_on(kind: BackendKind) -> Ou
 /// AN: they went back in front of everything, giving "WORLD" before "ello" (epoll, and
 /// io_uring whenever a chain runs op by op).
 fn read_ahead_given_back_comes_before_a_dropped_chains_reads(kind: BackendKind) -> Outcome {
-    use std::future::{Future, IntoFuture};
-    use std::task::{Context, Waker};
     let rt = runtime!(kind);
     rt.block_on(bounded(LIMIT, async {
         let (a, b, adapter) = hello_read_ahead().await?;
         let (_quiet, c) = UnixStream::pair()?;
-        let mut chain = Box::pin(
-            b.read(Vec::with_capacity(16))
-                .link(c.read(Vec::with_capacity(16)))
-                .into_future(),
-        );
-        let noop = &mut Context::from_waker(Waker::noop());
-        check!(chain.as_mut().poll(noop).is_pending(), "the chain ended");
+        let mut chain = chain_waiting_on(&b, &c, 16)?;
         a.write_all(&b"WORLD"[..]).await.0?;
         sleep(Duration::from_millis(20)).await;
-        check!(chain.as_mut().poll(noop).is_pending(), "the chain ended");
+        check!(still_pending(&mut chain), "the chain ended");
         drop(adapter);
         drop(chain);
-        let mut got = Vec::new();
-        while got.len() < 9 {
-            let (n, buf) = timeout(Duration::from_secs(5), b.read(Vec::with_capacity(64)))
-                .await
-                .map_err(|_| "a read hung")?;
-            got.extend_from_slice(&buf[..n?]);
-        }
+        let got = read_at_least(&b, 9).await?;
         check!(
             got == b"elloWORLD",
             "reads gave {:?}",
@@ -299,8 +285,6 @@ fn read_ahead_given_back_comes_before_a_dropped_chains_reads(kind: BackendKind) 
 /// part of it ("loel"), or behind newer bytes a second adapter read ahead and gave back
 /// while the chain waited ("WORLDhello"); both backends.
 fn a_dropped_chains_read_served_from_the_queue_goes_back_first(kind: BackendKind) -> Outcome {
-    use std::future::{Future, IntoFuture};
-    use std::task::{Context, Waker};
     use tokio::io::AsyncBufReadExt;
     let rt = runtime!(kind);
     rt.block_on(bounded(LIMIT, async {
@@ -308,15 +292,9 @@ fn a_dropped_chains_read_served_from_the_queue_goes_back_first(kind: BackendKind
             let (a, b, adapter) = hello_read_ahead().await?;
             drop(adapter); // "ello" back on the socket
             let (_quiet, c) = UnixStream::pair()?;
-            let mut chain = Box::pin(
-                b.read(Vec::with_capacity(capacity))
-                    .link(c.read(Vec::with_capacity(16)))
-                    .into_future(),
-            );
-            let noop = &mut Context::from_waker(Waker::noop());
-            check!(chain.as_mut().poll(noop).is_pending(), "the chain ended");
+            let mut chain = chain_waiting_on(&b, &c, capacity)?;
             sleep(Duration::from_millis(10)).await;
-            check!(chain.as_mut().poll(noop).is_pending(), "the chain ended");
+            check!(still_pending(&mut chain), "the chain ended");
             a.write_all(&b"WORLD"[..]).await.0?;
             if newer {
                 let mut second = Compat::from_rc(b.clone());
@@ -326,13 +304,7 @@ fn a_dropped_chains_read_served_from_the_queue_goes_back_first(kind: BackendKind
                 check!(ahead == b"WORLD", "the second adapter read {ahead:?}");
             }
             drop(chain);
-            let mut got = Vec::new();
-            while got.len() < 9 {
-                let (n, buf) = timeout(Duration::from_secs(5), b.read(Vec::with_capacity(64)))
-                    .await
-                    .map_err(|_| "a read hung")?;
-                got.extend_from_slice(&buf[..n?]);
-            }
+            let got = read_at_least(&b, 9).await?;
             check!(
                 got == b"elloWORLD",
                 "read capacity {capacity}: reads gave {:?}",
@@ -341,6 +313,45 @@ fn a_dropped_chains_read_served_from_the_queue_goes_back_first(kind: BackendKind
         }
         Ok(Completion::Completed)
     }))?
+}
+
+type Chain<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>>;
+
+/// A chain whose first op reads `b` (into `capacity` bytes) and whose second waits on
+/// `quiet`, which nothing is sent to; polled once, so it has started.
+fn chain_waiting_on<'a>(
+    b: &'a UnixStream,
+    quiet: &'a UnixStream,
+    capacity: usize,
+) -> Result<Chain<'a>, &'static str> {
+    let mut chain: Chain<'a> = Box::pin(async move {
+        let _ = b
+            .read(Vec::with_capacity(capacity))
+            .link(quiet.read(Vec::with_capacity(16)))
+            .await;
+    });
+    if !still_pending(&mut chain) {
+        return Err("the chain ended");
+    }
+    Ok(chain)
+}
+
+/// Polls `chain` once, with a waker that does nothing: whether it is still running.
+fn still_pending(chain: &mut Chain<'_>) -> bool {
+    let noop = &mut std::task::Context::from_waker(std::task::Waker::noop());
+    chain.as_mut().poll(noop).is_pending()
+}
+
+/// Reads `b` until at least `want` bytes came (each read bounded by 5 s).
+async fn read_at_least(b: &UnixStream, want: usize) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
+    let mut got = Vec::new();
+    while got.len() < want {
+        let (n, buf) = timeout(Duration::from_secs(5), b.read(Vec::with_capacity(64)))
+            .await
+            .map_err(|_| "a read hung")?;
+        got.extend_from_slice(&buf[..n?]);
+    }
+    Ok(got)
 }
 
 /// A socket pair whose second end (shared) had "hello" read ahead by an adapter, which

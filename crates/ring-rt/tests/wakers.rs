@@ -598,6 +598,41 @@ async fn with_hook<F: Future + Unpin>(mut fut: F, on_clone: impl FnOnce() + 'sta
     .await
 }
 
+/// Lets go of what the hooked-waker tests leave in thread-locals (the task's waker, a hook
+/// that never ran): freed before the test ends, as LeakSanitizer runs these tests.
+fn clear_hooks() {
+    drop(TASK.with(|t| t.borrow_mut().take()));
+    drop(ON_CLONE.with(|h| h.borrow_mut().take()));
+    drop(ON_DROP.with(|h| h.borrow_mut().take()));
+}
+
+type ReadOutput = (std::io::Result<usize>, Vec<u8>);
+
+/// Spawns a read of `b` polled with a hooked waker whose first clone runs `on_clone`.
+fn spawn_hooked_read(
+    b: &Rc<UnixStream>,
+    on_clone: impl FnOnce() + 'static,
+) -> ring_rt::JoinHandle<ReadOutput> {
+    let reader = b.clone();
+    ring_rt::spawn(async move {
+        let read = Box::pin(reader.read(Vec::with_capacity(8)).into_future());
+        with_hook(read, on_clone).await
+    })
+}
+
+/// Awaits `read` (for at most 5 s): it must give "ello", the bytes an adapter put back.
+async fn gets_ello(
+    read: ring_rt::JoinHandle<ReadOutput>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let (n, buf) = timeout(Duration::from_secs(5), read)
+        .await
+        .map_err(|_| "the read waited with the adapter's bytes queued")??;
+    if &buf[..n?] != b"ello" {
+        return Err(format!("the read got {buf:?}").into());
+    }
+    Ok(())
+}
+
 /// A sleep registered with the worker's timers, kept where a waker reaches it.
 fn park_other_sleep() -> Result<(), &'static str> {
     let mut other = Box::pin(sleep(Duration::from_secs(60)));
@@ -627,7 +662,7 @@ fn a_sleep_whose_waker_clone_drops_another_sleep(kind: BackendKind) -> Outcome {
         );
         Ok(Completion::Completed)
     }));
-    drop(TASK.with(|t| t.borrow_mut().take()));
+    clear_hooks();
     out?
 }
 
@@ -662,7 +697,7 @@ fn a_sleep_whose_stored_waker_drops_another_sleep_as_it_goes(kind: BackendKind) 
         }
         Ok(Completion::Completed)
     }));
-    drop(ON_DROP.with(|h| h.borrow_mut().take()));
+    clear_hooks();
     out?
 }
 
@@ -699,11 +734,7 @@ fn a_receive_whose_waker_clone_frees_the_turn_is_woken(kind: BackendKind) -> Out
         a.write_all(&b"x"[..]).await.0?;
         let (n, buf) = first.await;
         check!(&buf[..n?] == b"x", "the first read's bytes");
-        let reader = b.clone();
-        let third = ring_rt::spawn(async move {
-            let read = Box::pin(reader.read(Vec::with_capacity(8)).into_future());
-            with_hook(read, move || drop(second)).await
-        });
+        let third = spawn_hooked_read(&b, move || drop(second));
         sleep(Duration::from_millis(20)).await;
         sends_ok_to(&a, async move {
             third
@@ -713,8 +744,7 @@ fn a_receive_whose_waker_clone_frees_the_turn_is_woken(kind: BackendKind) -> Out
         .await?;
         Ok(Completion::Completed)
     }));
-    drop(TASK.with(|t| t.borrow_mut().take()));
-    drop(ON_CLONE.with(|h| h.borrow_mut().take()));
+    clear_hooks();
     out?
 }
 
@@ -736,15 +766,8 @@ fn a_receive_whose_waker_clone_queues_bytes_is_woken(kind: BackendKind) -> Outco
             n.map(|n| buf[..n].to_vec())
         });
         ring_rt::yield_now().await; // it holds the turn, in the kernel
-        let reader = b.clone();
-        let read = ring_rt::spawn(async move {
-            let read = Box::pin(reader.read(Vec::with_capacity(8)).into_future());
-            with_hook(read, move || drop(adapter)).await
-        });
-        let (n, buf) = timeout(Duration::from_secs(5), read)
-            .await
-            .map_err(|_| "the read waited with the adapter's bytes queued")??;
-        check!(&buf[..n?] == b"ello", "the read got {buf:?}");
+        let read = spawn_hooked_read(&b, move || drop(adapter));
+        gets_ello(read).await?;
         a.write_all(&b"ok"[..]).await.0?;
         let held = timeout(Duration::from_secs(5), holding)
             .await
@@ -752,8 +775,7 @@ fn a_receive_whose_waker_clone_queues_bytes_is_woken(kind: BackendKind) -> Outco
         check!(held == b"ok", "the read holding the turn got {held:?}");
         Ok(Completion::Completed)
     }));
-    drop(TASK.with(|t| t.borrow_mut().take()));
-    drop(ON_CLONE.with(|h| h.borrow_mut().take()));
+    clear_hooks();
     out?
 }
 
@@ -766,20 +788,12 @@ fn a_read_whose_waker_clone_gives_read_ahead_back_gets_it(kind: BackendKind) -> 
     let rt = runtime!(kind);
     let out = rt.block_on(bounded(LIMIT, async {
         let (a, b, adapter) = hello_read_ahead().await?;
-        let reader = b.clone();
-        let read = ring_rt::spawn(async move {
-            let read = Box::pin(reader.read(Vec::with_capacity(8)).into_future());
-            with_hook(read, move || drop(adapter)).await
-        });
-        let (n, buf) = timeout(Duration::from_secs(5), read)
-            .await
-            .map_err(|_| "the read waited with the adapter's bytes queued")??;
-        check!(&buf[..n?] == b"ello", "the read got {buf:?}");
+        let read = spawn_hooked_read(&b, move || drop(adapter));
+        gets_ello(read).await?;
         drop(a);
         Ok(Completion::Completed)
     }));
-    drop(TASK.with(|t| t.borrow_mut().take()));
-    drop(ON_CLONE.with(|h| h.borrow_mut().take()));
+    clear_hooks();
     out?
 }
 
@@ -806,7 +820,6 @@ fn a_receive_stream_whose_waker_clone_queues_bytes_gets_them(kind: BackendKind) 
         drop(a);
         Ok(Completion::Completed)
     }));
-    drop(TASK.with(|t| t.borrow_mut().take()));
-    drop(ON_CLONE.with(|h| h.borrow_mut().take()));
+    clear_hooks();
     out?
 }

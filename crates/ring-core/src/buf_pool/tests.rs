@@ -427,15 +427,21 @@ fn a_waker_dropped_with_its_wait_may_drop_another_wait() {
     assert!(HELD_WAITS.with(|w| w.borrow().is_empty()));
 }
 
+/// A group whose one taken bid is leased and held by the thread (`HELD_LEASES`, given back
+/// by the wakers below), and a wait for the next return.
+fn wait_behind_a_held_lease() -> (BufGroup, u16, ReturnWait) {
+    let group = BufGroup::new_user(1, 2, 64).unwrap();
+    let bid = group.take().unwrap();
+    HELD_LEASES.with(|l| l.borrow_mut().push(lease(&group, bid, 1).unwrap()));
+    let wait = group.wait_return(group.returns());
+    (group, bid, wait)
+}
+
 /// Review K: a wait polled with a new waker dropped the old one while the group's waiters
 /// were borrowed; an old waker whose drop gave a buffer back panicked.
 #[test]
 fn a_replaced_waker_may_give_a_buffer_back_as_it_drops() {
-    let group = BufGroup::new_user(1, 2, 64).unwrap();
-    let epoch = group.returns();
-    let bid = group.take().unwrap();
-    HELD_LEASES.with(|l| l.borrow_mut().push(lease(&group, bid, 1).unwrap()));
-    let mut wait = group.wait_return(epoch);
+    let (group, bid, mut wait) = wait_behind_a_held_lease();
     let waker = Waker::from(std::sync::Arc::new(ReleasesOnDrop));
     assert!(wait.poll(&mut Context::from_waker(&waker)).is_pending());
     drop(waker);
@@ -479,10 +485,7 @@ fn releasing_on_clone() -> Waker {
 /// queued: the wait ends.
 #[test]
 fn a_waker_whose_clone_gives_a_buffer_back_ends_the_wait_it_queues() {
-    let group = BufGroup::new_user(1, 2, 64).unwrap();
-    let bid = group.take().unwrap();
-    HELD_LEASES.with(|l| l.borrow_mut().push(lease(&group, bid, 1).unwrap()));
-    let mut wait = group.wait_return(group.returns());
+    let (group, bid, mut wait) = wait_behind_a_held_lease();
     let waker = releasing_on_clone();
     assert!(matches!(
         wait.poll(&mut Context::from_waker(&waker)),
@@ -495,10 +498,7 @@ fn a_waker_whose_clone_gives_a_buffer_back_ends_the_wait_it_queues() {
 /// wait's turn, taken at once.
 #[test]
 fn a_waker_whose_clone_gives_a_buffer_back_gives_the_wait_its_turn() {
-    let group = BufGroup::new_user(1, 2, 64).unwrap();
-    let bid = group.take().unwrap();
-    HELD_LEASES.with(|l| l.borrow_mut().push(lease(&group, bid, 1).unwrap()));
-    let mut wait = group.wait_return(group.returns());
+    let (group, bid, mut wait) = wait_behind_a_held_lease();
     assert!(wait
         .poll(&mut Context::from_waker(Waker::noop()))
         .is_pending());
