@@ -71,6 +71,14 @@ counters! {
     stale_cqes,
     /// Ops between submission and their final CQE (a gauge, not a counter).
     ops_in_flight,
+    /// Direct descriptors this ring took: sockets accepted into its file table and ones
+    /// other rings sent it (see `ring_core::direct`).
+    direct_opened,
+    /// Direct descriptors this ring closed (their `CLOSE` pushed): with `direct_opened`,
+    /// how many it holds.
+    direct_closed,
+    /// Regular fds installed for direct descriptors (`FIXED_FD_INSTALL`).
+    direct_installs,
 }
 
 impl Metrics {

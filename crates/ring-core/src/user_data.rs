@@ -27,6 +27,25 @@ pub enum Reserved {
     Wake = 3,
     /// A fire-and-forget op (e.g. a close whose result nobody waits for).
     Ignore = 4,
+    /// A `FIXED_FD_INSTALL` the driver waits for itself (see `Driver::install_direct`);
+    /// one whose wait gave up has its fd closed when its CQE comes.
+    Install = 5,
+    /// Another op the driver waits for itself (see `Driver::shutdown_direct`).
+    Waited = 6,
+}
+
+/// Tags at and above this one carry a direct descriptor sent by another ring
+/// (`MSG_RING`'s `SEND_FD`): the tag minus this base is the sender's sequence number.
+const ARRIVAL_BASE: u32 = 1 << 31;
+
+/// The largest sequence number an arrival's `user_data` carries.
+pub const ARRIVAL_SEQ_MAX: u32 = ARRIVAL_BASE - 1;
+
+/// The `user_data` of the CQE that a direct descriptor sent with sequence number `seq`
+/// posts in the receiving ring (`seq` is taken modulo [`ARRIVAL_SEQ_MAX`] + 1).
+pub fn arrival_user_data(seq: u32) -> u64 {
+    let tag = ARRIVAL_BASE | (seq & ARRIVAL_SEQ_MAX);
+    (u64::from(tag) << 32) | u64::from(RESERVED_INDEX)
 }
 
 /// What a `user_data` value means.
@@ -36,6 +55,8 @@ pub enum UserData {
     Op(OpId),
     /// A CQE for the driver's own SQEs.
     Reserved(Reserved),
+    /// A direct descriptor another ring sent, with the sender's sequence number.
+    Arrival(u32),
     /// A value ring-core never produced.
     Unknown(u64),
 }
@@ -59,6 +80,8 @@ impl Reserved {
             2 => Some(Reserved::Timeout),
             3 => Some(Reserved::Wake),
             4 => Some(Reserved::Ignore),
+            5 => Some(Reserved::Install),
+            6 => Some(Reserved::Waited),
             _ => None,
         }
     }
@@ -76,6 +99,9 @@ pub fn decode(user_data: u64) -> UserData {
             index,
             generation: high,
         });
+    }
+    if high >= ARRIVAL_BASE {
+        return UserData::Arrival(high - ARRIVAL_BASE);
     }
     match Reserved::from_tag(high) {
         Some(reserved) => UserData::Reserved(reserved),
@@ -103,9 +129,23 @@ mod tests {
             Reserved::Timeout,
             Reserved::Wake,
             Reserved::Ignore,
+            Reserved::Install,
+            Reserved::Waited,
         ] {
             assert_eq!(decode(r.to_user_data()), UserData::Reserved(r));
         }
+    }
+
+    #[test]
+    fn arrivals_round_trip_their_sequence_number() {
+        for seq in [0, 1, 12_345, ARRIVAL_SEQ_MAX] {
+            assert_eq!(decode(arrival_user_data(seq)), UserData::Arrival(seq));
+        }
+        // Past the largest, numbers wrap rather than turning into another tag.
+        assert_eq!(
+            decode(arrival_user_data(ARRIVAL_SEQ_MAX.wrapping_add(2))),
+            UserData::Arrival(1)
+        );
     }
 
     #[test]

@@ -29,6 +29,7 @@ impl Driver {
     pub fn turn(&mut self, wait: Wait) -> io::Result<usize> {
         self.prepare_groups();
         self.flush_backlog();
+        self.push_queued_closes();
         let wait = if self.is_cq_ready() || !self.scratch.is_empty() {
             Wait::No
         } else {
@@ -57,6 +58,7 @@ impl Driver {
     /// what completed. Nothing pushed: no syscall.
     pub fn submit(&mut self) -> io::Result<()> {
         self.flush_backlog();
+        self.push_queued_closes();
         if self.ring.submission().is_empty() {
             return Ok(());
         }
@@ -137,7 +139,7 @@ impl Driver {
         Ok(())
     }
 
-    fn enter_raw(
+    pub(super) fn enter_raw(
         &mut self,
         to_submit: u32,
         min_complete: u32,
@@ -255,7 +257,7 @@ impl Driver {
     }
 
     /// Copies all available CQEs out and releases their CQ slots to the kernel at once.
-    fn copy_cqes(&mut self) {
+    pub(super) fn copy_cqes(&mut self) {
         let mut cq = self.ring.completion();
         let lost = u64::from(cq.overflow());
         self.scratch

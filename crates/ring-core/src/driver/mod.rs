@@ -23,6 +23,7 @@ use crate::register_buf::RegisteredBufs;
 use crate::setup::{self, RingConfig, SetupError, SetupFlags};
 use crate::user_data::{OpId, Reserved};
 
+mod direct;
 mod enter;
 mod groups;
 mod ring_fd;
@@ -109,6 +110,8 @@ pub struct Driver {
     abandoned: bool,
     /// How enters name the ring: its registered index where it has one.
     ring_fd: ring_fd::RingFd,
+    /// The direct-descriptor table, once registered ([`register_direct`](Self::register_direct)).
+    direct: Option<direct::DirectTable>,
 }
 
 impl Driver {
@@ -134,6 +137,7 @@ impl Driver {
             registered_bufs: None,
             abandoned: false,
             ring_fd,
+            direct: None,
         })
     }
 
@@ -510,6 +514,9 @@ impl Driver {
                     for_ops += 1;
                     Metrics::bump(&self.metrics.orphans_reaped);
                 }
+                // The driver's own direct-descriptor work: an install or shutdown whose
+                // wait gave up, a descriptor another ring sent (see `direct.rs`).
+                Dispatch::Reserved(_) | Dispatch::Unknown if self.dispatch_direct(&cqe) => {}
                 Dispatch::Reserved(_) => {}
                 Dispatch::Stale | Dispatch::Unknown => Metrics::bump(&self.metrics.stale_cqes),
             }

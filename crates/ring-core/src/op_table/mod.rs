@@ -175,7 +175,9 @@ impl OpTable {
         let id = match user_data::decode(cqe.user_data) {
             UserData::Op(id) => id,
             UserData::Reserved(reserved) => return Dispatch::Reserved(reserved),
-            UserData::Unknown(_) => return Dispatch::Unknown,
+            // The driver routes arrivals (direct descriptors from other rings) before they
+            // reach the table; one that gets here has no op.
+            UserData::Arrival(_) | UserData::Unknown(_) => return Dispatch::Unknown,
         };
         let Some(slot) = self.slots.get_mut(id.index as usize) else {
             return Dispatch::Stale;
@@ -215,6 +217,16 @@ impl OpTable {
     #[inline]
     pub fn take_deferred(&mut self, out: &mut Deferred) {
         out.append(&mut self.deferred);
+    }
+
+    /// Queues a wake-up with the table's deferred work (for the driver's own waits).
+    pub(crate) fn defer_wake(&mut self, waker: Waker) {
+        self.deferred.wake(waker);
+    }
+
+    /// Queues a waker nobody will wake, to be dropped with the deferred work.
+    pub(crate) fn defer_waker_drop(&mut self, waker: Waker) {
+        self.deferred.drop_waker_later(waker);
     }
 
     /// True when calls left work in the table's deferred queue.
