@@ -2,8 +2,10 @@
 //! connections and CPU spread over two workers when clients open connections in bursts,
 //! with one `SO_REUSEPORT` listener per worker (`hash`: the kernel picks by a hash of the
 //! 4-tuple) against one listener handing each connection to the least loaded worker
-//! (`load`: `Handle::serve_balanced`). Both are ring-rt's echo example with `--threads 2`
-//! on io_uring, on every CPU.
+//! (`load`: `Handle::serve_balanced`), and the same with the connections accepted as direct
+//! descriptors (`load-direct`: `--direct 4096`), which move to the other worker by
+//! `IORING_MSG_SEND_FD` instead of by their fd (Linux 6.8+; fds before). All are ring-rt's
+//! echo example with `--threads 2` on io_uring, on every CPU.
 //!
 //! Each round: `--bursts` bursts of `--burst` connections opened at once; in each burst
 //! one connection in eight is heavy (2,000 round trips of 64 B), the rest light (50); a
@@ -71,14 +73,15 @@ async fn burst(addr: SocketAddr, n: usize) -> io::Result<()> {
 /// One round of one mode: connections per worker, CPU seconds per worker.
 type Spread = ([u64; 2], [f64; 2]);
 
+/// The modes, run in this order in every round.
+const MODES: [&str; 3] = ["hash", "load", "load-direct"];
+
 fn round(echo: &Path, mode: &str, port: u16, bursts: usize, n: usize) -> io::Result<Spread> {
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let spec = ServerSpec {
         name: format!("ring-{mode}"),
         program: echo.to_path_buf(),
-        args: ["--backend", "uring", "--threads", "2", "--balance", mode]
-            .map(String::from)
-            .to_vec(),
+        args: echo_args(mode),
         has_metrics: true,
         all_cpus: true,
     };
@@ -109,10 +112,11 @@ fn round(echo: &Path, mode: &str, port: u16, bursts: usize, n: usize) -> io::Res
     };
     // Worker 0 also runs the accept loop(s): one task for `load`, one per worker's
     // listener for `hash` (worker 1's runs there).
-    let conns = [
-        field("w0_tasks_spawned").saturating_sub(1),
-        field("w1_tasks_spawned").saturating_sub(u64::from(mode == "hash")),
-    ];
+    // With direct descriptors, worker 0 also runs one short task per connection it
+    // sends to worker 1 (the send and its result).
+    let w1 = field("w1_tasks_spawned").saturating_sub(u64::from(mode == "hash"));
+    let sends = if mode == "load-direct" { w1 } else { 0 };
+    let conns = [field("w0_tasks_spawned").saturating_sub(1 + sends), w1];
     let cpu_of = |name: &str| {
         cpu_after.get(name).copied().unwrap_or(0.0) - cpu_before.get(name).copied().unwrap_or(0.0)
     };
@@ -120,6 +124,16 @@ fn round(echo: &Path, mode: &str, port: u16, bursts: usize, n: usize) -> io::Res
     // kernel's 15-character thread names cut to "ring-rt-worker-".
     let cpu = [cpu_of("echo"), cpu_of("ring-rt-worker-")];
     Ok((conns, cpu))
+}
+
+/// The echo example's flags for `mode`.
+fn echo_args(mode: &str) -> Vec<String> {
+    let mut args = vec!["--backend", "uring", "--threads", "2"];
+    match mode {
+        "load-direct" => args.extend(["--balance", "load", "--direct", "4096"]),
+        other => args.extend(["--balance", other]),
+    }
+    args.into_iter().map(String::from).collect()
 }
 
 fn share(v: [f64; 2]) -> f64 {
@@ -163,8 +177,8 @@ fn main() -> ExitCode {
     };
     let mut results: HashMap<&str, Vec<Spread>> = HashMap::new();
     for r in 0..rounds {
-        for (m, mode) in ["hash", "load"].into_iter().enumerate() {
-            let port = 7700 + (r * 2 + m) as u16;
+        for (m, mode) in MODES.into_iter().enumerate() {
+            let port = 7700 + (r * MODES.len() + m) as u16;
             match round(&echo, mode, port, bursts, n) {
                 Ok(res) => results.entry(mode).or_default().push(res),
                 Err(e) => {
@@ -179,7 +193,7 @@ fn main() -> ExitCode {
     );
     println!("| mode | round | connections w0 / w1 | busier worker's share of connections | CPU s w0 / w1 | busier worker's share of CPU |");
     println!("|---|---|---|---|---|---|");
-    for mode in ["hash", "load"] {
+    for mode in MODES {
         for (i, (conns, cpu)) in results.get(mode).into_iter().flatten().enumerate() {
             let cshare = share([conns[0] as f64, conns[1] as f64]);
             println!(
@@ -193,7 +207,7 @@ fn main() -> ExitCode {
             );
         }
     }
-    for mode in ["hash", "load"] {
+    for mode in MODES {
         let rs = results.get(mode).cloned().unwrap_or_default();
         if rs.is_empty() {
             continue;

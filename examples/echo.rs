@@ -4,13 +4,15 @@
 //! `metrics {"enters":..,...}`, which the echo benchmark reads.
 //!
 //! cargo run --release --example echo -- --addr 127.0.0.1:7000 [--threads N] [--backend uring|epoll]
-//!     [--batch-wait-us N] [--balance hash|load]
+//!     [--batch-wait-us N] [--balance hash|load] [--direct SLOTS]
 //!
 //! `--threads 0` runs one worker per CPU (the runtime's default); 1 (the default here) one.
 //! With several workers, `--balance hash` (the default) binds one `SO_REUSEPORT` listener per
 //! worker (the kernel spreads connections by a hash of their addresses); `--balance load`
 //! accepts on worker 0 and serves each connection on the least loaded worker
-//! (`Handle::serve_balanced`).
+//! (`Handle::serve_balanced`). `--direct SLOTS` accepts into a table of that many direct
+//! descriptors per io_uring worker (`Builder::direct_descriptors`, Linux 6.8+; plain fds
+//! elsewhere), which `--balance load` moves between workers by `IORING_MSG_SEND_FD`.
 
 use std::io;
 use std::net::SocketAddr;
@@ -34,6 +36,8 @@ struct Args {
     batch_wait_us: Option<u64>,
     /// Serve on the least loaded worker (`load`) instead of per-worker listeners (`hash`).
     balance_by_load: bool,
+    /// Direct-descriptor slots per worker (0: accept fds).
+    direct_slots: u32,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -43,6 +47,7 @@ fn parse_args() -> Result<Args, String> {
         backend: None,
         batch_wait_us: None,
         balance_by_load: false,
+        direct_slots: 0,
     };
     let mut flags = Flags::from_env();
     while let Some(flag) = flags.next_flag()? {
@@ -51,6 +56,7 @@ fn parse_args() -> Result<Args, String> {
             "--threads" => args.threads = flags.value()?,
             "--backend" => args.backend = Some(flags.value()?),
             "--batch-wait-us" => args.batch_wait_us = Some(flags.value()?),
+            "--direct" => args.direct_slots = flags.value()?,
             "--balance" => {
                 args.balance_by_load = match flags.value::<String>()?.as_str() {
                     "hash" => false,
@@ -156,7 +162,7 @@ fn run(args: Args) -> io::Result<()> {
     if let Some(us) = args.batch_wait_us {
         builder = builder.batch_wait(std::time::Duration::from_micros(us));
     }
-    let rt = builder.build()?;
+    let rt = builder.direct_descriptors(args.direct_slots).build()?;
     let features = rt.features().map_or("none (epoll)".to_string(), |f| {
         f.used_by_runtime().join(",")
     });
@@ -192,7 +198,7 @@ fn main() -> ExitCode {
         Ok(a) => a,
         Err(e) => {
             eprintln!(
-                "echo: {e}\nusage: echo --addr IP:PORT [--threads N] [--backend uring|epoll] [--batch-wait-us N] [--balance hash|load]"
+                "echo: {e}\nusage: echo --addr IP:PORT [--threads N] [--backend uring|epoll] [--batch-wait-us N] [--balance hash|load] [--direct SLOTS]"
             );
             return ExitCode::from(2);
         }

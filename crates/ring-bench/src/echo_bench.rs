@@ -24,7 +24,7 @@ pub const LOAD_CPU: usize = 1;
 /// Command-line help.
 pub const USAGE: &str =
     "usage: cargo bench -p ring-bench --bench echo -- [--quick] [--duration SECS] [--warmup SECS]
-    [--conns 1,50,...] [--lens 64,512,...] [--servers ring-uring,ring-uring-batch,ring-epoll,tokio-ct,tokio-mt]
+    [--conns 1,50,...] [--lens 64,512,...] [--servers ring-uring,ring-uring-batch,ring-uring-direct,ring-epoll,tokio-ct,tokio-mt]
     [--idle N] [--strace] [--quiet PCT] [--quiet-wait SECS] [--attempts N] [--port P] [--out DIR]";
 
 /// What to run.
@@ -159,6 +159,12 @@ pub fn servers(bins: &Bins) -> Vec<ServerSpec> {
             "ring-uring-batch",
             &bins.ring_echo,
             &["--backend", "uring", "--batch-wait-us", BATCH_WAIT_US],
+            true,
+        ),
+        spec(
+            "ring-uring-direct",
+            &bins.ring_echo,
+            &["--backend", "uring", "--direct", "1024"],
             true,
         ),
         spec("ring-epoll", &bins.ring_echo, &["--backend", "epoll"], true),

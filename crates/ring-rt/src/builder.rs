@@ -59,6 +59,7 @@ pub struct Builder {
     blocking_threads: Option<usize>,
     max_blocking_threads: usize,
     spin_before_park: Duration,
+    direct_slots: u32,
 }
 
 /// One worker per CPU this process may run on.
@@ -105,6 +106,7 @@ impl Builder {
             blocking_threads: None,
             max_blocking_threads: crate::worker::blocking::DEFAULT_MAX_THREADS,
             spin_before_park: Duration::ZERO,
+            direct_slots: 0,
         }
     }
 
@@ -272,6 +274,56 @@ impl Builder {
     /// ```
     pub fn fixed_buffers(mut self, count: u16, len: usize) -> Builder {
         self.fixed_buffers = Some(FixedBuffers { count, len });
+        self
+    }
+
+    /// Accepts TCP connections as *direct descriptors*: into a table of up to `slots`
+    /// entries in each worker's ring, with no fd in the process's fd table. Their ops name
+    /// the table entry (the kernel skips the fd lookup and its reference count), and a
+    /// connection moves to another worker by `IORING_MSG_SEND_FD`
+    /// ([`Handle::serve_balanced`](crate::Handle::serve_balanced)). 0, the default, keeps
+    /// accepting fds.
+    ///
+    /// It applies to [`TcpListener::incoming`](crate::net::TcpListener::incoming) and
+    /// `serve_balanced` on io_uring workers whose kernel has every piece (Linux 6.8+:
+    /// `FIXED_FD_INSTALL`); elsewhere (epoll, older kernels, a `RING_FEATURES` profile
+    /// without them) accepts return fds as before and the reason is logged. The table is
+    /// cut to the process's open-file limit, which the kernel applies to it. A full table
+    /// fails an accept with `ENFILE`, as a full fd table fails it with `EMFILE`, with one
+    /// difference the kernel makes: it found the table full only after taking the
+    /// connection from the listen backlog, and closes that connection (a full fd table
+    /// leaves it waiting). Size the table for the connections a worker holds at once.
+    /// [`TcpListener::accept`](crate::net::TcpListener::accept) keeps returning fds.
+    ///
+    /// A direct stream gets a regular fd only when asked for one:
+    /// [`as_raw_fd`](std::os::fd::AsRawFd::as_raw_fd), socket options such as
+    /// [`set_nodelay`](crate::net::TcpStream::set_nodelay) (set `TCP_NODELAY` on the
+    /// listener instead: accepted sockets inherit it), the peer's address, or
+    /// `into_owned_fd` install one (`IORING_OP_FIXED_FD_INSTALL`, an `io_uring_enter` of
+    /// its own). [`TcpStream::is_direct`](crate::net::TcpStream::is_direct) says which a
+    /// stream is.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ring_rt::net::{TcpListener, TcpStream};
+    ///
+    /// let rt = ring_rt::Runtime::builder().threads(1).direct_descriptors(1024).build()?;
+    /// rt.block_on(async {
+    ///     let listener = TcpListener::bind("127.0.0.1:0")?;
+    ///     let client = TcpStream::connect(listener.local_addr()?).await?;
+    ///     let server = listener.incoming().next().await.expect("never None")?;
+    ///     // Direct on io_uring with Linux 6.8+; a plain fd elsewhere. Either way:
+    ///     server.write_all(&b"hi"[..]).await.0?;
+    ///     let (n, buf) = client.read(vec![0; 2]).await;
+    ///     assert_eq!(&buf[..n?], b"hi");
+    ///     assert_eq!(server.peer_addr()?, client.local_addr()?);
+    ///     std::io::Result::Ok(())
+    /// })?;
+    /// # std::io::Result::Ok(())
+    /// ```
+    pub fn direct_descriptors(mut self, slots: u32) -> Builder {
+        self.direct_slots = slots;
         self
     }
 
@@ -457,6 +509,7 @@ impl Builder {
                 },
                 batch_wait: self.batch_wait,
                 blocking_threads: self.blocking_threads,
+                direct_slots: self.direct_slots,
             },
             pin_workers: self.pin_workers,
             spin_before_park: self.spin_before_park,

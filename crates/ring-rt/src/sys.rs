@@ -65,3 +65,17 @@ pub(crate) fn unpin_helper(cpus: &HelperCpus) {
         }
     }
 }
+
+/// The process's soft open-file limit (`RLIMIT_NOFILE`), which the kernel also applies to
+/// a ring's file table; `u32::MAX` when it cannot be read or is unlimited.
+pub(crate) fn open_file_limit() -> u32 {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one `rlimit` into the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return u32::MAX;
+    }
+    u32::try_from(limit.rlim_cur).unwrap_or(u32::MAX)
+}

@@ -79,6 +79,11 @@ impl Unparker {
         *self.ring_slot() = Some(Arc::new(target));
     }
 
+    /// The worker's ring fd (a duplicate), while it has one: what `MSG_RING` ops name.
+    pub(crate) fn ring(&self) -> Option<Arc<OwnedFd>> {
+        self.ring_slot().clone()
+    }
+
     /// The worker is shutting down: wakes go to its eventfd from now on, and its ring
     /// closes once no sender holds it (not when the last `Handle` goes).
     pub(crate) fn clear_ring(&self) {

@@ -166,8 +166,9 @@ impl Bins {
     }
 }
 
-/// The servers, in table order: ring-rt's echo example on each backend with one worker,
-/// tokio's current_thread runtime, and the runtime-less io_uring baseline.
+/// The servers, in table order: ring-rt's echo example on each backend with one worker
+/// (and on io_uring with direct descriptors), tokio's current_thread runtime, and the
+/// runtime-less io_uring baseline.
 pub fn servers(bins: &Bins) -> Vec<ServerSpec> {
     let spec = |name: &str, program: &Path, args: &[&str]| ServerSpec {
         name: name.to_string(),
@@ -179,6 +180,12 @@ pub fn servers(bins: &Bins) -> Vec<ServerSpec> {
     let ring = |backend| ["--backend", backend, "--threads", "1"];
     vec![
         spec("ring-uring", &bins.ring_echo, &ring("uring")),
+        // Accepted streams as direct descriptors (Linux 6.8+; fds elsewhere).
+        spec(
+            "ring-uring-direct",
+            &bins.ring_echo,
+            &["--backend", "uring", "--threads", "1", "--direct", "1024"],
+        ),
         spec("ring-epoll", &bins.ring_echo, &ring("epoll")),
         spec(
             "tokio-ct",

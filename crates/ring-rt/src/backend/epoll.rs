@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use ring_core::buf_pool::BufGroup;
 use ring_core::cqe::Cqe;
+use ring_core::direct::{DirectCloser, OwnedSlot};
 use ring_core::driver::{drain_until, Wait};
 use ring_core::lifecycle::{Deferred, Orphan};
 use ring_core::metrics::Metrics;
@@ -498,6 +499,25 @@ impl Mechanism for EpollBackend {
     fn send_wake(&mut self, _target: &Arc<std::os::fd::OwnedFd>) -> bool {
         false
     }
+
+    /// None: direct descriptors live in a ring's file table; epoll accepts plain fds.
+    fn direct_closer(&self) -> Option<DirectCloser> {
+        None
+    }
+
+    fn install_direct(&mut self, _slot: u32) -> io::Result<std::os::fd::OwnedFd> {
+        Err(super::no_direct())
+    }
+
+    fn shutdown_direct(&mut self, _slot: u32, _how: std::net::Shutdown) -> io::Result<()> {
+        Err(super::no_direct())
+    }
+
+    fn poll_arrival(&mut self, _seq: u32, _waker: &Waker) -> Poll<io::Result<OwnedSlot>> {
+        Poll::Ready(Err(super::no_direct()))
+    }
+
+    fn forget_arrival(&mut self, _seq: u32) {}
 
     /// Starts `op`: a read the page cache serves is done at once; a socket op waits for
     /// readiness (tried on its first poll); anything else goes to the blocking pool.

@@ -7,6 +7,7 @@
 //! orphan release above are one code path. `select` decides which backend a worker gets.
 
 pub(crate) mod blocking;
+pub(crate) mod direct;
 pub(crate) mod epoll;
 mod linked_fds;
 pub(crate) mod select;
@@ -22,6 +23,7 @@ use std::time::Instant;
 use io_uring::squeue;
 use ring_core::buf_pool::BufGroup;
 use ring_core::cqe::Cqe;
+use ring_core::direct::{DirectCloser, OwnedSlot};
 use ring_core::driver::Wait;
 use ring_core::lifecycle::{Deferred, Orphan};
 use ring_core::metrics::Metrics;
@@ -546,6 +548,25 @@ pub(crate) trait Mechanism {
     /// kernel took the SQE; false if this backend cannot (the caller writes that worker's
     /// eventfd instead).
     fn send_wake(&mut self, target: &Arc<std::os::fd::OwnedFd>) -> bool;
+
+    /// The close queue of this worker's direct-descriptor table, where it has one (io_uring
+    /// 6.8+, asked for with `Builder::direct_descriptors`): accepts here then take
+    /// direct descriptors. `None` elsewhere (epoll has no ring).
+    fn direct_closer(&self) -> Option<DirectCloser>;
+
+    /// A regular fd for direct descriptor `slot`, which the caller owns; the slot stays
+    /// open. `Unsupported` where there are none.
+    fn install_direct(&mut self, slot: u32) -> io::Result<std::os::fd::OwnedFd>;
+
+    /// `shutdown(2)` of direct descriptor `slot`, which the caller owns, behind the ops
+    /// queued for it. `Unsupported` where there are none.
+    fn shutdown_direct(&mut self, slot: u32, how: std::net::Shutdown) -> io::Result<()>;
+
+    /// The direct descriptor another worker sent here under `seq`.
+    fn poll_arrival(&mut self, seq: u32, waker: &Waker) -> Poll<io::Result<OwnedSlot>>;
+
+    /// The receiver of `seq` gives up: what arrived, or arrives later, is closed.
+    fn forget_arrival(&mut self, seq: u32);
 }
 
 /// The backend a worker runs: the one place that knows which. Every call goes to the
@@ -670,6 +691,30 @@ impl Mechanism for Backend {
     fn send_wake(&mut self, target: &Arc<std::os::fd::OwnedFd>) -> bool {
         each!(self, b => b.send_wake(target))
     }
+    fn direct_closer(&self) -> Option<DirectCloser> {
+        each!(self, b => b.direct_closer())
+    }
+    fn install_direct(&mut self, slot: u32) -> io::Result<std::os::fd::OwnedFd> {
+        each!(self, b => b.install_direct(slot))
+    }
+    fn shutdown_direct(&mut self, slot: u32, how: std::net::Shutdown) -> io::Result<()> {
+        each!(self, b => b.shutdown_direct(slot, how))
+    }
+    fn poll_arrival(&mut self, seq: u32, waker: &Waker) -> Poll<io::Result<OwnedSlot>> {
+        each!(self, b => b.poll_arrival(seq, waker))
+    }
+    fn forget_arrival(&mut self, seq: u32) {
+        each!(self, b => b.forget_arrival(seq))
+    }
+}
+
+/// The error of a direct-descriptor call on a backend without them.
+pub(crate) fn no_direct() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::Unsupported,
+        "no direct descriptors on this worker: they need io_uring on Linux 6.8+ and \
+         Builder::direct_descriptors",
+    )
 }
 
 /// Sets or clears `O_NONBLOCK`.

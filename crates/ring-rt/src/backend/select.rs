@@ -34,6 +34,8 @@ pub(crate) struct BackendConfig {
     pub(crate) batch_wait: Duration,
     /// The blocking-thread cap the builder set, if it set one.
     pub(crate) blocking_threads: Option<usize>,
+    /// Direct-descriptor slots per ring (`Builder::direct_descriptors`); 0 for none.
+    pub(crate) direct_slots: u32,
 }
 
 /// How other threads wake a worker: the eventfd they write, and what each backend calls
@@ -70,7 +72,8 @@ pub(crate) fn open(config: &BackendConfig, wake: WakeSource<'_>) -> io::Result<(
         Ok(b) => {
             let b = b
                 .with_batch_wait(config.batch_wait)
-                .with_blocking_threads(blocking_threads, is_explicit);
+                .with_blocking_threads(blocking_threads, is_explicit)
+                .with_direct_descriptors(config.direct_slots);
             Ok((Backend::Uring(b), choice))
         }
         Err(err) if config.requested == Some(BackendKind::Uring) => Err(err.into()),

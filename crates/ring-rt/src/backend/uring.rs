@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use io_uring::{opcode, squeue, types};
 use ring_core::buf_pool::BufGroup;
 use ring_core::cqe::Cqe;
+use ring_core::direct::{DirectCloser, OwnedSlot};
 use ring_core::driver::{Batch, Driver, DriverConfig, Wait};
 use ring_core::lifecycle::{Deferred, Orphan};
 use ring_core::metrics::Metrics;
@@ -24,6 +25,7 @@ use ring_core::release::Keep;
 use ring_core::setup::SetupError;
 use ring_core::user_data::{OpId, Reserved};
 
+use super::direct::{slot_of, sqe_on};
 use super::linked_fds::LinkedFds;
 use super::{
     BackendKind, Capability, Emulation, FixedBuffers, FixedPool, Mechanism, Operation, ParkKey,
@@ -51,6 +53,9 @@ pub(crate) struct UringBackend {
     wake_targets: Vec<Arc<std::os::fd::OwnedFd>>,
     /// Fds that kernel-linked ops name, and closes waiting for those ops.
     linked_fds: LinkedFds,
+    /// The close queue of the ring's direct-descriptor table, if it has one
+    /// (see [`with_direct_descriptors`](Self::with_direct_descriptors)).
+    direct: Option<DirectCloser>,
 }
 
 /// How long `forget_fd` waits for the kernel to take the SQEs pushed before an fd leaves.
@@ -70,6 +75,7 @@ impl UringBackend {
     ) -> Result<UringBackend, SetupError> {
         Ok(UringBackend {
             driver: Driver::new(config)?,
+            direct: None,
             wake_fd,
             wake_op: None,
             recv_pool: RecvPool::new(recv_buffers),
@@ -80,6 +86,40 @@ impl UringBackend {
             wake_targets: Vec::new(),
             linked_fds: LinkedFds::new(),
         })
+    }
+
+    /// Gives the ring a table of up to `slots` direct descriptors, which accepts then fill
+    /// (see `Builder::direct_descriptors`). Only where every direct-descriptor path works:
+    /// multishot accept into the table (5.19), `FIXED_FD_INSTALL` for an fd on demand
+    /// (6.8), `IORING_OP_SHUTDOWN` (5.11); elsewhere, or if the kernel refuses the table,
+    /// accepts keep returning fds, and the reason is logged. The table is cut to the
+    /// process's open-file limit, which the kernel applies to it.
+    pub(crate) fn with_direct_descriptors(mut self, slots: u32) -> UringBackend {
+        if slots == 0 {
+            return self;
+        }
+        let features = self.driver.features();
+        let missing = if !features.has(Feature::MultishotAccept) {
+            Some("multishot accept (Linux 5.19+)")
+        } else if !features.has_opcode(opcode::FixedFdInstall::CODE) {
+            Some("IORING_OP_FIXED_FD_INSTALL (Linux 6.8+)")
+        } else if !features.has_opcode(opcode::Shutdown::CODE) {
+            Some("IORING_OP_SHUTDOWN (Linux 5.11+)")
+        } else {
+            None
+        };
+        if let Some(missing) = missing {
+            tracing::info!(target: "ring_rt", slots, missing, "direct descriptors not used: the kernel (or feature profile) lacks what they need");
+            return self;
+        }
+        let slots = slots.min(crate::sys::open_file_limit());
+        match self.driver.register_direct(slots) {
+            Ok(closer) => self.direct = Some(closer),
+            Err(err) => {
+                tracing::warn!(target: "ring_rt", slots, error = %err, "direct descriptors not used: the ring refused a file table")
+            }
+        }
+        self
     }
 
     /// Turns batched waits on (see `Builder::batch_wait`); a no-op before 6.12.
@@ -134,7 +174,7 @@ impl UringBackend {
                     return Poll::Ready(Ok(cqe));
                 }
             }
-            let sqe = opcode::PollAdd::new(types::Fd(fd), events).build();
+            let sqe = sqe_on!(fd, |t| opcode::PollAdd::new(t, events).build());
             // SAFETY: a POLL_ADD points at no memory.
             *wait = ReadyWait::Poll(unsafe { self.driver.submit_op(sqe)? });
         }
@@ -346,6 +386,35 @@ impl Mechanism for UringBackend {
         sent
     }
 
+    fn direct_closer(&self) -> Option<DirectCloser> {
+        self.direct.clone()
+    }
+
+    fn install_direct(&mut self, slot: u32) -> io::Result<std::os::fd::OwnedFd> {
+        self.direct.as_ref().ok_or_else(super::no_direct)?;
+        // SAFETY: `Mechanism::install_direct`'s contract: the caller owns the slot.
+        unsafe { self.driver.install_direct(slot) }
+    }
+
+    fn shutdown_direct(&mut self, slot: u32, how: std::net::Shutdown) -> io::Result<()> {
+        self.direct.as_ref().ok_or_else(super::no_direct)?;
+        let how = match how {
+            std::net::Shutdown::Read => libc::SHUT_RD,
+            std::net::Shutdown::Write => libc::SHUT_WR,
+            std::net::Shutdown::Both => libc::SHUT_RDWR,
+        };
+        // SAFETY: `Mechanism::shutdown_direct`'s contract: the caller owns the slot.
+        unsafe { self.driver.shutdown_direct(slot, how) }
+    }
+
+    fn poll_arrival(&mut self, seq: u32, waker: &Waker) -> Poll<io::Result<OwnedSlot>> {
+        self.driver.poll_arrival(seq, waker)
+    }
+
+    fn forget_arrival(&mut self, seq: u32) {
+        self.driver.forget_arrival(seq);
+    }
+
     /// Starts `op`: its SQE is pushed (submitted by the next turn), its slot already
     /// waiting with `waker` (no CQE can come before the SQE is submitted).
     fn start(&mut self, op: &mut dyn Operation, waker: &Waker) -> io::Result<Start> {
@@ -382,8 +451,13 @@ impl Mechanism for UringBackend {
         // (as on epoll), with the same results.
         let fits = ops.len() <= self.driver.ring_sizes().0 as usize;
         let features = self.driver.features();
+        // A direct descriptor is closed behind the SQEs pushed before its close, which a
+        // link not yet issued would outrun (see `ring_core::direct`): such a chain runs op
+        // by op.
         let linkable = ops.iter().all(|op| {
-            !op.is_readiness_only() && op.opcode().is_none_or(|code| features.has_opcode(code))
+            !op.is_readiness_only()
+                && op.opcode().is_none_or(|code| features.has_opcode(code))
+                && op.fd().and_then(slot_of).is_none()
         });
         if !fits || !linkable {
             return None;
@@ -457,6 +531,12 @@ impl Mechanism for UringBackend {
     /// A kernel-linked op naming `fd` and not yet issued keeps the number taken until it
     /// ends, by a placeholder that releases the file now (see `LinkedFds`).
     fn close(&mut self, fd: RawFd) {
+        if let Some(slot) = slot_of(fd) {
+            // SAFETY: the caller hands over its direct descriptor to be closed; its close
+            // goes behind every SQE pushed, and nothing names the slot after it.
+            unsafe { self.driver.close_direct(slot) };
+            return;
+        }
         if self.linked_fds.names(fd, self.driver.ops()) {
             self.linked_fds.close_later(fd);
             return;

@@ -54,6 +54,9 @@ pub(crate) struct Shared {
     pub(crate) tasks_alive: AtomicUsize,
     /// Spawns sent here that have not become tasks yet (counted as load).
     pub(crate) spawns_pending: AtomicUsize,
+    /// Tasks alive here that only carry a connection to another worker (a direct
+    /// descriptor on its way by `MSG_RING`): counted as that worker's load, not this one's.
+    pub(crate) moving_out: AtomicUsize,
     /// The worker's loop runs (worker 0: inside `block_on`): a spawn sent here runs soon.
     pub(crate) is_running: AtomicBool,
     /// The runtime is shutting this worker down: spawns sent here say `Cancelled`, even
@@ -194,6 +197,7 @@ impl Shared {
             tasks_spawned: AtomicU64::new(0),
             tasks_alive: AtomicUsize::new(0),
             spawns_pending: AtomicUsize::new(0),
+            moving_out: AtomicUsize::new(0),
             is_running: AtomicBool::new(false),
             is_stopping: AtomicBool::new(false),
             gauges: Gauges::default(),
@@ -211,9 +215,12 @@ impl Shared {
         self.is_stopping.load(Ordering::Acquire)
     }
 
-    /// The load a spawn sent here would join: tasks alive plus spawns on their way.
+    /// The load a spawn sent here would join: tasks alive plus spawns on their way (a
+    /// connection moving here counts as one; the task moving one away does not).
     pub(crate) fn load(&self) -> usize {
-        self.tasks_alive.load(Ordering::Relaxed) + self.spawns_pending.load(Ordering::Relaxed)
+        let alive = self.tasks_alive.load(Ordering::Relaxed);
+        let carrying = self.moving_out.load(Ordering::Relaxed);
+        alive.saturating_sub(carrying) + self.spawns_pending.load(Ordering::Relaxed)
     }
 
     /// Stops taking jobs and drops the queued ones (each spawn's handle says `Cancelled`):

@@ -1,5 +1,6 @@
 //! Networking: TCP, UDP and Unix-domain sockets on the current worker's backend.
 
+pub(crate) mod direct;
 mod into_fd;
 mod recv_stream;
 mod socket;

@@ -1,7 +1,7 @@
 //! The socket under every stream and datagram type: an fd on one worker, closed through
 //! that worker's backend so the close is ordered after ops already queued on the fd.
 
-use std::cell::OnceCell;
+use std::cell::{Cell, OnceCell};
 use std::future::{poll_fn, Future};
 use std::io;
 use std::net::Shutdown;
@@ -12,6 +12,7 @@ use socket2::{Domain, SockAddr, Type};
 
 use super::recv_stream::RecvStream;
 use super::write_all::WriteAll;
+use crate::backend::direct::{encode, slot_of};
 use crate::backend::Capability;
 use crate::buf::{IoBuf, IoBufMut};
 use crate::op::link::Pending;
@@ -22,7 +23,12 @@ use crate::pool::PooledBuf;
 use crate::worker::{Core, GivenAway};
 
 pub(crate) struct Socket {
+    /// The fd ops name: the socket's own, or (a direct descriptor) its slot in the
+    /// worker's ring, encoded as a number below -1 (see `backend::direct`).
     fd: RawFd,
+    /// A direct descriptor's regular fd, once something needed one (-1 until then): plain
+    /// syscalls use it; ops keep naming the slot.
+    installed: Cell<RawFd>,
     pub(crate) core: Rc<Core>,
     /// What dropped receives got, for the next receive (made on the first receive).
     unclaimed: OnceCell<Rc<Unclaimed>>,
@@ -35,9 +41,70 @@ impl Socket {
         core.adopt_socket(fd.as_raw_fd())?;
         Ok(Socket {
             fd: fd.into_raw_fd(),
+            installed: Cell::new(-1),
             core,
             unclaimed: OnceCell::new(),
         })
+    }
+
+    /// Adopts a direct descriptor of `core`'s ring (an accepted connection, or one another
+    /// worker sent): the socket closes the slot when dropped. Accepted sockets are
+    /// blocking, as io_uring wants them.
+    pub(crate) fn from_direct(core: Rc<Core>, slot: ring_core::direct::OwnedSlot) -> Socket {
+        Socket {
+            fd: encode(slot.into_raw()),
+            installed: Cell::new(-1),
+            core,
+            unclaimed: OnceCell::new(),
+        }
+    }
+
+    /// Whether this is a direct descriptor (see `Builder::direct_descriptors`).
+    pub(crate) fn is_direct(&self) -> bool {
+        slot_of(self.fd).is_some()
+    }
+
+    /// The fd plain syscalls use: the socket's own, or a direct descriptor's installed one,
+    /// installed now if it has none yet (an `io_uring_enter` of its own; `Err` when the
+    /// backend is busy, inside a waker's `clone`, or the fd table is full).
+    pub(crate) fn os_fd(&self) -> io::Result<RawFd> {
+        let Some(slot) = slot_of(self.fd) else {
+            return Ok(self.fd);
+        };
+        if self.installed.get() >= 0 {
+            return Ok(self.installed.get());
+        }
+        let fd = self.core.install_direct(slot)?.into_raw_fd();
+        self.installed.set(fd);
+        Ok(fd)
+    }
+
+    /// Adds what identifies the socket to a `Debug` struct: its fd, or its direct slot.
+    pub(crate) fn fmt_fields<'a, 'b>(
+        &self,
+        mut f: std::fmt::DebugStruct<'a, 'b>,
+    ) -> std::fmt::DebugStruct<'a, 'b> {
+        match slot_of(self.fd) {
+            Some(slot) => {
+                f.field("direct_slot", &slot);
+                if let Some(fd) = self.os_fd_now() {
+                    f.field("fd", &fd);
+                }
+            }
+            None => {
+                f.field("fd", &self.fd);
+            }
+        }
+        f
+    }
+
+    /// The fd plain syscalls may use without installing one: `None` for a direct
+    /// descriptor that has none yet.
+    fn os_fd_now(&self) -> Option<RawFd> {
+        match slot_of(self.fd) {
+            None => Some(self.fd),
+            Some(_) => Some(self.installed.get()).filter(|&fd| fd >= 0),
+        }
     }
 
     /// The socket's unclaimed receives (see [`Unclaimed`]).
@@ -56,30 +123,43 @@ impl Socket {
         self.fd
     }
 
-    /// A socket2 view for options and addresses (never closes the fd).
-    pub(crate) fn with_socket2<T>(&self, f: impl FnOnce(&socket2::Socket) -> T) -> T {
-        // SAFETY: the fd is open for as long as `self`; ManuallyDrop keeps socket2 from
-        // closing it.
-        let s = std::mem::ManuallyDrop::new(unsafe { socket2::Socket::from_raw_fd(self.fd) });
-        f(&s)
+    /// A socket2 view for options and addresses (never closes the fd); a direct
+    /// descriptor gets its fd installed first.
+    pub(crate) fn with_socket2<T>(
+        &self,
+        f: impl FnOnce(&socket2::Socket) -> io::Result<T>,
+    ) -> io::Result<T> {
+        with_fd(self.os_fd()?, f)
     }
 
     /// Sends what of `bufs` the socket's buffer takes now, straight from the caller's
     /// memory: a plain nonblocking `sendmsg`, which leaves nothing with the kernel once it
     /// returns. `WouldBlock` when the buffer is full.
+    ///
+    /// A direct descriptor with no fd yet answers `WouldBlock` without a syscall: installing
+    /// an fd to save an op would cost more than the op.
     #[cfg(any(feature = "tokio-io", feature = "futures-io"))]
     pub(crate) fn send_now(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-        self.with_socket2(|s| {
+        let Some(fd) = self.os_fd_now() else {
+            return Err(io::ErrorKind::WouldBlock.into());
+        };
+        with_fd(fd, |s| {
             s.send_vectored_with_flags(bufs, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
         })
     }
 
     /// Whether a receive would end now: data, end of stream or an error waits (a peek
-    /// that never blocks, whatever the fd's blocking mode).
+    /// that never blocks, whatever the fd's blocking mode). A direct descriptor with no fd
+    /// cannot be asked without installing one: false, the answer that lets another
+    /// receive go first (its only use).
     pub(crate) fn has_data_now(&self) -> bool {
+        let Some(fd) = self.os_fd_now() else {
+            return false;
+        };
         let mut byte = [std::mem::MaybeUninit::<u8>::uninit()];
-        let peeked = self
-            .with_socket2(|s| s.recv_with_flags(&mut byte, libc::MSG_PEEK | libc::MSG_DONTWAIT));
+        let peeked = with_fd(fd, |s| {
+            s.recv_with_flags(&mut byte, libc::MSG_PEEK | libc::MSG_DONTWAIT)
+        });
         !matches!(peeked, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
     }
 
@@ -156,8 +236,13 @@ impl Socket {
         poll_fn(move |cx| rx.poll_chunk(cx))
     }
 
+    /// `shutdown(2)`; a direct descriptor's goes through the ring, behind the ops queued
+    /// for it (no fd needed).
     pub(crate) fn shutdown(&self, how: Shutdown) -> io::Result<()> {
-        self.with_socket2(|s| s.shutdown(how))?;
+        match slot_of(self.fd) {
+            Some(slot) => self.core.shutdown_direct(slot, how)?,
+            None => self.with_socket2(|s| s.shutdown(how))?,
+        }
         self.core.after_local_shutdown(self.fd);
         Ok(())
     }
@@ -173,10 +258,26 @@ impl Socket {
     /// Gives up the fd, or gives the socket back when that would lose received data (see
     /// [`Unclaimed::busy_reason`]).
     pub(crate) fn into_owned(self) -> Result<OwnedFd, (Socket, io::Error)> {
-        match self.unclaimed.get().and_then(|u| u.busy_reason()) {
-            Some(why) => Err((self, io::Error::new(io::ErrorKind::ResourceBusy, why))),
-            None => Ok(self.into_owned_now()),
+        if let Some(why) = self.unclaimed.get().and_then(|u| u.busy_reason()) {
+            return Err((self, io::Error::new(io::ErrorKind::ResourceBusy, why)));
         }
+        if !self.is_direct() {
+            return Ok(self.into_owned_now());
+        }
+        match self.os_fd() {
+            Ok(_) => Ok(self.into_installed()),
+            Err(e) => Err((self, e)),
+        }
+    }
+
+    /// A direct descriptor's installed fd goes out; the slot is closed (behind the ops
+    /// queued for it, which reach the same socket the fd does).
+    fn into_installed(self) -> OwnedFd {
+        let fd = self.installed.replace(-1);
+        drop(self);
+        // SAFETY: the installed fd was this socket's alone; its field now says -1, so the
+        // drop above closed only the slot, and ownership moves here.
+        unsafe { OwnedFd::from_raw_fd(fd) }
     }
 
     fn into_owned_now(mut self) -> OwnedFd {
@@ -195,26 +296,47 @@ impl Socket {
     }
 }
 
+/// A direct descriptor gets its fd installed (see [`Socket::os_fd`]); -1 when that fails,
+/// which any syscall refuses with `EBADF`.
 impl AsRawFd for Socket {
     fn as_raw_fd(&self) -> RawFd {
-        self.fd
+        self.os_fd().unwrap_or(-1)
     }
 }
 
+/// A direct descriptor gets its fd installed (see [`Socket::os_fd`]), and panics when that
+/// fails: a `BorrowedFd` must be an open fd.
 impl std::os::fd::AsFd for Socket {
     fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        // SAFETY: the socket owns `fd` and closes it only when dropped, which the borrow
-        // of `self` prevents for the BorrowedFd's lifetime.
-        unsafe { std::os::fd::BorrowedFd::borrow_raw(self.fd) }
+        let fd = match self.os_fd() {
+            Ok(fd) => fd,
+            Err(e) => panic!("as_fd: no fd could be installed for a direct descriptor: {e}"),
+        };
+        // SAFETY: the socket owns `fd` (its own, or its installed one) and closes it only
+        // when dropped, which the borrow of `self` prevents for the BorrowedFd's lifetime.
+        unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }
     }
 }
 
 impl Drop for Socket {
     fn drop(&mut self) {
-        if self.fd >= 0 {
+        let installed = self.installed.get();
+        if installed >= 0 {
+            self.core.close(installed);
+        }
+        // -1: given away. Below: a direct descriptor, closed by its ring.
+        if self.fd != -1 {
             self.core.close(self.fd);
         }
     }
+}
+
+/// A socket2 view of `fd` for the call (never closes it).
+fn with_fd<T>(fd: RawFd, f: impl FnOnce(&socket2::Socket) -> io::Result<T>) -> io::Result<T> {
+    // SAFETY: the caller's socket keeps `fd` open for the call; ManuallyDrop keeps socket2
+    // from closing it.
+    let s = std::mem::ManuallyDrop::new(unsafe { socket2::Socket::from_raw_fd(fd) });
+    f(&s)
 }
 
 /// The I/O methods every stream type shares, forwarding to its `socket` field.
@@ -432,21 +554,34 @@ macro_rules! stream_methods {
 /// blocking mode is the backend's and must not be changed).
 macro_rules! socket_traits {
     ($($ty:ident),+) => {$(
+        /// A direct descriptor (see
+        /// [`Builder::direct_descriptors`](crate::Builder::direct_descriptors)) gets a
+        /// regular fd installed on first use, kept until the stream is dropped; -1 when none
+        /// can be (the fd table is full, or this is called from inside the runtime's own
+        /// bookkeeping, a waker's `clone`), which every syscall refuses with `EBADF`.
         impl std::os::fd::AsRawFd for $ty {
             fn as_raw_fd(&self) -> std::os::fd::RawFd {
-                self.socket.fd()
+                std::os::fd::AsRawFd::as_raw_fd(&self.socket)
             }
         }
 
+        /// A direct descriptor gets a regular fd installed on first use, as for
+        /// `as_raw_fd`.
+        ///
+        /// # Panics
+        /// On a direct descriptor for which no fd can be installed (the fd table is full,
+        /// or this is called from inside the runtime's own bookkeeping): a `BorrowedFd`
+        /// must be an open fd. `as_raw_fd` answers -1 instead.
         impl std::os::fd::AsFd for $ty {
             fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
                 std::os::fd::AsFd::as_fd(&self.socket)
             }
         }
 
+
         impl std::fmt::Debug for $ty {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.debug_struct(stringify!($ty)).field("fd", &self.socket.fd()).finish()
+                self.socket.fmt_fields(f.debug_struct(stringify!($ty))).finish()
             }
         }
     )+};

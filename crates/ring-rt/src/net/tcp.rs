@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::io;
 use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{OwnedFd, RawFd};
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{ready, Context, Poll};
@@ -14,11 +14,13 @@ use socket2::{Domain, SockAddr, Type};
 use super::into_fd::IntoFdError;
 use super::recv_stream::RecvStream;
 use super::socket::{socket_traits, stream_methods, Socket};
+use ring_core::direct::DirectCloser;
+
 use crate::backend::Capability;
 use crate::buf::{IoBuf, IoBufMut};
 use crate::op::link::Pending;
 use crate::op::multishot::Multishot;
-use crate::op::net::{Accept, AcceptMulti, AddrOut};
+use crate::op::net::{Accept, AcceptMulti, Conn};
 use crate::op::Op;
 use crate::op::OpDef;
 use crate::pool::PooledBuf;
@@ -213,9 +215,20 @@ impl TcpListener {
     /// # std::io::Result::Ok(())
     /// ```
     pub async fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
-        let (fd, addr) = accept_one(&self.socket).await?;
-        let stream = TcpStream::from_accepted(&self.socket.core, fd)?;
-        Ok((stream, to_inet(addr)?))
+        loop {
+            let (conn, peer) = accept_one(&self.socket, None).await?;
+            let stream = TcpStream::from_accepted(&self.socket.core, conn)?;
+            // Only a direct descriptor a dropped `incoming` took comes without its peer:
+            // asked now (which installs its fd), and passed over if the peer is gone.
+            let peer = match peer {
+                Some(peer) => peer,
+                None => match stream.socket.peer_addr() {
+                    Ok(peer) => peer,
+                    Err(_) => continue,
+                },
+            };
+            return Ok((stream, to_inet(peer)?));
+        }
     }
 
     /// Connections as they arrive, via one multishot accept where the kernel has it (5.19+).
@@ -251,15 +264,11 @@ impl TcpListener {
 /// One accept: a new connection and its peer. A connection an earlier, dropped accept took
 /// comes first. Dropped in flight, the accept is cancelled, and a connection it got anyway
 /// stays with the listener for the next accept.
-pub(crate) fn accept_one(socket: &Socket) -> Op<Accept> {
-    Op::new(
-        socket.core.clone(),
-        Accept {
-            fd: socket.fd(),
-            addr: AddrOut::new(),
-            unclaimed: socket.unclaimed(),
-        },
-    )
+///
+/// `direct`: into the worker's direct-descriptor table (see `Builder::direct_descriptors`).
+pub(crate) fn accept_one(socket: &Socket, direct: Option<DirectCloser>) -> Op<Accept> {
+    let accept = Accept::new(socket.fd(), socket.unclaimed(), direct);
+    Op::new(socket.core.clone(), accept)
 }
 
 /// Stream of accepted connections from [`TcpListener::incoming`].
@@ -387,16 +396,16 @@ impl<'a> Incoming<'a> {
         }
         let core = &self.socket.core;
         Poll::Ready(Some(
-            result.and_then(|fd| TcpStream::from_accepted(core, fd)),
+            result.and_then(|conn| TcpStream::from_accepted(core, conn)),
         ))
     }
 
-    fn poll_accept(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<OwnedFd>> {
+    fn poll_accept(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Conn>> {
         loop {
             if let Some(op) = &mut self.single {
                 let accepted = ready!(Pin::new(op).poll(cx));
                 self.single = None;
-                return Poll::Ready(accepted.map(|(fd, _)| fd));
+                return Poll::Ready(accepted.map(|(conn, _)| conn));
             }
             if self.multishot.as_ref().is_some_and(Multishot::is_armed) || self.may_arm() {
                 let socket = self.socket;
@@ -404,6 +413,7 @@ impl<'a> Incoming<'a> {
                     let def = AcceptMulti {
                         fd: socket.fd(),
                         unclaimed: socket.unclaimed(),
+                        direct: socket.core.direct_closer(),
                     };
                     Multishot::new(socket.core.clone(), def)
                 });
@@ -415,14 +425,13 @@ impl<'a> Incoming<'a> {
                         continue
                     }
                     Err(e) => return Poll::Ready(Err(e)),
-                    Ok(fd) => {
-                        // SAFETY: a successful accept CQE's result is a new fd nobody owns.
-                        let fd = unsafe { <OwnedFd as FromRawFd>::from_raw_fd(fd as RawFd) };
-                        return Poll::Ready(Ok(fd));
+                    Ok(res) => {
+                        return Poll::Ready(Ok(multishot.def().accepted(res)));
                     }
                 }
             }
-            self.single = Some(accept_one(self.socket));
+            let direct = self.socket.core.direct_closer();
+            self.single = Some(accept_one(self.socket, direct));
         }
     }
 
@@ -538,10 +547,44 @@ pub struct TcpStream {
 impl TcpStream {
     stream_methods!();
 
-    fn from_accepted(core: &Rc<Core>, fd: OwnedFd) -> io::Result<TcpStream> {
-        Ok(TcpStream {
-            socket: Socket::from_owned(core.clone(), fd)?,
-        })
+    /// A stream on a direct descriptor of `core`'s ring (one another worker sent).
+    pub(crate) fn from_direct(core: &Rc<Core>, slot: ring_core::direct::OwnedSlot) -> TcpStream {
+        TcpStream {
+            socket: Socket::from_direct(core.clone(), slot),
+        }
+    }
+
+    /// The socket under the stream.
+    pub(crate) fn socket(&self) -> &Socket {
+        &self.socket
+    }
+
+    fn from_accepted(core: &Rc<Core>, conn: Conn) -> io::Result<TcpStream> {
+        let socket = match conn {
+            Conn::Fd(fd) => Socket::from_owned(core.clone(), fd)?,
+            Conn::Direct(slot) => Socket::from_direct(core.clone(), slot),
+        };
+        Ok(TcpStream { socket })
+    }
+
+    /// Whether the stream is a direct descriptor: a socket in its worker's ring with no fd
+    /// of its own until something asks for one (see
+    /// [`Builder::direct_descriptors`](crate::Builder::direct_descriptors)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ring_rt::net::{TcpListener, TcpStream};
+    ///
+    /// # ring_rt::Runtime::new()?.block_on(async {
+    /// let listener = TcpListener::bind("127.0.0.1:0")?;
+    /// let client = TcpStream::connect(listener.local_addr()?).await?;
+    /// assert!(!client.is_direct()); // connected, not accepted: an fd
+    /// # std::io::Result::Ok(()) })?;
+    /// # std::io::Result::Ok(())
+    /// ```
+    pub fn is_direct(&self) -> bool {
+        self.socket.is_direct()
     }
 
     /// Connects to `addr` (the first address it resolves to).

@@ -12,6 +12,7 @@ use super::socket::{socket_traits, stream_methods, Socket};
 use super::tcp::accept_one;
 use crate::buf::{IoBuf, IoBufMut};
 use crate::op::link::Pending;
+use crate::op::net::Conn;
 use crate::op::OpDef;
 use crate::pool::PooledBuf;
 use crate::worker::Core;
@@ -84,10 +85,13 @@ impl UnixListener {
 
     /// Accepts one connection (see the [type's example](UnixListener)).
     pub async fn accept(&self) -> io::Result<UnixStream> {
-        let (fd, _) = accept_one(&self.socket).await?;
-        Ok(UnixStream {
-            socket: Socket::from_owned(self.socket.core.clone(), fd)?,
-        })
+        // Never direct: only TCP listeners accept direct descriptors.
+        let (conn, _) = accept_one(&self.socket, None).await?;
+        let socket = match conn {
+            Conn::Fd(fd) => Socket::from_owned(self.socket.core.clone(), fd)?,
+            Conn::Direct(slot) => Socket::from_direct(self.socket.core.clone(), slot),
+        };
+        Ok(UnixStream { socket })
     }
 }
 

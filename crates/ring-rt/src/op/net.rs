@@ -1,20 +1,23 @@
 //! Socket ops: accept, connect, recv, send, buffer-select recv, zero-copy send, msg ops.
 
 use std::io;
-use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
 use std::task::{Context, Poll};
 
 use io_uring::{opcode, squeue, types};
 use ring_core::buf_pool::{BufGroup, BufMode};
 use ring_core::cqe::Cqe;
+use ring_core::direct::DirectCloser;
 use ring_core::lifecycle::{Deferred, Orphan};
 use ring_core::user_data::OpId;
 use socket2::{SockAddr, SockAddrStorage};
 
 use super::multishot::MultishotDef;
+pub(crate) use super::unclaimed::Conn;
 use super::unclaimed::{ChainTurns, Item, RecvTurn, TurnSlot, Unclaimed};
 use super::{Emulation, OpDef, Operation};
+use crate::backend::direct::sqe_on;
 use crate::buf::{read_output, IoBuf, IoBufMut};
 use crate::pool::PooledBuf;
 use crate::sys;
@@ -85,21 +88,6 @@ impl AddrOut {
         // SAFETY: as in `into_addr`; `storage` is plain bytes, copied.
         unsafe { SockAddr::new(std::ptr::read(&self.storage), self.len) }
     }
-
-    /// Stores `peer`, as if the kernel had filled it in.
-    fn set(&mut self, peer: &SockAddr) {
-        let len = (peer.len() as usize).min(std::mem::size_of::<SockAddrStorage>());
-        // SAFETY: SockAddrStorage holds any address; `len` bytes of it, at most its size,
-        // are copied from a valid one; the two cannot overlap (`peer` is not ours).
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                peer.as_ptr().cast::<u8>(),
-                (&mut self.storage as *mut SockAddrStorage).cast::<u8>(),
-                len,
-            );
-        }
-        self.len = len as libc::socklen_t;
-    }
 }
 
 /// `accept4`: a new connection and its peer address.
@@ -109,6 +97,46 @@ pub(crate) struct Accept {
     /// The listener's unclaimed connections: taken first, and where a dropped accept's
     /// connection goes.
     pub(crate) unclaimed: Rc<Unclaimed>,
+    /// Accepts into the worker's direct-descriptor table, whose closes go here (`None`:
+    /// an fd).
+    pub(crate) direct: Option<DirectCloser>,
+    /// A connection a dropped accept took, found before this one started: what it gives.
+    pub(crate) queued: Option<(Conn, Option<SockAddr>)>,
+}
+
+impl Accept {
+    /// An accept on listener `fd`, into the direct table `direct` closes for if given.
+    pub(crate) fn new(fd: RawFd, unclaimed: Rc<Unclaimed>, direct: Option<DirectCloser>) -> Accept {
+        Accept {
+            fd,
+            addr: AddrOut::new(),
+            unclaimed,
+            direct,
+            queued: None,
+        }
+    }
+}
+
+/// `accept4` flags: close-on-exec for an fd. A direct descriptor has no fd to mark (the
+/// kernel refuses the flag with one, `EINVAL`); the fd installed for it later is
+/// close-on-exec.
+fn accept_flags(direct: bool) -> i32 {
+    if direct {
+        0
+    } else {
+        libc::SOCK_CLOEXEC
+    }
+}
+
+/// The connection in a successful accept CQE's result: a new fd, or a slot of the direct
+/// table `direct` closes for.
+fn accepted(res: u32, direct: Option<&DirectCloser>) -> Conn {
+    match direct {
+        // SAFETY: a successful direct accept's result is the slot its connection went
+        // into, which nobody else owns.
+        Some(closer) => Conn::Direct(unsafe { closer.adopt(res) }),
+        None => Conn::Fd(owned_fd(res)),
+    }
 }
 
 // SAFETY: the SQE and any blocking job point only at memory this op owns on the heap
@@ -132,18 +160,28 @@ unsafe impl Operation for Accept {
 
     fn sqe(&mut self) -> squeue::Entry {
         let (addr, len) = self.addr.ptrs();
+        let slot = self
+            .direct
+            .as_ref()
+            .map(|_| types::DestinationSlot::auto_target());
         opcode::Accept::new(types::Fd(self.fd), addr, len)
-            .flags(libc::SOCK_CLOEXEC)
+            .flags(accept_flags(self.direct.is_some()))
+            .file_index(slot)
             .build()
     }
 }
 
 impl OpDef for Accept {
-    type Output = io::Result<(OwnedFd, SockAddr)>;
+    /// The connection, and its peer's address where known (always, but for a direct
+    /// descriptor a dropped multishot accept took: its caller asks the socket).
+    type Output = io::Result<(Conn, Option<SockAddr>)>;
 
-    fn complete(self, cqe: Cqe) -> Self::Output {
-        let fd = owned_fd(crate::completion::result(&cqe)?);
-        Ok((fd, self.addr.into_addr()))
+    fn complete(mut self, cqe: Cqe) -> Self::Output {
+        if let Some(queued) = self.queued.take() {
+            return Ok(queued);
+        }
+        let conn = accepted(crate::completion::result(&cqe)?, self.direct.as_ref());
+        Ok((conn, Some(self.addr.into_addr())))
     }
 
     fn into_orphan(self) -> Box<dyn Orphan> {
@@ -151,20 +189,25 @@ impl OpDef for Accept {
         Box::new(KeepConns {
             unclaimed: self.unclaimed.clone(),
             addr: Some(self.addr),
+            direct: self.direct,
         })
     }
 
     /// A connection a dropped accept took comes first, with the peer address that accept
     /// got. One a dropped multishot accept took has none: the socket is asked, and one
     /// whose peer already reset it (no address any more) is closed and passed over, as
-    /// nobody can be told where it came from.
+    /// nobody can be told where it came from. A direct descriptor cannot be asked without
+    /// an fd: it comes as it is.
     fn poll_prepare(&mut self, cx: &mut Context<'_>) -> Poll<Option<Cqe>> {
         std::task::ready!(self.unclaimed.poll_settled(cx));
-        while let Some((fd, peer)) = self.unclaimed.take_conn() {
-            let peer = peer.or_else(|| socket2::SockRef::from(&fd).peer_addr().ok());
-            if let Some(peer) = peer {
-                self.addr.set(&peer);
-                return Poll::Ready(Some(Cqe::new(0, fd.into_raw_fd(), 0)));
+        while let Some((conn, peer)) = self.unclaimed.take_conn() {
+            let peer = match &conn {
+                Conn::Fd(fd) => peer.or_else(|| socket2::SockRef::from(fd).peer_addr().ok()),
+                Conn::Direct(_) => peer,
+            };
+            if peer.is_some() || matches!(conn, Conn::Direct(_)) {
+                self.queued = Some((conn, peer));
+                return Poll::Ready(Some(Cqe::new(0, 0, 0)));
             }
         }
         Poll::Ready(None)
@@ -183,14 +226,16 @@ struct KeepConns {
     /// A one-shot accept's peer address, which the kernel fills in (kept until the final
     /// CQE: the SQE points at it); `None` for a multishot accept, which gets none.
     addr: Option<Box<AddrOut>>,
+    /// The accept's direct table, if it accepts direct descriptors.
+    direct: Option<DirectCloser>,
 }
 
 impl Orphan for KeepConns {
     fn reap(&mut self, cqe: &Cqe, deferred: &mut Deferred) {
         if cqe.res >= 0 {
             let peer = self.addr.as_ref().map(|addr| addr.to_addr());
-            self.unclaimed
-                .push(Item::Conn(owned_fd(cqe.res as u32), peer));
+            let conn = accepted(cqe.res as u32, self.direct.as_ref());
+            self.unclaimed.push(Item::Conn(conn, peer));
         }
         if !cqe.is_more() {
             self.unclaimed.orphan_done(deferred);
@@ -202,6 +247,15 @@ impl Orphan for KeepConns {
 pub(crate) struct AcceptMulti {
     pub(crate) fd: RawFd,
     pub(crate) unclaimed: Rc<Unclaimed>,
+    /// Accepts into the worker's direct-descriptor table (`None`: fds).
+    pub(crate) direct: Option<DirectCloser>,
+}
+
+impl AcceptMulti {
+    /// The connection in one of its successful CQEs.
+    pub(crate) fn accepted(&self, res: u32) -> Conn {
+        accepted(res, self.direct.as_ref())
+    }
 }
 
 // SAFETY: the SQE points at no memory, only at the listener's fd.
@@ -212,7 +266,8 @@ unsafe impl Operation for AcceptMulti {
 
     fn sqe(&mut self) -> squeue::Entry {
         opcode::AcceptMulti::new(types::Fd(self.fd))
-            .flags(libc::SOCK_CLOEXEC)
+            .flags(accept_flags(self.direct.is_some()))
+            .allocate_file_index(self.direct.is_some())
             .build()
     }
 
@@ -231,6 +286,7 @@ impl MultishotDef for AcceptMulti {
         Box::new(KeepConns {
             unclaimed: self.unclaimed.clone(),
             addr: None,
+            direct: self.direct.clone(),
         })
     }
 }
@@ -319,9 +375,10 @@ unsafe impl<B: IoBufMut> Operation for Recv<B> {
             return opcode::Nop::new().build();
         }
         let len = len_u32(self.buf.bytes_total());
-        opcode::Recv::new(types::Fd(self.fd), self.buf.stable_mut_ptr(), len)
+        let ptr = self.buf.stable_mut_ptr();
+        sqe_on!(self.fd, |t| opcode::Recv::new(t, ptr, len)
             .flags(self.flags)
-            .build()
+            .build())
     }
 
     fn leaves_unready(&self, cqe: &Cqe) -> bool {
@@ -557,9 +614,10 @@ unsafe impl<B: IoBuf> Operation for Send<B> {
     fn sqe(&mut self) -> squeue::Entry {
         let len = len_u32(self.buf.bytes_init());
         let all = if self.all { libc::MSG_WAITALL } else { 0 };
-        opcode::Send::new(types::Fd(self.fd), self.buf.stable_ptr(), len)
-            .flags(self.flags | libc::MSG_NOSIGNAL | all)
-            .build()
+        let (ptr, flags) = (self.buf.stable_ptr(), self.flags | libc::MSG_NOSIGNAL | all);
+        sqe_on!(self.fd, |t| opcode::Send::new(t, ptr, len)
+            .flags(flags)
+            .build())
     }
 
     fn leaves_unready(&self, cqe: &Cqe) -> bool {
@@ -614,9 +672,10 @@ unsafe impl<B: IoBuf> Operation for SendZc<B> {
 
     fn sqe(&mut self) -> squeue::Entry {
         let len = len_u32(self.buf.bytes_init());
-        opcode::SendZc::new(types::Fd(self.fd), self.buf.stable_ptr(), len)
+        let ptr = self.buf.stable_ptr();
+        sqe_on!(self.fd, |t| opcode::SendZc::new(t, ptr, len)
             .flags(libc::MSG_NOSIGNAL)
-            .build()
+            .build())
     }
 }
 
@@ -660,10 +719,11 @@ unsafe impl Operation for RecvSelect {
 
     fn sqe(&mut self) -> squeue::Entry {
         let len = len_u32(self.group.buf_len());
-        opcode::Recv::new(types::Fd(self.fd), std::ptr::null_mut(), len)
-            .buf_group(self.group.bgid())
-            .build()
-            .flags(squeue::Flags::BUFFER_SELECT)
+        let bgid = self.group.bgid();
+        sqe_on!(self.fd, |t| opcode::Recv::new(t, std::ptr::null_mut(), len)
+            .buf_group(bgid)
+            .build())
+        .flags(squeue::Flags::BUFFER_SELECT)
     }
 
     fn emulate(&mut self) -> Emulation {
@@ -710,7 +770,8 @@ unsafe impl Operation for RecvMulti {
     }
 
     fn sqe(&mut self) -> squeue::Entry {
-        opcode::RecvMulti::new(types::Fd(self.fd), self.group.bgid()).build()
+        let bgid = self.group.bgid();
+        sqe_on!(self.fd, |t| opcode::RecvMulti::new(t, bgid).build())
     }
 
     fn emulate(&mut self) -> Emulation {
@@ -1119,5 +1180,54 @@ impl<B: IoBufMut> OpDef for ReadPollable<B> {
     fn complete(self, cqe: Cqe) -> Self::Output {
         // SAFETY: `cqe` is this op's final completion, a read into the start of `buf`.
         unsafe { read_output(&cqe, self.buf) }
+    }
+}
+
+/// Sends a direct descriptor to another worker's ring (`IORING_OP_MSG_RING` with
+/// `IORING_MSG_SEND_FD`, 6.0+), into a slot that ring's kernel allocates; that ring gets a
+/// CQE carrying `seq` (`ring_core::user_data::arrival_user_data`). The result is 0 once the
+/// other ring has it: `ENXIO` when it has no table, `ENFILE` when its table is full. The
+/// sender's slot stays open; its owner closes it after a success.
+pub(crate) struct SendDirect {
+    /// The sender's direct descriptor, encoded as a socket's fd (see `backend::direct`).
+    pub(crate) fd: RawFd,
+    /// The receiving ring's fd (a duplicate): the op keeps it open until its final CQE, as
+    /// the kernel looks it up when it takes the SQE.
+    pub(crate) target: std::sync::Arc<OwnedFd>,
+    pub(crate) seq: u32,
+}
+
+// SAFETY: the SQE points at no memory: only the target's fd, which the op owns (an `Arc`
+// held until the final CQE), the sender's slot, which its socket keeps open until the op
+// completes (its owner awaits it), and integers.
+unsafe impl Operation for SendDirect {
+    fn sqe(&mut self) -> squeue::Entry {
+        // Not a slot (never, by construction): `u32::MAX`, which the kernel refuses.
+        let slot = crate::backend::direct::slot_of(self.fd).unwrap_or(u32::MAX);
+        let target = std::os::fd::AsRawFd::as_raw_fd(&*self.target);
+        opcode::MsgRingSendFd::new(
+            types::Fd(target),
+            types::Fixed(slot),
+            types::DestinationSlot::auto_target(),
+            ring_core::user_data::arrival_user_data(self.seq),
+        )
+        .build()
+    }
+
+    /// Never run: only io_uring workers have direct descriptors to send. Refused.
+    fn emulate(&mut self) -> Emulation {
+        Emulation::Blocking(Box::new(|| -libc::EOPNOTSUPP))
+    }
+
+    fn opcode(&self) -> Option<u8> {
+        Some(opcode::MsgRingSendFd::CODE)
+    }
+}
+
+impl OpDef for SendDirect {
+    type Output = io::Result<()>;
+
+    fn complete(self, cqe: Cqe) -> Self::Output {
+        crate::completion::result(&cqe).map(drop)
     }
 }

@@ -32,6 +32,7 @@ use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 
 use ring_core::buf_pool::BufGroup;
+use ring_core::direct::OwnedSlot;
 use ring_core::lifecycle::Deferred;
 use ring_core::user_data::OpId;
 
@@ -48,7 +49,15 @@ pub(crate) enum Item {
     /// A datagram, with its sender where it is known.
     Datagram(Vec<u8>, Option<SockAddr>),
     /// An accepted connection, with its peer address where the accept got one.
-    Conn(OwnedFd, Option<SockAddr>),
+    Conn(Conn, Option<SockAddr>),
+}
+
+/// An accepted connection: an fd, or a direct descriptor in the worker's ring (see
+/// `Builder::direct_descriptors`). Either closes its socket when dropped.
+#[derive(Debug)]
+pub(crate) enum Conn {
+    Fd(OwnedFd),
+    Direct(OwnedSlot),
 }
 
 /// A socket's unclaimed receives and its receive turn, shared by the socket, its receives
@@ -686,7 +695,7 @@ impl Unclaimed {
     }
 
     /// The first unclaimed connection, with its peer address if known.
-    pub(crate) fn take_conn(&self) -> Option<(OwnedFd, Option<SockAddr>)> {
+    pub(crate) fn take_conn(&self) -> Option<(Conn, Option<SockAddr>)> {
         self.take_from_lines(|lines| match lines.items.front() {
             Some(Item::Conn(..)) => match lines.pop_front() {
                 Some(Item::Conn(fd, peer)) => Some((fd, peer)),

@@ -6,15 +6,23 @@ use std::io;
 use std::net::TcpStream as StdTcpStream;
 use std::sync::Arc;
 
+use std::os::fd::OwnedFd;
+use std::sync::atomic::Ordering;
+
 use super::Handle;
 use crate::completion::Refused;
+use crate::executor::Shared;
+use crate::net::direct;
 use crate::net::{TcpListener, TcpStream};
 
 impl Handle {
     /// Accepts connections on `listener` (on the worker that awaits this) and serves each
     /// with `serve` on the worker with the fewest tasks alive at that moment: the
-    /// accepting worker keeps it, or it moves to another worker by its fd (the stream is
-    /// made anew there; nothing was read from it yet). Unlike one `SO_REUSEPORT` listener
+    /// accepting worker keeps it, or it moves to another worker (the stream is made anew
+    /// there; nothing was read from it yet). A direct descriptor (see
+    /// [`Builder::direct_descriptors`](crate::Builder::direct_descriptors)) moves from ring
+    /// to ring by `IORING_MSG_SEND_FD` and stays one, no fd made; one the other ring will not
+    /// take (its table full), and any other stream, moves by its fd. Unlike one `SO_REUSEPORT` listener
     /// per worker, whose kernel hash of the 4-tuple ignores load, bursts of connections
     /// (or a few long-lived busy ones) spread evenly. Worker 0 takes connections only when
     /// this accept loop runs on it (its `block_on` then runs as long as the loop does); a
@@ -99,8 +107,71 @@ impl Handle {
             drop(crate::spawn(async move { serve(stream).await }));
             return;
         }
+        if stream.is_direct() {
+            if let Some(to) = self.set.shared(worker) {
+                if let Some(target) = to.unparker.ring() {
+                    let from = crate::worker::Core::current().map(|c| c.executor.shared.clone());
+                    let moving = from.map(|from| Moving::new(from, to.clone()));
+                    let (handle, serve) = (self.clone(), serve.clone());
+                    drop(crate::spawn(async move {
+                        handle.move_direct(stream, target, worker, serve).await;
+                        drop(moving);
+                    }));
+                    return;
+                }
+            }
+        }
+        self.move_by_fd(stream, worker, serve);
+    }
+
+    /// Moves direct-descriptor `stream` to `worker`'s ring (`IORING_MSG_SEND_FD`, no fd
+    /// made), where the task that serves it claims it; by its fd where that ring will not
+    /// take it (no direct table there, or a full one).
+    async fn move_direct<F, Fut>(
+        self,
+        stream: TcpStream,
+        target: Arc<OwnedFd>,
+        worker: usize,
+        serve: Arc<F>,
+    ) where
+        F: Fn(TcpStream) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + 'static,
+    {
+        let seq = match direct::send(stream, target).await {
+            Ok(seq) => seq,
+            Err((stream, err)) => {
+                tracing::debug!(target: "ring_rt", error = %err, "serve_balanced: the other worker did not take a direct descriptor; moving it by fd");
+                self.move_by_fd(stream, worker, &serve);
+                return;
+            }
+        };
+        let moved = self.spawn_local_on(worker, move || async move {
+            let claimed = match direct::claim(seq) {
+                Ok(claim) => claim.await,
+                Err(err) => Err(err),
+            };
+            match claimed {
+                Ok(stream) => serve(stream).await,
+                Err(err) => {
+                    tracing::debug!(target: "ring_rt", error = %err, "serve_balanced: claiming a moved connection failed");
+                }
+            }
+        });
+        if let Err(err) = moved {
+            // The connection sits in that worker's table until its ring closes.
+            tracing::debug!(target: "ring_rt", error = %err, "serve_balanced: no worker for a moved connection");
+        }
+    }
+
+    /// Moves `stream` to `worker` by its fd (a direct descriptor's installed for it).
+    fn move_by_fd<F, Fut>(&self, stream: TcpStream, worker: usize, serve: &Arc<F>)
+    where
+        F: Fn(TcpStream) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + 'static,
+    {
         // A fresh stream has no queued data, so this only fails for a socket a dropped
-        // read used: keep such a one here.
+        // read used, or a direct descriptor no fd could be installed for: keep such a one
+        // here.
         let fd = match stream.into_owned_fd() {
             Ok(fd) => fd,
             Err(kept) => {
@@ -121,6 +192,29 @@ impl Handle {
         if let Err(err) = moved {
             tracing::debug!(target: "ring_rt", error = %err, "serve_balanced: no worker for a connection");
         }
+    }
+}
+
+/// A connection on its way to another worker, carried by a short task here: counted in
+/// that worker's load from the moment it was chosen (so a burst does not pile onto it
+/// unseen), and not in this one's, until the task has handed it over.
+struct Moving {
+    from: Arc<Shared>,
+    to: Arc<Shared>,
+}
+
+impl Moving {
+    fn new(from: Arc<Shared>, to: Arc<Shared>) -> Moving {
+        from.moving_out.fetch_add(1, Ordering::Relaxed);
+        to.spawns_pending.fetch_add(1, Ordering::Relaxed);
+        Moving { from, to }
+    }
+}
+
+impl Drop for Moving {
+    fn drop(&mut self) {
+        self.from.moving_out.fetch_sub(1, Ordering::Relaxed);
+        self.to.spawns_pending.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

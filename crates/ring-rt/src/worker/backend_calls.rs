@@ -202,6 +202,44 @@ impl Core {
     }
 }
 
+/// Direct descriptors (see `Builder::direct_descriptors`): what sockets and the balanced
+/// listener ask of the worker's ring.
+impl Core {
+    /// The close queue of the worker's direct-descriptor table: `Some` where accepts take
+    /// direct descriptors (never while the backend is busy: an fd is as right then).
+    pub(crate) fn direct_closer(&self) -> Option<ring_core::direct::DirectCloser> {
+        self.backend_ref(|b| b.direct_closer()).ok().flatten()
+    }
+
+    /// A regular fd for direct descriptor `slot`, which the caller owns (see
+    /// [`Mechanism::install_direct`]); `Err` if the backend is busy.
+    pub(crate) fn install_direct(&self, slot: u32) -> io::Result<OwnedFd> {
+        self.with_backend(|b| b.install_direct(slot))?
+    }
+
+    /// `shutdown(2)` of direct descriptor `slot`, which the caller owns.
+    pub(crate) fn shutdown_direct(&self, slot: u32, how: std::net::Shutdown) -> io::Result<()> {
+        self.with_backend(|b| b.shutdown_direct(slot, how))?
+    }
+
+    /// The direct descriptor sent here under `seq`; `Err` if the backend is busy.
+    pub(crate) fn poll_arrival(
+        &self,
+        seq: u32,
+        waker: &Waker,
+    ) -> io::Result<Poll<io::Result<ring_core::direct::OwnedSlot>>> {
+        self.with_backend(|b| b.poll_arrival(seq, waker))
+    }
+
+    /// The receiver of `seq` gives up; parked if the backend is busy (a forget lost would
+    /// keep the descriptor open in the table for the ring's life).
+    pub(crate) fn forget_arrival(&self, seq: u32) {
+        if self.with_backend(|b| b.forget_arrival(seq)).is_err() {
+            self.parked.borrow_mut().push(Parked::ForgetArrival(seq));
+        }
+    }
+}
+
 /// What [`Core::give_away_fd`] says to hand out.
 #[must_use]
 pub(crate) enum GivenAway {

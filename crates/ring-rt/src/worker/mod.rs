@@ -102,6 +102,7 @@ enum Parked {
     Shutdown(RawFd),
     ReadinessDropped(RawFd, u32, crate::backend::ParkKey),
     Recall(RawFd, Option<OpId>),
+    ForgetArrival(u32),
 }
 
 impl Core {
@@ -368,6 +369,7 @@ impl Core {
                     backend.readiness_dropped(fd, events, key)
                 }
                 Parked::Recall(fd, id) => backend.recall_receive(fd, id),
+                Parked::ForgetArrival(seq) => backend.forget_arrival(seq),
             }
         }
         backend.take_deferred(&mut self.deferred.borrow_mut());
@@ -543,6 +545,9 @@ fn close_shut_down(backend: &mut Backend, fd: RawFd) {
         tracing::warn!(target: "ring_rt", fd, "an fd closed after shutdown stays taken: a kernel-linked op not yet issued names it");
     }
     backend.close(fd);
+    // No turn comes after shutdown: a close that went into the SQ (a direct descriptor's
+    // always does) is submitted now.
+    let _ = backend.submit();
 }
 
 /// Puts a batch that a panicking waker or destructor interrupted back in front of the

@@ -1,0 +1,511 @@
+//! Direct descriptors (`Builder::direct_descriptors`): accepted TCP streams that live in the
+//! worker's ring with no fd until one is asked for. On io_uring with Linux 6.8+ they are
+//! direct; on epoll, and under a `RING_FEATURES` profile without `FIXED_FD_INSTALL`, the
+//! same code gets fds, and every test checks that the behaviour is the same either way.
+
+#[macro_use]
+mod support;
+
+use std::io::{Read, Write};
+use std::net::Shutdown;
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+use libtest_mimic::Completion;
+use ring_core::probe::{FeatureMask, Features};
+use ring_rt::net::{TcpListener, TcpStream};
+use ring_rt::{BackendKind, Runtime};
+use support::Outcome;
+
+fn main() {
+    support::run(&[
+        (
+            "accepted_streams_echo_and_close_without_an_fd",
+            accepted_streams_echo_and_close_without_an_fd,
+        ),
+        (
+            "a_stream_gets_an_fd_only_when_asked_and_keeps_it",
+            a_stream_gets_an_fd_only_when_asked_and_keeps_it,
+        ),
+        (
+            "shutdown_of_the_write_half_reaches_the_peer",
+            shutdown_of_the_write_half_reaches_the_peer,
+        ),
+        (
+            "into_owned_fd_gives_a_working_fd_and_lets_the_slot_go",
+            into_owned_fd_gives_a_working_fd_and_lets_the_slot_go,
+        ),
+        (
+            "a_full_table_fails_an_accept_and_accepting_resumes_once_a_slot_frees",
+            a_full_table_fails_an_accept_and_accepting_resumes_once_a_slot_frees,
+        ),
+        (
+            "a_connection_a_dropped_next_took_goes_to_accept_with_its_peer",
+            a_connection_a_dropped_next_took_goes_to_accept_with_its_peer,
+        ),
+        (
+            "a_stream_outliving_its_runtime_fails_clearly_and_closes",
+            a_stream_outliving_its_runtime_fails_clearly_and_closes,
+        ),
+        (
+            "a_linked_write_and_read_on_a_direct_stream_run_in_order",
+            a_linked_write_and_read_on_a_direct_stream_run_in_order,
+        ),
+        (
+            "serve_balanced_moves_direct_streams_to_the_other_worker_without_fds",
+            serve_balanced_moves_direct_streams_to_the_other_worker_without_fds,
+        ),
+    ])
+}
+
+const SLOTS: u32 = 64;
+
+fn runtime_direct(kind: BackendKind, slots: u32) -> Result<Runtime, Completion> {
+    support::runtime_with(
+        kind,
+        Runtime::builder().threads(1).direct_descriptors(slots),
+    )
+}
+
+macro_rules! direct_runtime {
+    ($kind:expr) => {
+        direct_runtime!($kind, SLOTS)
+    };
+    ($kind:expr, $slots:expr) => {
+        match runtime_direct($kind, $slots) {
+            Ok(rt) => rt,
+            Err(skip) => return Ok(skip),
+        }
+    };
+}
+
+/// Whether accepted streams are direct here: io_uring whose (masked) kernel has multishot
+/// accept and `FIXED_FD_INSTALL`.
+fn expect_direct(kind: BackendKind) -> bool {
+    let Ok(probed) = Features::probe() else {
+        return false;
+    };
+    let features = match FeatureMask::from_env() {
+        Ok(Some(mask)) => probed.masked(&mask),
+        _ => probed.clone(),
+    };
+    kind == BackendKind::Uring
+        && features.has(ring_core::probe::Feature::MultishotAccept)
+        && features.has_opcode(io_uring::opcode::FixedFdInstall::CODE)
+        && features.has_opcode(io_uring::opcode::Shutdown::CODE)
+}
+
+/// Direct descriptors the runtime's rings hold now (opened minus closed).
+fn slots_held(rt: &Runtime) -> u64 {
+    let io = rt.metrics().io;
+    io.direct_opened - io.direct_closed
+}
+
+async fn settle() {
+    for _ in 0..5 {
+        ring_rt::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+fn accepted_streams_echo_and_close_without_an_fd(kind: BackendKind) -> Outcome {
+    let rt = direct_runtime!(kind);
+    let direct = expect_direct(kind);
+    let held = rt.block_on(support::bounded(Duration::from_secs(20), async {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let addr = listener.local_addr()?;
+        let clients = [
+            TcpStream::connect(addr).await?,
+            TcpStream::connect(addr).await?,
+            TcpStream::connect(addr).await?,
+        ];
+        let fds_before = support::open_fds();
+        let mut incoming = listener.incoming();
+        let mut servers = Vec::new();
+        for _ in &clients {
+            let stream = incoming.next().await.ok_or("listener ended")??;
+            check!(
+                stream.is_direct() == direct,
+                "is_direct {} where {} was expected",
+                stream.is_direct(),
+                direct
+            );
+            servers.push(stream);
+        }
+        let fds_accepted = support::open_fds() - fds_before;
+        check!(
+            !direct || fds_accepted == 0,
+            "direct accepts opened {fds_accepted} fds"
+        );
+        for (i, (client, server)) in clients.iter().zip(&servers).enumerate() {
+            let msg = format!("hello {i}").into_bytes();
+            client.write_all(msg.clone()).await.0?;
+            let mut chunks = server.recv_stream();
+            let chunk = chunks.next().await.ok_or("no chunk")??;
+            check!(chunk[..] == msg[..], "server read {:?}", &chunk[..]);
+            drop(chunks);
+            server.write_all(chunk).await.0?;
+            let (n, buf) = client.read(vec![0; 64]).await;
+            check!(buf[..n?] == msg[..], "client read back {:?}", &buf[..]);
+        }
+        drop(servers);
+        settle().await;
+        for client in &clients {
+            let (n, _) = client.read(vec![0; 8]).await;
+            check!(n? == 0, "a dropped direct stream left its connection open");
+        }
+        Ok::<_, libtest_mimic::Failed>(())
+    }));
+    held??;
+    check!(
+        slots_held(&rt) == 0,
+        "slots held after every stream was dropped: {}",
+        slots_held(&rt)
+    );
+    let opened = rt.metrics().io.direct_opened;
+    check!(
+        (opened == 3) == direct,
+        "{opened} direct descriptors opened (direct expected: {direct})"
+    );
+    Ok(Completion::Completed)
+}
+
+fn a_stream_gets_an_fd_only_when_asked_and_keeps_it(kind: BackendKind) -> Outcome {
+    let rt = direct_runtime!(kind);
+    let direct = expect_direct(kind);
+    rt.block_on(support::bounded(Duration::from_secs(20), async {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let client = TcpStream::connect(listener.local_addr()?).await?;
+        let fds_base = support::open_fds();
+        let server = listener.incoming().next().await.ok_or("listener ended")??;
+        let fds_before = support::open_fds();
+        check!(
+            server.peer_addr()? == client.local_addr()?,
+            "peer address of another socket"
+        );
+        check!(
+            server.local_addr()? == listener.local_addr()?,
+            "local address"
+        );
+        let fds_after = support::open_fds();
+        check!(
+            fds_after - fds_before == usize::from(direct),
+            "asking for addresses opened {} fds",
+            fds_after - fds_before
+        );
+        let raw = server.as_raw_fd();
+        check!(raw >= 0, "as_raw_fd gave {raw}");
+        check!(server.as_raw_fd() == raw, "the fd changed between calls");
+        server.set_nodelay(true)?;
+        check!(server.nodelay()?, "TCP_NODELAY did not stick");
+        check!(
+            support::open_fds() == fds_after,
+            "later calls opened more fds"
+        );
+        // The fd and the ops reach the same socket.
+        server.write_all(&b"via ring"[..]).await.0?;
+        (&std::net::TcpStream::from(std::os::fd::AsFd::as_fd(&server).try_clone_to_owned()?))
+            .write_all(b" and fd")?;
+        let mut got = Vec::new();
+        while got.len() < 15 {
+            let (n, buf) = client.read(vec![0; 64]).await;
+            got.extend_from_slice(&buf[..n?]);
+        }
+        check!(got == b"via ring and fd", "client read {got:?}");
+        drop(server);
+        settle().await;
+        check!(
+            support::open_fds() == fds_base,
+            "the stream's fd outlived it"
+        );
+        Ok::<_, libtest_mimic::Failed>(())
+    }))??;
+    check!(slots_held(&rt) == 0, "slots held: {}", slots_held(&rt));
+    Ok(Completion::Completed)
+}
+
+fn shutdown_of_the_write_half_reaches_the_peer(kind: BackendKind) -> Outcome {
+    let rt = direct_runtime!(kind);
+    rt.block_on(support::bounded(Duration::from_secs(20), async {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let client = TcpStream::connect(listener.local_addr()?).await?;
+        let server = listener.incoming().next().await.ok_or("listener ended")??;
+        let fds_before = support::open_fds();
+        server.write_all(&b"last"[..]).await.0?;
+        server.shutdown(Shutdown::Write)?;
+        check!(
+            support::open_fds() == fds_before,
+            "shutdown installed an fd"
+        );
+        let mut got = Vec::new();
+        loop {
+            let (n, buf) = client.read(vec![0; 64]).await;
+            let n = n?;
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        check!(got == b"last", "client read {got:?} before end of stream");
+        // The read half still works.
+        client.write_all(&b"reply"[..]).await.0?;
+        let (n, buf) = server.read(vec![0; 8]).await;
+        check!(&buf[..n?] == b"reply", "server read {:?}", &buf[..]);
+        Ok::<_, libtest_mimic::Failed>(())
+    }))??;
+    Ok(Completion::Completed)
+}
+
+fn into_owned_fd_gives_a_working_fd_and_lets_the_slot_go(kind: BackendKind) -> Outcome {
+    let rt = direct_runtime!(kind);
+    rt.block_on(support::bounded(Duration::from_secs(20), async {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let client = TcpStream::connect(listener.local_addr()?).await?;
+        let server = listener.incoming().next().await.ok_or("listener ended")??;
+        let fd = server.into_owned_fd().map_err(|e| e.error().to_string())?;
+        let mut std_stream = std::net::TcpStream::from(fd);
+        std_stream.write_all(b"std")?;
+        let (n, buf) = client.read(vec![0; 8]).await;
+        check!(&buf[..n?] == b"std", "client read {:?}", &buf[..]);
+        client.write_all(&b"back"[..]).await.0?;
+        std_stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+        let mut got = [0u8; 4];
+        std_stream.read_exact(&mut got)?;
+        check!(&got == b"back", "std read {got:?}");
+        settle().await;
+        Ok::<_, libtest_mimic::Failed>(())
+    }))??;
+    check!(slots_held(&rt) == 0, "slots held: {}", slots_held(&rt));
+    Ok(Completion::Completed)
+}
+
+fn a_full_table_fails_an_accept_and_accepting_resumes_once_a_slot_frees(
+    kind: BackendKind,
+) -> Outcome {
+    let rt = direct_runtime!(kind, 2);
+    let direct = expect_direct(kind);
+    rt.block_on(support::bounded(Duration::from_secs(20), async {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let addr = listener.local_addr()?;
+        let mut incoming = listener.incoming();
+        let mut clients = Vec::new();
+        let mut servers = Vec::new();
+        for _ in 0..2 {
+            clients.push(TcpStream::connect(addr).await?);
+            servers.push(incoming.next().await.ok_or("listener ended")??);
+        }
+        clients.push(TcpStream::connect(addr).await?);
+        let third = incoming.next().await.ok_or("listener ended")?;
+        match &third {
+            Err(e) => check!(
+                direct && e.raw_os_error() == Some(libc::ENFILE),
+                "third accept failed: {e}"
+            ),
+            Ok(_) => check!(!direct, "a third stream fitted in a table of two"),
+        }
+        if third.is_err() {
+            // The kernel took the third connection from the backlog before it found the
+            // table full, and closed it.
+            let (n, _) = clients[2].read(vec![0; 1]).await;
+            check!(
+                !matches!(n, Ok(1..)),
+                "the refused connection delivered bytes"
+            );
+            drop(servers.pop());
+            clients.push(TcpStream::connect(addr).await?);
+            let fourth = ring_rt::time::timeout(Duration::from_secs(5), incoming.next())
+                .await
+                .map_err(|_| "accepting did not resume after a slot freed")?;
+            let stream = fourth.ok_or("listener ended")??;
+            check!(stream.is_direct(), "the resumed accept gave an fd");
+            check!(
+                stream.peer_addr()? == clients[3].local_addr()?,
+                "the resumed accept gave another connection"
+            );
+        }
+        Ok::<_, libtest_mimic::Failed>(())
+    }))??;
+    Ok(Completion::Completed)
+}
+
+fn a_connection_a_dropped_next_took_goes_to_accept_with_its_peer(kind: BackendKind) -> Outcome {
+    let rt = direct_runtime!(kind);
+    rt.block_on(support::bounded(Duration::from_secs(20), async {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let addr = listener.local_addr()?;
+        {
+            let mut incoming = listener.incoming();
+            // Nobody connects: the wait is dropped with its accept armed.
+            let waited = ring_rt::time::timeout(Duration::from_millis(20), incoming.next()).await;
+            check!(waited.is_err(), "accepted with no client");
+        }
+        let client = TcpStream::connect(addr).await?;
+        let (server, peer) = listener.accept().await?;
+        check!(peer == client.local_addr()?, "accept gave peer {peer}");
+        server.write_all(&b"ok"[..]).await.0?;
+        let (n, buf) = client.read(vec![0; 4]).await;
+        check!(&buf[..n?] == b"ok", "client read {:?}", &buf[..]);
+        Ok::<_, libtest_mimic::Failed>(())
+    }))??;
+    Ok(Completion::Completed)
+}
+
+fn a_stream_outliving_its_runtime_fails_clearly_and_closes(kind: BackendKind) -> Outcome {
+    let rt = direct_runtime!(kind);
+    let (mut client, server) =
+        rt.block_on(support::bounded(Duration::from_secs(20), async {
+            let listener = TcpListener::bind("127.0.0.1:0")?;
+            let client = std::net::TcpStream::connect(listener.local_addr()?)?;
+            let server = listener.incoming().next().await.ok_or("listener ended")??;
+            Ok::<_, libtest_mimic::Failed>((client, server))
+        }))??;
+    drop(rt);
+    // No panic, no hang: whatever the answer, it is an answer.
+    let _ = server.peer_addr();
+    let _ = server.as_raw_fd();
+    let read = futures_lite_block_on(std::future::IntoFuture::into_future(
+        server.read(vec![0; 4]),
+    ));
+    check!(
+        read.0.is_err(),
+        "a read after the runtime went gave {:?}",
+        read.0
+    );
+    drop(server);
+    client.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut byte = [0u8; 1];
+    let n = client.read(&mut byte)?;
+    check!(
+        n == 0,
+        "the stream dropped after its runtime left its socket open"
+    );
+    Ok(Completion::Completed)
+}
+
+/// Polls `fut` to completion on this thread with a no-op waker (it must finish without
+/// waiting: an op polled outside its runtime fails at once).
+fn futures_lite_block_on<F: std::future::Future>(fut: F) -> F::Output {
+    let mut fut = std::pin::pin!(fut);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    for _ in 0..1000 {
+        if let std::task::Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
+            return out;
+        }
+    }
+    panic!("a future polled outside its runtime never finished");
+}
+
+fn a_linked_write_and_read_on_a_direct_stream_run_in_order(kind: BackendKind) -> Outcome {
+    let rt = direct_runtime!(kind);
+    rt.block_on(support::bounded(Duration::from_secs(20), async {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let client = TcpStream::connect(listener.local_addr()?).await?;
+        let server = listener.incoming().next().await.ok_or("listener ended")??;
+        client.write_all(&b"ping"[..]).await.0?;
+        let ((sent, _), (got, buf)) = server
+            .write(&b"pong"[..])
+            .link(server.read(vec![0; 4]))
+            .await;
+        check!(sent? == 4, "linked write");
+        check!(&buf[..got?] == b"ping", "linked read {:?}", &buf[..]);
+        let (n, buf) = client.read(vec![0; 4]).await;
+        check!(&buf[..n?] == b"pong", "client read {:?}", &buf[..]);
+        Ok::<_, libtest_mimic::Failed>(())
+    }))??;
+    Ok(Completion::Completed)
+}
+
+/// Two workers, one listener, `serve_balanced`: connections moved to worker 1 go by
+/// `IORING_MSG_SEND_FD` and arrive there still direct, so serving 20 connections opens no
+/// fd on the server side (only the clients' own); every byte is echoed intact.
+fn serve_balanced_moves_direct_streams_to_the_other_worker_without_fds(
+    kind: BackendKind,
+) -> Outcome {
+    const CONNS: usize = 20;
+    let rt = match support::runtime_with(
+        kind,
+        Runtime::builder().threads(2).direct_descriptors(SLOTS),
+    ) {
+        Ok(rt) => rt,
+        Err(skip) => return Ok(skip),
+    };
+    let direct = expect_direct(kind);
+    let (tx, rx) = std::sync::mpsc::channel::<(String, bool)>();
+    let fds_opened = rt.block_on(support::bounded(Duration::from_secs(30), async {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let addr = listener.local_addr()?;
+        let handle = ring_rt::Handle::current();
+        let server = ring_rt::spawn(async move {
+            handle
+                .serve_balanced(&listener, move |stream| {
+                    let tx = tx.clone();
+                    async move {
+                        let name = std::thread::current().name().unwrap_or("").to_string();
+                        let _ = tx.send((name, stream.is_direct()));
+                        let mut chunks = stream.recv_stream();
+                        while let Some(Ok(buf)) = chunks.next().await {
+                            if stream.write_all(buf).await.0.is_err() {
+                                break;
+                            }
+                        }
+                    }
+                })
+                .await
+        });
+        let fds_before = support::open_fds();
+        // All connect first: the accept loop takes them in one burst, each one's move still
+        // on its way when the next is placed.
+        let mut clients = Vec::new();
+        for _ in 0..CONNS {
+            clients.push(TcpStream::connect(addr).await?);
+        }
+        for (i, client) in clients.iter().enumerate() {
+            let i = i as u8;
+            client.write_all(vec![i; 100]).await.0?;
+            let mut got = Vec::new();
+            while got.len() < 100 {
+                let (n, buf) = client.read(Vec::with_capacity(128)).await;
+                match n? {
+                    0 => break,
+                    n => got.extend_from_slice(&buf[..n]),
+                }
+            }
+            check!(
+                got == vec![i; 100],
+                "client {i} got {} bytes back",
+                got.len()
+            );
+        }
+        let fds_opened = support::open_fds() - fds_before;
+        server.abort();
+        drop(clients);
+        Ok::<_, libtest_mimic::Failed>(fds_opened)
+    }))??;
+    let served: Vec<(String, bool)> = rx.try_iter().collect();
+    check!(served.len() == CONNS, "{} connections served", served.len());
+    let mut per_worker = std::collections::HashMap::<&str, usize>::new();
+    for (name, _) in &served {
+        *per_worker.entry(name.as_str()).or_default() += 1;
+    }
+    check!(
+        per_worker.len() == 2 && per_worker.values().all(|&n| (8..=12).contains(&n)),
+        "connections per worker: {per_worker:?}"
+    );
+    check!(
+        served.iter().all(|&(_, d)| d == direct),
+        "direct streams served where {direct} was expected: {served:?}"
+    );
+    // The clients' own fds, and on fds the servers' too.
+    let expected = if direct { CONNS } else { 2 * CONNS };
+    check!(
+        fds_opened == expected,
+        "{fds_opened} fds opened for {CONNS} connections (expected {expected})"
+    );
+    if direct {
+        let arrived = rt.metrics().workers[1].io.direct_opened;
+        check!(
+            arrived >= 5,
+            "only {arrived} direct descriptors reached worker 1"
+        );
+    }
+    Ok(Completion::Completed)
+}
