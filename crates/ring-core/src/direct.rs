@@ -52,7 +52,7 @@ impl DirectCloser {
         Metrics::bump(&self.0.metrics.direct_opened);
         OwnedSlot {
             slot,
-            closer: self.clone(),
+            closer: Some(self.clone()),
         }
     }
 
@@ -84,7 +84,10 @@ impl fmt::Debug for DirectCloser {
 /// dropped.
 pub struct OwnedSlot {
     slot: u32,
-    closer: DirectCloser,
+    /// Where its close goes; `None` once given up raw (`into_raw`), so the drop queues
+    /// nothing and the closer's count goes down all the same (a `mem::forget` of the whole
+    /// value leaked it).
+    closer: Option<DirectCloser>,
 }
 
 impl OwnedSlot {
@@ -95,16 +98,17 @@ impl OwnedSlot {
 
     /// Gives up ownership without closing: the caller now closes the slot itself (with
     /// [`Driver::close_direct`](crate::driver::Driver::close_direct)).
-    pub fn into_raw(self) -> u32 {
-        let slot = self.slot;
-        std::mem::forget(self);
-        slot
+    pub fn into_raw(mut self) -> u32 {
+        self.closer = None;
+        self.slot
     }
 }
 
 impl Drop for OwnedSlot {
     fn drop(&mut self) {
-        self.closer.queue(self.slot);
+        if let Some(closer) = &self.closer {
+            closer.queue(self.slot);
+        }
     }
 }
 
@@ -132,11 +136,13 @@ mod tests {
     }
 
     #[test]
-    fn a_slot_given_up_raw_is_not_closed() {
+    fn a_slot_given_up_raw_is_not_closed_and_lets_its_closer_go() {
         let closer = DirectCloser::new(Arc::default());
         // SAFETY: as above.
         let slot = unsafe { closer.adopt(5) };
+        assert_eq!(Rc::strong_count(&closer.0), 2);
         assert_eq!(slot.into_raw(), 5);
         assert!(closer.take_queued().is_empty());
+        assert_eq!(Rc::strong_count(&closer.0), 1, "the slot kept its closer");
     }
 }
