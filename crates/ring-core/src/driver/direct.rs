@@ -156,9 +156,11 @@ impl Driver {
         let queued = self.ring.submission().len();
         let wait = deadline.saturating_duration_since(Instant::now());
         let timeout = self.has_ext_arg().then_some(wait);
-        // Without EXT_ARG no timeout can be given: the install's CQE is posted during
-        // this very submit, so the wait for one completion ends at once.
-        let res = self.enter_raw(queued as u32, 1, timeout, None);
+        // Our SQE still in the backlog (a full SQ): submit what is in the SQ without
+        // waiting, to make room for it. Otherwise wait for one completion: without EXT_ARG
+        // no timeout can be given, but the own op's CQE is posted during this very submit.
+        let min_complete = u32::from(self.backlog.is_empty());
+        let res = self.enter_raw(queued as u32, min_complete, timeout, None);
         Metrics::bump(&self.metrics.enters);
         let left = self.ring.submission().len();
         Metrics::add(
