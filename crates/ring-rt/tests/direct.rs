@@ -55,6 +55,14 @@ fn main() {
             "serve_balanced_moves_direct_streams_to_the_other_worker_without_fds",
             serve_balanced_moves_direct_streams_to_the_other_worker_without_fds,
         ),
+        (
+            "spawn_stream_on_moves_a_stream_and_its_handle_gives_the_output",
+            spawn_stream_on_moves_a_stream_and_its_handle_gives_the_output,
+        ),
+        (
+            "spawn_stream_on_gives_the_stream_back_when_it_cannot_move",
+            spawn_stream_on_gives_the_stream_back_when_it_cannot_move,
+        ),
     ])
 }
 
@@ -507,5 +515,136 @@ fn serve_balanced_moves_direct_streams_to_the_other_worker_without_fds(
             "only {arrived} direct descriptors reached worker 1"
         );
     }
+    Ok(Completion::Completed)
+}
+
+fn two_workers(kind: BackendKind) -> Result<Runtime, Completion> {
+    support::runtime_with(
+        kind,
+        Runtime::builder().threads(2).direct_descriptors(SLOTS),
+    )
+}
+
+/// `Handle::spawn_stream_on` moves an accepted stream to worker 1 (by `MSG_SEND_FD` when
+/// direct, where it stays direct; by fd otherwise) or keeps it on worker 0, and the handle
+/// gives what the serving future returned; the bytes go both ways.
+fn spawn_stream_on_moves_a_stream_and_its_handle_gives_the_output(kind: BackendKind) -> Outcome {
+    let rt = match two_workers(kind) {
+        Ok(rt) => rt,
+        Err(skip) => return Ok(skip),
+    };
+    let direct = expect_direct(kind);
+    rt.block_on(support::bounded(Duration::from_secs(20), async {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let addr = listener.local_addr()?;
+        let mut incoming = listener.incoming();
+        for worker in [1, 0] {
+            let client = TcpStream::connect(addr).await?;
+            let stream = incoming.next().await.ok_or("listener ended")??;
+            let handle = ring_rt::Handle::current();
+            let served = handle
+                .spawn_stream_on(worker, stream, |stream| async move {
+                    let name = std::thread::current().name().map(String::from);
+                    let was_direct = stream.is_direct();
+                    let (n, buf) = stream.read(vec![0; 16]).await;
+                    let n = n?;
+                    stream.write_all(buf[..n].to_vec()).await.0?;
+                    std::io::Result::Ok((name, was_direct))
+                })
+                .await
+                .map_err(|kept| kept.error().to_string())?;
+            client.write_all(&b"there and back"[..]).await.0?;
+            let (n, buf) = client.read(vec![0; 16]).await;
+            check!(&buf[..n?] == b"there and back", "echo {:?}", &buf[..]);
+            let (name, was_direct) = served.await.map_err(|e| e.to_string())???;
+            let expected = if worker == 1 {
+                "ring-rt-worker-1"
+            } else {
+                "main"
+            };
+            check!(name.as_deref() == Some(expected), "served on {name:?}");
+            check!(was_direct == direct, "served direct: {was_direct}");
+        }
+        Ok::<_, libtest_mimic::Failed>(())
+    }))??;
+    check!(slots_held(&rt) == 0, "slots held: {}", slots_held(&rt));
+    Ok(Completion::Completed)
+}
+
+/// A stream that cannot move comes back, whole: to a worker the runtime does not have
+/// (`InvalidInput`), and with bytes a dropped read queued on it (`ResourceBusy`), which the
+/// next read still gets. Either way no byte is lost: where nothing was queued (epoll, whose
+/// dropped read never took them), the stream moves and worker 1 reads them.
+fn spawn_stream_on_gives_the_stream_back_when_it_cannot_move(kind: BackendKind) -> Outcome {
+    let rt = match two_workers(kind) {
+        Ok(rt) => rt,
+        Err(skip) => return Ok(skip),
+    };
+    rt.block_on(support::bounded(Duration::from_secs(20), async {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let client = TcpStream::connect(listener.local_addr()?).await?;
+        let stream = listener.incoming().next().await.ok_or("listener ended")??;
+        let handle = ring_rt::Handle::current();
+        let kept = match handle.spawn_stream_on(7, stream, |_| async {}).await {
+            Ok(_) => return Err(libtest_mimic::Failed::from("moved to worker 7 of 2")),
+            Err(kept) => kept,
+        };
+        check!(
+            kept.error().kind() == std::io::ErrorKind::InvalidInput,
+            "worker 7: {}",
+            kept.error()
+        );
+        let stream = kept.into_inner();
+        {
+            // A read in flight when the bytes arrive, dropped: they queue on the stream.
+            let mut read = std::pin::pin!(std::future::IntoFuture::into_future(
+                stream.read(Vec::with_capacity(64))
+            ));
+            let pending = std::future::poll_fn(|cx| {
+                std::task::Poll::Ready(std::future::Future::poll(read.as_mut(), cx).is_pending())
+            })
+            .await;
+            check!(pending, "the read finished before any data was sent");
+            client.write_all(&b"queued"[..]).await.0?;
+            ring_rt::time::sleep(Duration::from_millis(50)).await;
+        }
+        let mut stream = stream;
+        for _ in 0..100 {
+            let moved = handle
+                .spawn_stream_on(1, stream, |stream| async move {
+                    let (n, buf) = stream.read(vec![0; 16]).await;
+                    std::io::Result::Ok(buf[..n?].to_vec())
+                })
+                .await;
+            match moved {
+                // Nothing was queued (epoll: the dropped read never took the bytes from the
+                // kernel), so the stream moved, and they are read there.
+                Ok(served) => {
+                    let got = served.await.map_err(|e| e.to_string())???;
+                    check!(got == b"queued", "read on worker 1: {got:?}");
+                    return Ok(());
+                }
+                Err(kept) if kept.error().to_string().contains("queued") => {
+                    stream = kept.into_inner();
+                    let (n, buf) = stream.read(vec![0; 16]).await;
+                    check!(&buf[..n?] == b"queued", "read {:?}", &buf[..]);
+                    return Ok(());
+                }
+                // A dropped read still finishing: done within a turn or two.
+                Err(kept) => {
+                    check!(
+                        kept.error().kind() == std::io::ErrorKind::ResourceBusy,
+                        "{}",
+                        kept.error()
+                    );
+                    stream = kept.into_inner();
+                    ring_rt::yield_now().await;
+                }
+            }
+        }
+        Err(libtest_mimic::Failed::from(
+            "the dropped read never finished",
+        ))
+    }))??;
     Ok(Completion::Completed)
 }

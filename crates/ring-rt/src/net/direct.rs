@@ -22,12 +22,16 @@ static NEXT_SEQ: AtomicU32 = AtomicU32::new(0);
 
 /// Sends `stream`, a direct descriptor, to the worker whose ring `target` is an fd of:
 /// `Ok(seq)` once that ring has it (this worker's slot is closed then), for the receiver
-/// to [`claim`]; otherwise the stream back with the error (`ENXIO`: that ring has no
-/// direct table; `ENFILE`: its table is full).
+/// to [`claim`]; otherwise the stream back with the error (`ResourceBusy`: received bytes
+/// are queued on it, which would be lost; `ENXIO`: that ring has no direct table;
+/// `ENFILE`: its table is full).
 pub(crate) async fn send(
     stream: TcpStream,
     target: Arc<OwnedFd>,
 ) -> Result<u32, (TcpStream, io::Error)> {
+    if let Err(e) = stream.socket().movable() {
+        return Err((stream, e));
+    }
     let seq = NEXT_SEQ.fetch_add(1, Ordering::Relaxed) & ring_core::user_data::ARRIVAL_SEQ_MAX;
     let socket = stream.socket();
     let op = SendDirect {

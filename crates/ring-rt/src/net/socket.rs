@@ -258,8 +258,8 @@ impl Socket {
     /// Gives up the fd, or gives the socket back when that would lose received data (see
     /// [`Unclaimed::busy_reason`]).
     pub(crate) fn into_owned(self) -> Result<OwnedFd, (Socket, io::Error)> {
-        if let Some(why) = self.unclaimed.get().and_then(|u| u.busy_reason()) {
-            return Err((self, io::Error::new(io::ErrorKind::ResourceBusy, why)));
+        if let Err(e) = self.movable() {
+            return Err((self, e));
         }
         if !self.is_direct() {
             return Ok(self.into_owned_now());
@@ -267,6 +267,15 @@ impl Socket {
         match self.os_fd() {
             Ok(_) => Ok(self.into_installed()),
             Err(e) => Err((self, e)),
+        }
+    }
+
+    /// Whether the socket may leave this worker without losing received data (see
+    /// [`Unclaimed::busy_reason`]): `ResourceBusy` with why not.
+    pub(crate) fn movable(&self) -> io::Result<()> {
+        match self.unclaimed.get().and_then(|u| u.busy_reason()) {
+            Some(why) => Err(io::Error::new(io::ErrorKind::ResourceBusy, why)),
+            None => Ok(()),
         }
     }
 

@@ -6,14 +6,15 @@ use std::io;
 use std::net::TcpStream as StdTcpStream;
 use std::sync::Arc;
 
-use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering;
 
 use super::Handle;
 use crate::completion::Refused;
+use crate::executor::task::JoinHandle;
 use crate::executor::Shared;
 use crate::net::direct;
-use crate::net::{TcpListener, TcpStream};
+use crate::net::{IntoFdError, TcpListener, TcpStream};
+use crate::worker::set::spawn_here;
 
 impl Handle {
     /// Accepts connections on `listener` (on the worker that awaits this) and serves each
@@ -109,90 +110,172 @@ impl Handle {
         }
         if stream.is_direct() {
             if let Some(to) = self.set.shared(worker) {
-                if let Some(target) = to.unparker.ring() {
-                    let from = crate::worker::Core::current().map(|c| c.executor.shared.clone());
-                    let moving = from.map(|from| Moving::new(from, to.clone()));
-                    let (handle, serve) = (self.clone(), serve.clone());
-                    drop(crate::spawn(async move {
-                        handle.move_direct(stream, target, worker, serve).await;
-                        drop(moving);
-                    }));
-                    return;
-                }
+                // The move awaits the other ring's answer: a short task of its own carries
+                // it, so the accept loop goes on.
+                let from = crate::worker::Core::current().map(|c| c.executor.shared.clone());
+                let moving = from.map(|from| Moving::new(from, to.clone()));
+                let (handle, serve) = (self.clone(), serve.clone());
+                drop(crate::spawn(async move {
+                    let serve_here = serve.clone();
+                    let moved = handle
+                        .spawn_stream_on(worker, stream, move |s| serve(s))
+                        .await;
+                    drop(moving);
+                    if let Err(kept) = moved {
+                        serve_kept(kept, serve_here).await;
+                    }
+                }));
+                return;
             }
         }
-        self.move_by_fd(stream, worker, serve);
+        let serve_there = serve.clone();
+        if let Err(kept) = self.spawn_by_fd(worker, stream, move |s| serve_there(s)) {
+            let serve = serve.clone();
+            drop(crate::spawn(serve_kept(kept, serve)));
+        }
     }
 
-    /// Moves direct-descriptor `stream` to `worker`'s ring (`IORING_MSG_SEND_FD`, no fd
-    /// made), where the task that serves it claims it; by its fd where that ring will not
-    /// take it (no direct table there, or a full one).
-    async fn move_direct<F, Fut>(
-        self,
-        stream: TcpStream,
-        target: Arc<OwnedFd>,
+    /// Moves `stream`, a TCP stream of this worker, to worker `worker` and runs `serve`
+    /// there with it; the future `serve` returns is built on that worker, so it need not
+    /// be `Send`. A direct descriptor (see
+    /// [`Builder::direct_descriptors`](crate::Builder::direct_descriptors)) moves from
+    /// ring to ring by `IORING_MSG_SEND_FD` and stays one; any other stream, and a direct
+    /// descriptor the other ring will not take (its table full), moves by its fd. A stream
+    /// already on `worker` is served here. Awaits only the move (a loop turn for a direct
+    /// descriptor, nothing for an fd); the handle awaits `serve`'s output, or the error
+    /// that kept the stream from being made on `worker` (it shut down meanwhile).
+    ///
+    /// # Errors
+    /// The stream back, with why: `InvalidInput` for a worker the runtime does not have;
+    /// `ResourceBusy` for a stream with received bytes queued (from a read that was
+    /// dropped), which would be lost; an fd that could not be installed for a direct
+    /// descriptor (the fd table full); `Other` outside a runtime (an async call polled
+    /// elsewhere).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ring_rt::net::{TcpListener, TcpStream};
+    ///
+    /// let rt = ring_rt::Runtime::builder().threads(2).direct_descriptors(64).build()?;
+    /// rt.block_on(async {
+    ///     let listener = TcpListener::bind("127.0.0.1:0")?;
+    ///     let client = TcpStream::connect(listener.local_addr()?).await?;
+    ///     let stream = listener.incoming().next().await.expect("never None")?;
+    ///     let served = ring_rt::Handle::current()
+    ///         .spawn_stream_on(1, stream, |stream| async move {
+    ///             let name = std::thread::current().name().map(String::from);
+    ///             stream.write_all(&b"moved"[..]).await.0.map(|()| name)
+    ///         })
+    ///         .await
+    ///         .map_err(|kept| kept.error().kind())
+    ///         .expect("worker 1 exists");
+    ///     let name = served.await.expect("not cancelled")??;
+    ///     assert_eq!(name.as_deref(), Some("ring-rt-worker-1"));
+    ///     let (n, buf) = client.read(vec![0; 5]).await;
+    ///     assert_eq!(&buf[..n?], b"moved");
+    ///     std::io::Result::Ok(())
+    /// })?;
+    /// # std::io::Result::Ok(())
+    /// ```
+    pub async fn spawn_stream_on<F, Fut>(
+        &self,
         worker: usize,
-        serve: Arc<F>,
-    ) where
-        F: Fn(TcpStream) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = ()> + 'static,
+        stream: TcpStream,
+        serve: F,
+    ) -> Result<JoinHandle<io::Result<Fut::Output>>, IntoFdError<TcpStream>>
+    where
+        F: FnOnce(TcpStream) -> Fut + Send + 'static,
+        Fut: Future + 'static,
+        Fut::Output: Send + 'static,
     {
-        let seq = match direct::send(stream, target).await {
-            Ok(seq) => seq,
-            Err((stream, err)) => {
-                tracing::debug!(target: "ring_rt", error = %err, "serve_balanced: the other worker did not take a direct descriptor; moving it by fd");
-                self.move_by_fd(stream, worker, &serve);
-                return;
-            }
+        let Some(to) = self.set.shared(worker) else {
+            let err = io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("no worker {worker}: the runtime has {}", self.set.len()),
+            );
+            return Err(IntoFdError::new(stream, err));
         };
-        let moved = self.spawn_local_on(worker, move || async move {
-            let claimed = match direct::claim(seq) {
-                Ok(claim) => claim.await,
-                Err(err) => Err(err),
+        if to.is_here() {
+            let Some(core) = crate::worker::Core::current() else {
+                let err = io::Error::other("spawn_stream_on polled outside its runtime");
+                return Err(IntoFdError::new(stream, err));
             };
-            match claimed {
-                Ok(stream) => serve(stream).await,
-                Err(err) => {
-                    tracing::debug!(target: "ring_rt", error = %err, "serve_balanced: claiming a moved connection failed");
-                }
-            }
-        });
-        if let Err(err) = moved {
-            // The connection sits in that worker's table until its ring closes.
-            tracing::debug!(target: "ring_rt", error = %err, "serve_balanced: no worker for a moved connection");
+            return Ok(spawn_here(
+                &core,
+                move || async move { Ok(serve(stream).await) },
+            ));
         }
+        let stream = match (stream.is_direct(), to.unparker.ring()) {
+            (true, Some(target)) => match direct::send(stream, target).await {
+                Ok(seq) => return Ok(self.spawn_claiming(worker, seq, serve)),
+                Err((stream, err)) if err.kind() == io::ErrorKind::ResourceBusy => {
+                    return Err(IntoFdError::new(stream, err));
+                }
+                Err((stream, err)) => {
+                    tracing::debug!(target: "ring_rt", worker, error = %err, "the other worker did not take a direct descriptor; moving it by fd");
+                    stream
+                }
+            },
+            _ => stream,
+        };
+        self.spawn_by_fd(worker, stream, serve)
     }
 
-    /// Moves `stream` to `worker` by its fd (a direct descriptor's installed for it).
-    fn move_by_fd<F, Fut>(&self, stream: TcpStream, worker: usize, serve: &Arc<F>)
+    /// Spawns on `worker` the task that claims the direct descriptor sent there under
+    /// `seq` and serves it.
+    fn spawn_claiming<F, Fut>(
+        &self,
+        worker: usize,
+        seq: u32,
+        serve: F,
+    ) -> JoinHandle<io::Result<Fut::Output>>
     where
-        F: Fn(TcpStream) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = ()> + 'static,
+        F: FnOnce(TcpStream) -> Fut + Send + 'static,
+        Fut: Future + 'static,
+        Fut::Output: Send + 'static,
     {
-        // A fresh stream has no queued data, so this only fails for a socket a dropped
-        // read used, or a direct descriptor no fd could be installed for: keep such a one
-        // here.
-        let fd = match stream.into_owned_fd() {
-            Ok(fd) => fd,
-            Err(kept) => {
-                let (serve, stream) = (serve.clone(), kept.into_inner());
-                drop(crate::spawn(async move { serve(stream).await }));
-                return;
-            }
-        };
-        let serve = serve.clone();
-        let moved = self.spawn_local_on(worker, move || async move {
-            match TcpStream::from_std(StdTcpStream::from(fd)) {
-                Ok(stream) => serve(stream).await,
-                Err(err) => {
-                    tracing::debug!(target: "ring_rt", error = %err, "serve_balanced: adopting a moved connection failed");
-                }
-            }
+        let spawned = self.spawn_local_on(worker, move || async move {
+            let stream = direct::claim(seq)?.await?;
+            Ok(serve(stream).await)
         });
-        if let Err(err) = moved {
-            tracing::debug!(target: "ring_rt", error = %err, "serve_balanced: no worker for a connection");
-        }
+        // Only a worker the runtime does not have is refused, and `worker` was checked:
+        // the descriptor sits in that ring's table until it closes, and the handle says so.
+        spawned.unwrap_or_else(|err| crate::spawn(async move { Err(err) }))
     }
+
+    /// Moves `stream` to `worker` by its fd (a direct descriptor's installed for it) and
+    /// serves it there.
+    fn spawn_by_fd<F, Fut>(
+        &self,
+        worker: usize,
+        stream: TcpStream,
+        serve: F,
+    ) -> Result<JoinHandle<io::Result<Fut::Output>>, IntoFdError<TcpStream>>
+    where
+        F: FnOnce(TcpStream) -> Fut + Send + 'static,
+        Fut: Future + 'static,
+        Fut::Output: Send + 'static,
+    {
+        let fd = stream.into_owned_fd()?;
+        let spawned = self.spawn_local_on(worker, move || async move {
+            let stream = TcpStream::from_std(StdTcpStream::from(fd))?;
+            Ok(serve(stream).await)
+        });
+        // As in `spawn_claiming`: `worker` was checked.
+        Ok(spawned.unwrap_or_else(|err| crate::spawn(async move { Err(err) })))
+    }
+}
+
+/// Serves, on this worker, a connection that could not move: a stream with bytes queued
+/// from a dropped read, or a direct descriptor no fd could be installed for.
+async fn serve_kept<F, Fut>(kept: IntoFdError<TcpStream>, serve: Arc<F>)
+where
+    F: Fn(TcpStream) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + 'static,
+{
+    tracing::debug!(target: "ring_rt", error = %kept.error(), "serve_balanced: a connection stays on its worker");
+    serve(kept.into_inner()).await
 }
 
 /// A connection on its way to another worker, carried by a short task here: counted in
