@@ -108,24 +108,36 @@ fn accept_direct(driver: &mut Driver, l: &TcpListener) -> Result<OwnedSlot, Stri
     Ok(unsafe { closer.adopt(cqe.res as u32) })
 }
 
-fn an_accepted_direct_descriptor_gets_an_fd_to_its_own_socket() -> Outcome {
-    let features = or_skip!(direct_features());
-    let mut driver = direct_driver(&features, 4)?;
-    let (l, addr) = listener()?;
-    let mut client = TcpStream::connect(addr)?;
-    let slot = accept_direct(&mut driver, &l)?;
-    // SAFETY: the slot is this test's own.
+/// Installs an fd for `slot` on `driver`, checks it is `client`'s peer, and sends `msg`
+/// through it to `client`.
+fn talk_through_an_installed_fd(
+    driver: &mut Driver,
+    slot: &OwnedSlot,
+    client: &mut TcpStream,
+    msg: &[u8],
+) -> Result<(), libtest_mimic::Failed> {
+    // SAFETY: the slot is the test's own.
     let fd = unsafe { driver.install_direct(slot.slot()) }?;
     let server = TcpStream::from(fd);
     check!(
         server.peer_addr()? == client.local_addr()?,
         "the installed fd is another socket"
     );
-    (&server).write_all(b"hi")?;
-    let mut got = [0u8; 2];
+    (&server).write_all(msg)?;
+    let mut got = vec![0u8; msg.len()];
     client.set_read_timeout(Some(Duration::from_secs(5)))?;
     client.read_exact(&mut got)?;
-    check!(&got == b"hi", "read {got:?}");
+    check!(got == msg, "read {got:?}");
+    Ok(())
+}
+
+fn an_accepted_direct_descriptor_gets_an_fd_to_its_own_socket() -> Outcome {
+    let features = or_skip!(direct_features());
+    let mut driver = direct_driver(&features, 4)?;
+    let (l, addr) = listener()?;
+    let mut client = TcpStream::connect(addr)?;
+    let slot = accept_direct(&mut driver, &l)?;
+    talk_through_an_installed_fd(&mut driver, &slot, &mut client, b"hi")?;
     let snapshot = driver.metrics().snapshot();
     check!(
         snapshot.direct_installs == 1 && snapshot.direct_opened == 1,
@@ -238,18 +250,7 @@ fn a_direct_descriptor_sent_to_another_ring_arrives_there() -> Outcome {
         arrived.is_some()
     })?;
     let slot = arrived.expect("set above")?;
-    // SAFETY: the arrival is this test's own.
-    let fd = unsafe { b.install_direct(slot.slot()) }?;
-    let server = TcpStream::from(fd);
-    check!(
-        server.peer_addr()? == client.local_addr()?,
-        "another socket arrived"
-    );
-    (&server).write_all(b"moved")?;
-    let mut got = [0u8; 5];
-    client.set_read_timeout(Some(Duration::from_secs(5)))?;
-    client.read_exact(&mut got)?;
-    check!(&got == b"moved", "read {got:?}");
+    talk_through_an_installed_fd(&mut b, &slot, &mut client, b"moved")?;
     // Claimed once: the same number again waits for another arrival.
     check!(
         b.poll_arrival(7, Waker::noop()).is_pending(),
@@ -301,13 +302,7 @@ fn sending_to_a_ring_without_a_table_fails_and_keeps_the_slot() -> Outcome {
     let res = send(&mut a, &b, &slot, 1)?;
     check!(res < 0, "sent into a ring with no table: {res}");
     // The sender still has its descriptor.
-    // SAFETY: the slot is this test's own.
-    let fd = unsafe { a.install_direct(slot.slot()) }?;
-    (&TcpStream::from(fd)).write_all(b"k")?;
-    let mut got = [0u8; 1];
-    client.set_read_timeout(Some(Duration::from_secs(5)))?;
-    client.read_exact(&mut got)?;
-    check!(&got == b"k", "read {got:?}");
+    talk_through_an_installed_fd(&mut a, &slot, &mut client, b"k")?;
     Ok(Completion::Completed)
 }
 
