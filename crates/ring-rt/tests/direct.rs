@@ -63,6 +63,14 @@ fn main() {
             "spawn_stream_on_gives_the_stream_back_when_it_cannot_move",
             spawn_stream_on_gives_the_stream_back_when_it_cannot_move,
         ),
+        (
+            "a_listener_dropped_outside_block_on_closes_the_connections_queued_on_it",
+            a_listener_dropped_outside_block_on_closes_the_connections_queued_on_it,
+        ),
+        (
+            "a_listener_dropped_after_its_runtime_closes_the_connections_queued_on_it",
+            a_listener_dropped_after_its_runtime_closes_the_connections_queued_on_it,
+        ),
     ])
 }
 
@@ -646,5 +654,89 @@ fn spawn_stream_on_gives_the_stream_back_when_it_cannot_move(kind: BackendKind) 
             "the dropped read never finished",
         ))
     }))??;
+    Ok(Completion::Completed)
+}
+
+/// A listener, connections a dropped `Incoming` took and queued on it (as direct
+/// descriptors where they are), and their clients: made inside `block_on`, returned.
+fn listener_with_queued_connections(
+    rt: &Runtime,
+) -> Result<(TcpListener, Vec<std::net::TcpStream>), libtest_mimic::Failed> {
+    rt.block_on(support::bounded(Duration::from_secs(20), async {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let addr = listener.local_addr()?;
+        let mut incoming = listener.incoming();
+        let mut clients = vec![std::net::TcpStream::connect(addr)?];
+        // The first connection arms the multishot accept, which takes the next four.
+        let first = incoming.next().await.ok_or("listener ended")??;
+        for _ in 0..4 {
+            clients.push(std::net::TcpStream::connect(addr)?);
+        }
+        settle().await;
+        drop(incoming);
+        drop(first);
+        settle().await;
+        Ok::<_, libtest_mimic::Failed>((listener, clients))
+    }))?
+}
+
+/// How many of `clients` still have their connection open (a read that neither ends nor
+/// fails within 300 ms).
+fn still_open(clients: &[std::net::TcpStream]) -> std::io::Result<usize> {
+    let mut open = 0;
+    for client in clients {
+        client.set_read_timeout(Some(Duration::from_millis(300)))?;
+        let mut byte = [0u8; 1];
+        let read = loop {
+            match (&*client).read(&mut byte) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                other => break other,
+            }
+        };
+        if read.is_err_and(|e| {
+            matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            )
+        }) {
+            open += 1;
+        }
+    }
+    Ok(open)
+}
+
+/// Review AQ (1): a listener dropped outside `block_on` closed its socket, then let go of
+/// the direct descriptors queued on it, whose closes waited for a next turn that did not
+/// come: their clients hung (with fds they closed at once).
+fn a_listener_dropped_outside_block_on_closes_the_connections_queued_on_it(
+    kind: BackendKind,
+) -> Outcome {
+    let rt = direct_runtime!(kind);
+    let (listener, clients) = listener_with_queued_connections(&rt)?;
+    drop(listener);
+    let open = still_open(&clients[1..])?;
+    check!(open == 0, "{open} of 4 queued connections stayed open");
+    rt.block_on(settle());
+    check!(slots_held(&rt) == 0, "slots held: {}", slots_held(&rt));
+    Ok(Completion::Completed)
+}
+
+/// Review AQ (1), after the runtime: the listener outlives it, then goes, while a stream
+/// of the same worker still lives (so the ring does too).
+fn a_listener_dropped_after_its_runtime_closes_the_connections_queued_on_it(
+    kind: BackendKind,
+) -> Outcome {
+    let rt = direct_runtime!(kind);
+    let (listener, clients) = listener_with_queued_connections(&rt)?;
+    // A socket of the same worker that outlives the listener keeps its ring open.
+    let keeps_the_ring = rt.block_on(async {
+        let other = std::net::TcpListener::bind("127.0.0.1:0")?;
+        TcpStream::connect(other.local_addr()?).await
+    })?;
+    drop(rt);
+    drop(listener);
+    let open = still_open(&clients[1..])?;
+    check!(open == 0, "{open} of 4 queued connections stayed open");
+    drop(keeps_the_ring);
     Ok(Completion::Completed)
 }

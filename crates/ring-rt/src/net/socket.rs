@@ -329,6 +329,11 @@ impl std::os::fd::AsFd for Socket {
 
 impl Drop for Socket {
     fn drop(&mut self) {
+        // What is queued on the socket goes first: a listener's connections that dropped
+        // accepts took are closed with it, and those that are direct descriptors queue
+        // their closes, which the close below submits (outside a loop turn, or after the
+        // runtime, nothing else would: their clients hung, review AQ).
+        drop(self.unclaimed.take());
         let installed = self.installed.get();
         if installed >= 0 {
             self.core.close(installed);
