@@ -49,7 +49,22 @@ impl DirectCloser {
     /// `slot` holds a file of this closer's ring that nobody else owns: dropping the
     /// returned value closes it, as `OwnedFd::from_raw_fd` closes an fd.
     pub unsafe fn adopt(&self, slot: u32) -> OwnedSlot {
+        self.count_open();
+        // SAFETY: the caller's contract.
+        unsafe { self.own(slot) }
+    }
+
+    /// Counts one direct descriptor this ring took (an arrival is counted when its CQE
+    /// comes, before anyone claims it, so `direct_opened - direct_closed` shows it).
+    pub(crate) fn count_open(&self) {
         Metrics::bump(&self.0.metrics.direct_opened);
+    }
+
+    /// [`adopt`](Self::adopt) of a slot already counted as opened.
+    ///
+    /// # Safety
+    /// As for [`adopt`](Self::adopt).
+    pub(crate) unsafe fn own(&self, slot: u32) -> OwnedSlot {
         OwnedSlot {
             slot,
             closer: Some(self.clone()),

@@ -27,11 +27,21 @@ pub enum Reserved {
     Wake = 3,
     /// A fire-and-forget op (e.g. a close whose result nobody waits for).
     Ignore = 4,
-    /// A `FIXED_FD_INSTALL` the driver waits for itself (see `Driver::install_direct`);
-    /// one whose wait gave up has its fd closed when its CQE comes.
-    Install = 5,
-    /// Another op the driver waits for itself (see `Driver::shutdown_direct`).
-    Waited = 6,
+}
+
+/// Tags from this one up to [`ARRIVAL_BASE`] carry an op the driver waits for itself
+/// (`Driver::install_direct`): the tag minus this base is the wait's own number, so a CQE
+/// that comes after its wait gave up is never taken for a later wait's.
+const OWN_BASE: u32 = 1 << 30;
+
+/// The largest number an own op's `user_data` carries.
+pub(crate) const OWN_SEQ_MAX: u32 = OWN_BASE - 1;
+
+/// The `user_data` of the driver's own op number `seq` (taken modulo
+/// [`OWN_SEQ_MAX`] + 1).
+pub(crate) fn own_user_data(seq: u32) -> u64 {
+    let tag = OWN_BASE | (seq & OWN_SEQ_MAX);
+    (u64::from(tag) << 32) | u64::from(RESERVED_INDEX)
 }
 
 /// Tags at and above this one carry a direct descriptor sent by another ring
@@ -57,6 +67,8 @@ pub enum UserData {
     Reserved(Reserved),
     /// A direct descriptor another ring sent, with the sender's sequence number.
     Arrival(u32),
+    /// An op the driver waits for itself, with its number.
+    Own(u32),
     /// A value ring-core never produced.
     Unknown(u64),
 }
@@ -80,8 +92,6 @@ impl Reserved {
             2 => Some(Reserved::Timeout),
             3 => Some(Reserved::Wake),
             4 => Some(Reserved::Ignore),
-            5 => Some(Reserved::Install),
-            6 => Some(Reserved::Waited),
             _ => None,
         }
     }
@@ -102,6 +112,9 @@ pub fn decode(user_data: u64) -> UserData {
     }
     if high >= ARRIVAL_BASE {
         return UserData::Arrival(high - ARRIVAL_BASE);
+    }
+    if high >= OWN_BASE {
+        return UserData::Own(high - OWN_BASE);
     }
     match Reserved::from_tag(high) {
         Some(reserved) => UserData::Reserved(reserved),
@@ -129,8 +142,6 @@ mod tests {
             Reserved::Timeout,
             Reserved::Wake,
             Reserved::Ignore,
-            Reserved::Install,
-            Reserved::Waited,
         ] {
             assert_eq!(decode(r.to_user_data()), UserData::Reserved(r));
         }
@@ -146,6 +157,14 @@ mod tests {
             decode(arrival_user_data(ARRIVAL_SEQ_MAX.wrapping_add(2))),
             UserData::Arrival(1)
         );
+    }
+
+    #[test]
+    fn own_ops_round_trip_their_number_and_never_look_like_arrivals() {
+        for seq in [0, 1, OWN_SEQ_MAX] {
+            assert_eq!(decode(own_user_data(seq)), UserData::Own(seq));
+        }
+        assert_eq!(decode(own_user_data(OWN_SEQ_MAX + 3)), UserData::Own(2));
     }
 
     #[test]

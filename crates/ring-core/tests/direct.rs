@@ -250,6 +250,9 @@ fn a_direct_descriptor_sent_to_another_ring_arrives_there() -> Outcome {
         arrived.is_some()
     })?;
     let slot = arrived.expect("set above")?;
+    // Counted once, when its CQE came (an arrival nobody claims shows as held).
+    let opened = b.metrics().snapshot().direct_opened;
+    check!(opened == 1, "the arrival counted {opened} times");
     talk_through_an_installed_fd(&mut b, &slot, &mut client, b"moved")?;
     // Claimed once: the same number again waits for another arrival.
     check!(

@@ -21,6 +21,23 @@ use crate::user_data::{self, Reserved, UserData};
 /// [`Driver::shutdown_direct`]), which the kernel posts while it submits or soon after.
 const INSTALL_WAIT: Duration = Duration::from_secs(1);
 
+/// The ops the driver waits for itself: the last number handed out, and the waits that
+/// gave up before their CQE came.
+#[derive(Default)]
+pub(super) struct OwnOps {
+    next: u32,
+    given_up: HashMap<u32, OwnKind>,
+}
+
+/// What a given-up own op's late CQE holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OwnKind {
+    /// A `FIXED_FD_INSTALL`: a new fd, closed.
+    Install,
+    /// Nothing to release.
+    Other,
+}
+
 /// A ring's direct-descriptor table (registered sparse, its slots allocated by the kernel).
 pub(super) struct DirectTable {
     closer: DirectCloser,
@@ -104,7 +121,7 @@ impl Driver {
     pub unsafe fn install_direct(&mut self, slot: u32) -> io::Result<OwnedFd> {
         let sqe = opcode::FixedFdInstall::new(types::Fixed(slot), 0).build();
         // SAFETY: an install points at no memory; the slot is the caller's.
-        let fd = unsafe { self.wait_own(sqe, Reserved::Install) }?;
+        let fd = unsafe { self.wait_own(sqe, OwnKind::Install) }?;
         Metrics::bump(&self.metrics.direct_installs);
         // SAFETY: a successful install's result is a new fd nobody else owns.
         Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
@@ -119,29 +136,36 @@ impl Driver {
     pub unsafe fn shutdown_direct(&mut self, slot: u32, how: i32) -> io::Result<()> {
         let sqe = opcode::Shutdown::new(types::Fixed(slot), how).build();
         // SAFETY: a shutdown points at no memory; the slot is the caller's.
-        unsafe { self.wait_own(sqe, Reserved::Waited) }.map(drop)
+        unsafe { self.wait_own(sqe, OwnKind::Other) }.map(drop)
     }
 
-    /// Pushes `sqe` tagged `tag` behind everything pushed, and waits for its CQE (at most
-    /// [`INSTALL_WAIT`]): its result, or its error. Other CQEs that come meanwhile are
-    /// kept for the next turn, undispatched, so no waker runs inside this call.
+    /// Pushes `sqe` behind everything pushed, under a number of its own, and waits for its
+    /// CQE (at most [`INSTALL_WAIT`]): its result, or its error. Other CQEs that come
+    /// meanwhile are kept for the next turn, undispatched, so no waker runs inside this
+    /// call.
     ///
     /// # Safety
     /// As for [`push`](Self::push): `sqe` points at no memory (its CQE may come after this
     /// call gave up), and names only what the caller owns.
-    unsafe fn wait_own(&mut self, sqe: squeue::Entry, tag: Reserved) -> io::Result<u32> {
+    unsafe fn wait_own(&mut self, sqe: squeue::Entry, kind: OwnKind) -> io::Result<u32> {
+        self.own_ops.next = self.own_ops.next.wrapping_add(1) & user_data::OWN_SEQ_MAX;
+        let seq = self.own_ops.next;
+        let own = user_data::own_user_data(seq);
         // SAFETY: the caller's contract.
-        unsafe { self.push(sqe.user_data(tag.to_user_data())) };
+        unsafe { self.push(sqe.user_data(own)) };
         let deadline = Instant::now() + INSTALL_WAIT;
         loop {
             self.flush_backlog();
-            self.enter_for_own_cqe(deadline)?;
+            let entered = self.enter_for_own_cqe(deadline);
             self.copy_cqes();
-            if let Some(cqe) = self.take_own(tag) {
+            if let Some(cqe) = self.take_own(own) {
                 return crate::errno::cvt(cqe.res);
             }
-            if Instant::now() >= deadline {
-                // Its CQE, if it comes, is dealt with by dispatch.
+            if entered.is_err() || Instant::now() >= deadline {
+                // Its CQE, if it comes, is dispatched as a given-up wait's (an install's
+                // fd closed), never taken for a later wait's: that one has another number.
+                self.own_ops.given_up.insert(seq, kind);
+                entered?;
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,
                     "the ring posted no completion for the driver's own op within a second",
@@ -181,9 +205,8 @@ impl Driver {
         }
     }
 
-    /// Takes the CQE of the driver's own `reserved` SQE out of the copied CQEs, if there.
-    fn take_own(&mut self, reserved: Reserved) -> Option<Cqe> {
-        let own = reserved.to_user_data();
+    /// Takes the CQE whose `user_data` is `own` out of the copied CQEs, if there.
+    fn take_own(&mut self, own: u64) -> Option<Cqe> {
         let at = self.scratch.iter().position(|c| c.user_data == own)?;
         self.scratch.remove(at)
     }
@@ -201,8 +224,8 @@ impl Driver {
         match table.arrivals.remove(&seq) {
             Some(Arrival::Came(res)) => Poll::Ready(match crate::errno::cvt(res) {
                 // SAFETY: the kernel put the sent file in this slot of our table, for
-                // the receiver of `seq` alone, who takes it now.
-                Ok(slot) => Ok(unsafe { table.closer.adopt(slot) }),
+                // the receiver of `seq` alone, who takes it now (counted when it came).
+                Ok(slot) => Ok(unsafe { table.closer.own(slot) }),
                 Err(e) => Err(e),
             }),
             Some(Arrival::Abandoned) => {
@@ -229,7 +252,7 @@ impl Driver {
             Some(Arrival::Came(res)) if res >= 0 => {
                 // SAFETY: the kernel put the sent file in this slot for `seq`'s receiver,
                 // who gives it up: ours to close (queued, pushed at the next turn).
-                drop(unsafe { table.closer.adopt(res as u32) });
+                drop(unsafe { table.closer.own(res as u32) });
             }
             Some(Arrival::Came(_)) => {}
             Some(Arrival::Awaited(waker)) => {
@@ -248,14 +271,15 @@ impl Driver {
     pub(super) fn dispatch_direct(&mut self, cqe: &Cqe) -> bool {
         match user_data::decode(cqe.user_data) {
             UserData::Arrival(seq) => self.arrived(seq, cqe.res),
-            UserData::Reserved(Reserved::Install) => {
+            UserData::Own(seq) => {
+                let given_up = self.own_ops.given_up.remove(&seq);
                 // An install whose wait gave up: its fd is nobody's.
-                if cqe.res >= 0 {
-                    // SAFETY: a successful install's fd, which nobody took.
+                if given_up == Some(OwnKind::Install) && cqe.res >= 0 {
+                    // SAFETY: a successful install's fd, which nobody took (its waiter gave
+                    // up, and numbers are not reused while a wait is given up on).
                     drop(unsafe { OwnedFd::from_raw_fd(cqe.res) });
                 }
             }
-            UserData::Reserved(Reserved::Waited) => {}
             _ => return false,
         }
         true
@@ -265,11 +289,14 @@ impl Driver {
         let Some(table) = &mut self.direct else {
             return;
         };
+        if res >= 0 {
+            table.closer.count_open();
+        }
         match table.arrivals.remove(&seq) {
             Some(Arrival::Abandoned) => {
                 if res >= 0 {
                     // SAFETY: the sent file's slot, whose receiver gave up: ours to close.
-                    drop(unsafe { table.closer.adopt(res as u32) });
+                    drop(unsafe { table.closer.own(res as u32) });
                 }
             }
             Some(Arrival::Awaited(waker)) => {
@@ -281,7 +308,7 @@ impl Driver {
                 // descriptor nobody claimed yet is closed rather than lost in the table.
                 if earlier >= 0 {
                     // SAFETY: that slot was sent here for `seq`'s receiver, who never took it.
-                    drop(unsafe { table.closer.adopt(earlier as u32) });
+                    drop(unsafe { table.closer.own(earlier as u32) });
                 }
                 table.arrivals.insert(seq, Arrival::Came(res));
             }

@@ -112,6 +112,8 @@ pub struct Driver {
     ring_fd: ring_fd::RingFd,
     /// The direct-descriptor table, once registered ([`register_direct`](Self::register_direct)).
     direct: Option<direct::DirectTable>,
+    /// The ops the driver waits for itself (installs, shutdowns of direct descriptors).
+    own_ops: direct::OwnOps,
 }
 
 impl Driver {
@@ -138,6 +140,7 @@ impl Driver {
             abandoned: false,
             ring_fd,
             direct: None,
+            own_ops: direct::OwnOps::default(),
         })
     }
 

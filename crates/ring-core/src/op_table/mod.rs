@@ -175,9 +175,11 @@ impl OpTable {
         let id = match user_data::decode(cqe.user_data) {
             UserData::Op(id) => id,
             UserData::Reserved(reserved) => return Dispatch::Reserved(reserved),
-            // The driver routes arrivals (direct descriptors from other rings) before they
-            // reach the table; one that gets here has no op.
-            UserData::Arrival(_) | UserData::Unknown(_) => return Dispatch::Unknown,
+            // Arrivals (direct descriptors from other rings) and the driver's own waits
+            // have no op here: the driver routes them (see `Driver::dispatch_direct`).
+            UserData::Arrival(_) | UserData::Own(_) | UserData::Unknown(_) => {
+                return Dispatch::Unknown
+            }
         };
         let Some(slot) = self.slots.get_mut(id.index as usize) else {
             return Dispatch::Stale;
