@@ -292,7 +292,10 @@ impl Builder {
     /// fails an accept with `ENFILE`, as a full fd table fails it with `EMFILE`, with one
     /// difference the kernel makes: it found the table full only after taking the
     /// connection from the listen backlog, and closes that connection (a full fd table
-    /// leaves it waiting). Size the table for the connections a worker holds at once.
+    /// leaves it waiting). Size the table for the connections a worker holds at once; a
+    /// worker accepting for `serve_balanced` also holds, for a loop turn or two, those on
+    /// their way to another worker (their slot here closes once the other ring has them),
+    /// so a burst needs room for itself too.
     /// [`TcpListener::accept`](crate::net::TcpListener::accept) keeps returning fds.
     ///
     /// A direct stream gets a regular fd only when asked for one:
