@@ -71,6 +71,10 @@ fn main() {
             "a_listener_dropped_after_its_runtime_closes_the_connections_queued_on_it",
             a_listener_dropped_after_its_runtime_closes_the_connections_queued_on_it,
         ),
+        (
+            "a_move_dropped_or_aborted_midway_closes_the_connection_and_frees_its_slot",
+            a_move_dropped_or_aborted_midway_closes_the_connection_and_frees_its_slot,
+        ),
     ])
 }
 
@@ -738,5 +742,96 @@ fn a_listener_dropped_after_its_runtime_closes_the_connections_queued_on_it(
     let open = still_open(&clients[1..])?;
     check!(open == 0, "{open} of 4 queued connections stayed open");
     drop(keeps_the_ring);
+    Ok(Completion::Completed)
+}
+
+/// How a move is given up in
+/// [`a_move_dropped_or_aborted_midway_closes_the_connection_and_frees_its_slot`].
+#[derive(Clone, Copy, Debug)]
+enum GiveUp {
+    /// The `spawn_stream_on` future dropped after one poll (the send pushed).
+    AfterFirstPoll,
+    /// Dropped after the loop ran a few turns (the send done, its result not taken).
+    AfterTheSend,
+    /// The handle it gave aborted at once (the claiming task not yet run).
+    Abort,
+}
+
+/// Review AR (F1): a direct descriptor sent to another worker that nobody claimed (the
+/// move's future dropped after the send, the claiming task aborted) stayed in that
+/// worker's table for the ring's life, its client hung, and enough of them filled the
+/// table (that worker's accepts failed with `ENFILE`). Each way, 12 times, with a table of
+/// 8: every client sees its connection end, no slot stays held, and worker 1 still accepts.
+fn a_move_dropped_or_aborted_midway_closes_the_connection_and_frees_its_slot(
+    kind: BackendKind,
+) -> Outcome {
+    let rt = match support::runtime_with(kind, Runtime::builder().threads(2).direct_descriptors(8))
+    {
+        Ok(rt) => rt,
+        Err(skip) => return Ok(skip),
+    };
+    let rt_ref = &rt;
+    rt.block_on(support::bounded(Duration::from_secs(30), async {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let addr = listener.local_addr()?;
+        let handle = ring_rt::Handle::current();
+        let mut incoming = listener.incoming();
+        for give_up in [GiveUp::AfterFirstPoll, GiveUp::AfterTheSend, GiveUp::Abort] {
+            for _ in 0..12 {
+                let client = std::net::TcpStream::connect(addr)?;
+                let stream = incoming.next().await.ok_or("listener ended")??;
+                let serve = |stream: TcpStream| async move { stream.read(vec![0; 8]).await.0 };
+                // Boxed, so that dropping it drops the future (a `pin!` would keep it
+                // to the end of the block).
+                let mut moving = Box::pin(handle.spawn_stream_on(1, stream, serve));
+                let polled = std::future::poll_fn(|cx| {
+                    std::task::Poll::Ready(std::future::Future::poll(moving.as_mut(), cx))
+                })
+                .await;
+                match (give_up, polled) {
+                    // Moved already (by fd: nothing to wait for): given up by its handle.
+                    (_, std::task::Poll::Ready(moved)) => {
+                        moved.map_err(|kept| kept.error().to_string())?.abort();
+                    }
+                    (GiveUp::Abort, std::task::Poll::Pending) => {
+                        let moved = moving.as_mut().await;
+                        moved.map_err(|kept| kept.error().to_string())?.abort();
+                    }
+                    (GiveUp::AfterTheSend, std::task::Poll::Pending) => settle().await,
+                    (GiveUp::AfterFirstPoll, std::task::Poll::Pending) => {}
+                }
+                drop(moving);
+                client.set_read_timeout(Some(Duration::from_secs(5)))?;
+                let mut byte = [0u8; 1];
+                let ended = ring_rt::spawn_blocking(move || (&client).read(&mut byte)).await;
+                let reset = |e: &std::io::Error| e.kind() == std::io::ErrorKind::ConnectionReset;
+                check!(
+                    matches!(&ended, Ok(Ok(0))) || matches!(&ended, Ok(Err(e)) if reset(e)),
+                    "{give_up:?}: the client's connection did not end: {ended:?}"
+                );
+            }
+        }
+        support::wait_for(Duration::from_secs(5), || slots_held(rt_ref) == 0).await?;
+        // Worker 1's table has room: it accepts a direct stream of its own.
+        let other = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let other_addr = other.local_addr()?;
+        let accepted = handle.spawn_local_on(1, move || async move {
+            let listener = TcpListener::from_std(other)?;
+            let stream = listener
+                .incoming()
+                .next()
+                .await
+                .ok_or_else(|| std::io::Error::other("listener ended"))??;
+            std::io::Result::Ok(stream.is_direct())
+        })?;
+        let _client = std::net::TcpStream::connect(other_addr)?;
+        let was_direct = accepted.await.map_err(|e| e.to_string())??;
+        check!(
+            was_direct == expect_direct(kind),
+            "worker 1's accept: direct {was_direct}"
+        );
+        Ok::<_, libtest_mimic::Failed>(())
+    }))??;
+    check!(slots_held(&rt) == 0, "slots held: {}", slots_held(&rt));
     Ok(Completion::Completed)
 }

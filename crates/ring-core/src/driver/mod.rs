@@ -455,6 +455,13 @@ impl Driver {
     }
 
     fn push_group(&mut self, group: &[squeue::Entry]) {
+        // Closes of direct descriptors let go since the last push go first: an SQE pushed
+        // now (an accept into the table) then finds their slots free (review AR: an accept
+        // pushed between a drop and the next turn failed with ENFILE on a table that was
+        // full only of slots already given up).
+        if self.direct.is_some() {
+            self.push_queued_closes();
+        }
         if self.backlog.is_empty() && self.try_push(group) {
             return;
         }

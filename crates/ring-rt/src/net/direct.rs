@@ -12,7 +12,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use super::tcp::TcpStream;
-use crate::op::net::SendDirect;
+use crate::executor::Shared;
+use crate::op::net::{InTransit, SendDirect};
 use crate::op::Op;
 use crate::worker::Core;
 
@@ -20,15 +21,16 @@ use crate::worker::Core;
 /// apart by it (it wraps after 2^31 sends; a ring never holds that many unclaimed).
 static NEXT_SEQ: AtomicU32 = AtomicU32::new(0);
 
-/// Sends `stream`, a direct descriptor, to the worker whose ring `target` is an fd of:
-/// `Ok(seq)` once that ring has it (this worker's slot is closed then), for the receiver
-/// to [`claim`]; otherwise the stream back with the error (`ResourceBusy`: received bytes
+/// Sends `stream`, a direct descriptor, to worker `to`, whose ring `target` is an fd of:
+/// once that ring has it (this worker's slot is closed then), what the receiver
+/// [`claim`]s it by (dropped unclaimed, it has that worker close it); otherwise the stream back with the error (`ResourceBusy`: received bytes
 /// are queued on it, which would be lost; `ENXIO`: that ring has no direct table;
 /// `ENFILE`: its table is full).
 pub(crate) async fn send(
     stream: TcpStream,
     target: Arc<OwnedFd>,
-) -> Result<u32, (TcpStream, io::Error)> {
+    to: Arc<Shared>,
+) -> Result<InTransit, (TcpStream, io::Error)> {
     if let Err(e) = stream.socket().movable() {
         return Err((stream, e));
     }
@@ -37,21 +39,25 @@ pub(crate) async fn send(
     let op = SendDirect {
         fd: socket.fd(),
         target,
+        to,
         seq,
     };
     match Op::new(socket.core.clone(), op).await {
-        Ok(()) => Ok(seq),
+        Ok(in_transit) => Ok(in_transit),
         Err(e) => Err((stream, e)),
     }
 }
 
-/// The stream another worker [`send`]s here under `seq`, once its ring has posted it.
-pub(crate) fn claim(seq: u32) -> io::Result<Claim> {
-    Ok(Claim {
+/// The stream another worker [`send`]s here as `in_transit`, once its ring has posted it.
+/// Run on the receiving worker: from here on the claim gives the arrival up if dropped.
+pub(crate) fn claim(in_transit: InTransit) -> io::Result<Claim> {
+    let claim = Claim {
         core: Core::current_io()?,
-        seq,
+        seq: in_transit.seq(),
         done: false,
-    })
+    };
+    in_transit.claimed();
+    Ok(claim)
 }
 
 /// The future of [`claim`]. Dropped before it got the stream, it gives the arrival up:

@@ -1194,7 +1194,71 @@ pub(crate) struct SendDirect {
     /// The receiving ring's fd (a duplicate): the op keeps it open until its final CQE, as
     /// the kernel looks it up when it takes the SQE.
     pub(crate) target: std::sync::Arc<OwnedFd>,
+    /// The receiving worker, told to close what arrives if the send's future is dropped
+    /// before it learns the send succeeded (nobody would claim it then).
+    pub(crate) to: std::sync::Arc<crate::executor::Shared>,
     pub(crate) seq: u32,
+}
+
+/// A direct descriptor sent to another worker under `seq` that nobody there has claimed
+/// yet. Dropped unclaimed (the sender's future dropped after the send, the claiming task
+/// aborted or never run), it sends that worker a job that gives the arrival up, so the
+/// descriptor is closed there rather than held in its table for the ring's life (review
+/// AR). `Send`: it travels with the claiming job.
+pub(crate) struct InTransit {
+    seq: u32,
+    to: Option<std::sync::Arc<crate::executor::Shared>>,
+}
+
+impl InTransit {
+    pub(crate) fn new(seq: u32, to: std::sync::Arc<crate::executor::Shared>) -> InTransit {
+        InTransit { seq, to: Some(to) }
+    }
+
+    pub(crate) fn seq(&self) -> u32 {
+        self.seq
+    }
+
+    /// A claim for the arrival exists now (it gives the arrival up itself if dropped).
+    pub(crate) fn claimed(mut self) {
+        self.to = None;
+    }
+}
+
+impl Drop for InTransit {
+    fn drop(&mut self) {
+        let Some(to) = self.to.take() else { return };
+        let seq = self.seq;
+        // A worker already gone drops the job: its ring's teardown closes the table.
+        to.push_job(Box::new(move || {
+            if let Some(core) = crate::worker::Core::current() {
+                core.forget_arrival(seq);
+            }
+        }));
+    }
+}
+
+/// The orphan of a dropped send: keeps the target's fd until the final CQE, and if that
+/// CQE says the other ring got the descriptor, gives it up there (at the worker's next
+/// safe point: the job's push may wake that worker).
+struct SentOrphan {
+    op: SendDirect,
+}
+
+impl Orphan for SentOrphan {
+    fn reap(&mut self, cqe: &Cqe, deferred: &mut Deferred) {
+        if cqe.res >= 0 && !cqe.is_more() {
+            let in_transit = InTransit::new(self.op.seq, self.op.to.clone());
+            deferred.drop_later(Box::new(DropLater(in_transit)));
+        }
+    }
+}
+
+/// Something dropped with the worker's deferred work, off the op table's dispatch.
+struct DropLater<T>(T);
+
+impl<T> Orphan for DropLater<T> {
+    fn reap(&mut self, _cqe: &Cqe, _deferred: &mut Deferred) {}
 }
 
 // SAFETY: the SQE points at no memory: only the target's fd, which the op owns (an `Arc`
@@ -1225,9 +1289,14 @@ unsafe impl Operation for SendDirect {
 }
 
 impl OpDef for SendDirect {
-    type Output = io::Result<()>;
+    type Output = io::Result<InTransit>;
 
     fn complete(self, cqe: Cqe) -> Self::Output {
-        crate::completion::result(&cqe).map(drop)
+        crate::completion::result(&cqe)?;
+        Ok(InTransit::new(self.seq, self.to))
+    }
+
+    fn into_orphan(self) -> Box<dyn Orphan> {
+        Box::new(SentOrphan { op: self })
     }
 }

@@ -14,6 +14,7 @@ use crate::executor::task::JoinHandle;
 use crate::executor::Shared;
 use crate::net::direct;
 use crate::net::{IntoFdError, TcpListener, TcpStream};
+use crate::op::net::InTransit;
 use crate::worker::set::spawn_here;
 
 impl Handle {
@@ -141,9 +142,14 @@ impl Handle {
     /// [`Builder::direct_descriptors`](crate::Builder::direct_descriptors)) moves from
     /// ring to ring by `IORING_MSG_SEND_FD` and stays one; any other stream, and a direct
     /// descriptor the other ring will not take (its table full), moves by its fd. A stream
-    /// already on `worker` is served here. Awaits only the move (a loop turn for a direct
+    /// already on `worker` is served there. Awaits only the move (a loop turn for a direct
     /// descriptor, nothing for an fd); the handle awaits `serve`'s output, or the error
-    /// that kept the stream from being made on `worker` (it shut down meanwhile).
+    /// that kept the stream from being made on `worker` (it shut down meanwhile). As every
+    /// spawn on worker 0, one there runs only while a `block_on` of its runtime does.
+    ///
+    /// Nothing is lost to a drop: dropping this future, or aborting the handle before the
+    /// task ran, closes the connection (on whichever worker holds it by then), as dropping
+    /// the stream would.
     ///
     /// # Errors
     /// The stream back, with why: `InvalidInput` for a worker the runtime does not have;
@@ -196,19 +202,17 @@ impl Handle {
             );
             return Err(IntoFdError::new(stream, err));
         };
-        if to.is_here() {
-            let Some(core) = crate::worker::Core::current() else {
-                let err = io::Error::other("spawn_stream_on polled outside its runtime");
-                return Err(IntoFdError::new(stream, err));
-            };
+        // Already on `worker` (the stream's own, whichever thread polls this): served there.
+        let core = stream.socket().core.clone();
+        if Arc::ptr_eq(&core.executor.shared, to) {
             return Ok(spawn_here(
                 &core,
                 move || async move { Ok(serve(stream).await) },
             ));
         }
         let stream = match (stream.is_direct(), to.unparker.ring()) {
-            (true, Some(target)) => match direct::send(stream, target).await {
-                Ok(seq) => return Ok(self.spawn_claiming(worker, seq, serve)),
+            (true, Some(target)) => match direct::send(stream, target, to.clone()).await {
+                Ok(in_transit) => return Ok(self.spawn_claiming(worker, in_transit, serve)),
                 Err((stream, err)) if err.kind() == io::ErrorKind::ResourceBusy => {
                     return Err(IntoFdError::new(stream, err));
                 }
@@ -222,12 +226,13 @@ impl Handle {
         self.spawn_by_fd(worker, stream, serve)
     }
 
-    /// Spawns on `worker` the task that claims the direct descriptor sent there under
-    /// `seq` and serves it.
+    /// Spawns on `worker` the task that claims the direct descriptor sent there as
+    /// `in_transit` and serves it. A task aborted, or dropped unrun, drops `in_transit`
+    /// unclaimed, which has that worker close the descriptor.
     fn spawn_claiming<F, Fut>(
         &self,
         worker: usize,
-        seq: u32,
+        in_transit: InTransit,
         serve: F,
     ) -> JoinHandle<io::Result<Fut::Output>>
     where
@@ -236,7 +241,7 @@ impl Handle {
         Fut::Output: Send + 'static,
     {
         let spawned = self.spawn_local_on(worker, move || async move {
-            let stream = direct::claim(seq)?.await?;
+            let stream = direct::claim(in_transit)?.await?;
             Ok(serve(stream).await)
         });
         // Only a worker the runtime does not have is refused, and `worker` was checked:
