@@ -20,6 +20,10 @@ use support::Outcome;
 fn main() {
     support::run(&[
         (
+            "a_spawn_cancelled_before_it_ran_yields_once_when_awaited",
+            a_spawn_cancelled_before_it_ran_yields_once_when_awaited,
+        ),
+        (
             "a_wake_sent_as_block_on_returns_reaches_its_worker",
             a_wake_sent_as_block_on_returns_reaches_its_worker,
         ),
@@ -1034,6 +1038,50 @@ fn wakes_from_plain_threads_get_through_a_busy_workers_queued_ones(kind: Backend
         stalled.is_none(),
         "{kind}: ping {} waited 2 s for worker 2 while worker 1 was busy",
         stalled.unwrap_or_default()
+    );
+    Ok(Completion::Completed)
+}
+
+/// Counts its wakes.
+struct CountingWaker(std::sync::atomic::AtomicUsize);
+
+impl Wake for CountingWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The kernel matrix's 5.6 row, under load: a task on worker 2 spawning onto worker 1 and
+/// awaiting the handle in a loop spun for ever once worker 1 had stopped, since a spawn a
+/// stopped worker refuses is cancelled at once and the await never yielded; worker 2,
+/// busy in that task, never heard its own stop (48 million turns in 20 s). Such a handle's
+/// first poll now yields: it wakes its task and says `Pending`, and the next poll gives
+/// `Cancelled`.
+fn a_spawn_cancelled_before_it_ran_yields_once_when_awaited(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Builder::default().threads(2));
+    let handle = rt.handle();
+    drop(rt);
+    // Worker 1 is gone: the spawn is refused, its handle cancelled before it ran.
+    let mut spawned = handle.spawn_on(1, async {})?;
+    let waker = Arc::new(CountingWaker(std::sync::atomic::AtomicUsize::new(0)));
+    let task_waker = Waker::from(waker.clone());
+    let mut cx = Context::from_waker(&task_waker);
+    let first = std::pin::Pin::new(&mut spawned).poll(&mut cx);
+    check!(
+        first.is_pending(),
+        "the first poll did not yield: {first:?}"
+    );
+    check!(
+        waker.0.load(Ordering::Relaxed) == 1,
+        "the yield did not wake its task"
+    );
+    let second = std::pin::Pin::new(&mut spawned).poll(&mut cx);
+    check!(
+        matches!(second, Poll::Ready(Err(ring_rt::JoinError::Cancelled))),
+        "the second poll gave {second:?}"
     );
     Ok(Completion::Completed)
 }
