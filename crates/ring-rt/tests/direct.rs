@@ -75,6 +75,10 @@ fn main() {
             "a_move_dropped_or_aborted_midway_closes_the_connection_and_frees_its_slot",
             a_move_dropped_or_aborted_midway_closes_the_connection_and_frees_its_slot,
         ),
+        (
+            "spawn_stream_on_after_the_runtime_is_gone_closes_the_stream",
+            spawn_stream_on_after_the_runtime_is_gone_closes_the_stream,
+        ),
     ])
 }
 
@@ -833,5 +837,44 @@ fn a_move_dropped_or_aborted_midway_closes_the_connection_and_frees_its_slot(
         Ok::<_, libtest_mimic::Failed>(())
     }))??;
     check!(slots_held(&rt) == 0, "slots held: {}", slots_held(&rt));
+    Ok(Completion::Completed)
+}
+
+/// Review AS (1): a stream outliving its runtime, given to `spawn_stream_on` for its own
+/// worker, went into that stopped worker's task slab: the handle never finished and the
+/// stream (and through it the worker's ring) was never dropped, its client hanging. Now
+/// the stopped worker refuses it: `Cancelled`, and the connection ends.
+fn spawn_stream_on_after_the_runtime_is_gone_closes_the_stream(kind: BackendKind) -> Outcome {
+    let rt = match two_workers(kind) {
+        Ok(rt) => rt,
+        Err(skip) => return Ok(skip),
+    };
+    let handle = rt.handle();
+    let (client, server) = rt.block_on(support::bounded(Duration::from_secs(20), async {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let client = std::net::TcpStream::connect(listener.local_addr()?)?;
+        let server = listener.incoming().next().await.ok_or("listener ended")??;
+        Ok::<_, libtest_mimic::Failed>((client, server))
+    }))??;
+    drop(rt);
+    let moving = handle.spawn_stream_on(0, server, |stream| async move { drop(stream) });
+    let moved = futures_lite_block_on(moving);
+    if let Ok(served) = moved {
+        let out = futures_lite_block_on(served);
+        check!(
+            matches!(out, Err(ring_rt::JoinError::Cancelled)),
+            "the handle gave {out:?}"
+        );
+    }
+    client.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut byte = [0u8; 1];
+    let read = (&client).read(&mut byte);
+    check!(
+        matches!(read, Ok(0))
+            || read
+                .as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+        "the client's connection did not end: {read:?}"
+    );
     Ok(Completion::Completed)
 }

@@ -24,6 +24,10 @@ fn main() {
             a_spawn_cancelled_before_it_ran_yields_once_when_awaited,
         ),
         (
+            "a_task_aborted_after_it_ran_gives_cancelled_at_the_first_poll",
+            a_task_aborted_after_it_ran_gives_cancelled_at_the_first_poll,
+        ),
+        (
             "a_wake_sent_as_block_on_returns_reaches_its_worker",
             a_wake_sent_as_block_on_returns_reaches_its_worker,
         ),
@@ -1082,6 +1086,27 @@ fn a_spawn_cancelled_before_it_ran_yields_once_when_awaited(kind: BackendKind) -
     check!(
         matches!(second, Poll::Ready(Err(ring_rt::JoinError::Cancelled))),
         "the second poll gave {second:?}"
+    );
+    Ok(Completion::Completed)
+}
+
+/// Review AS (2): the yield above came with every cancelled handle, so one whose task had
+/// run and was aborted said `Pending` while `is_finished` said true. Only a spawn cancelled
+/// before its task was made yields.
+fn a_task_aborted_after_it_ran_gives_cancelled_at_the_first_poll(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Builder::default().threads(1));
+    let mut task = rt.spawn(ring_rt::time::sleep(Duration::from_secs(3600)));
+    rt.block_on(async {
+        ring_rt::yield_now().await;
+        task.abort();
+        ring_rt::yield_now().await;
+        ring_rt::yield_now().await;
+    });
+    check!(task.is_finished(), "the aborted task is not finished");
+    let first = std::pin::Pin::new(&mut task).poll(&mut Context::from_waker(Waker::noop()));
+    check!(
+        matches!(first, Poll::Ready(Err(ring_rt::JoinError::Cancelled))),
+        "the first poll gave {first:?}"
     );
     Ok(Completion::Completed)
 }

@@ -215,6 +215,16 @@ impl Shared {
         self.is_stopping.load(Ordering::Acquire)
     }
 
+    /// Whether the worker takes no more work: stopping, or its job queue closed (gone).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.is_stopping()
+            || self
+                .jobs
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_closed
+    }
+
     /// The load a spawn sent here would join: tasks alive plus spawns on their way (a
     /// connection moving here counts as one; the task moving one away does not).
     pub(crate) fn load(&self) -> usize {

@@ -181,6 +181,9 @@ pub(crate) struct JoinInner<T> {
     header: OnceLock<Arc<Header>>,
     /// `abort` was called; a task made after that is aborted at once.
     abort_requested: AtomicBool,
+    /// Cancelled before its task was ever made (a spawn a stopped or stopping worker
+    /// refused, or one aborted on its way): the handle's first poll yields.
+    cancelled_unrun: AtomicBool,
 }
 
 impl<T> JoinInner<T> {
@@ -194,6 +197,7 @@ impl<T> JoinInner<T> {
             }),
             header: OnceLock::new(),
             abort_requested: AtomicBool::new(false),
+            cancelled_unrun: AtomicBool::new(false),
         })
     }
 
@@ -213,6 +217,12 @@ impl<T> JoinInner<T> {
     /// Whether `abort` was called (a blocking job checks before it starts).
     pub(crate) fn is_abort_requested(&self) -> bool {
         self.abort_requested.load(Ordering::SeqCst)
+    }
+
+    /// Cancels a spawn whose task was never made (see `cancelled_unrun`).
+    pub(crate) fn cancel_unrun(&self) {
+        self.cancelled_unrun.store(true, Ordering::SeqCst);
+        self.finish(Err(JoinError::Cancelled));
     }
 
     /// Stores the result and wakes whoever awaits it.
@@ -318,8 +328,9 @@ impl<T> Future for JoinHandle<T> {
         // Cloned before the lock: a waker's clone is code that is not ours.
         let waker = cx.waker().clone();
         let mut state = self.inner.state();
-        if !self.has_waited && matches!(state.result, Some(Err(JoinError::Cancelled))) {
-            // Cancelled before it ever ran (its worker stopping): the first poll yields.
+        let unrun = self.inner.cancelled_unrun.load(Ordering::SeqCst);
+        if !self.has_waited && unrun && matches!(state.result, Some(Err(JoinError::Cancelled))) {
+            // Cancelled before it ever ran (its worker stopped): the first poll yields.
             // A task spawning onto a stopped worker and awaiting in a loop never yielded
             // otherwise, and its own worker, busy in it, never heard its own stop (the
             // kernel matrix's 5.6 row, under load: 48 million turns in 20 s).

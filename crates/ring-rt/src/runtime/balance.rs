@@ -202,9 +202,12 @@ impl Handle {
             );
             return Err(IntoFdError::new(stream, err));
         };
-        // Already on `worker` (the stream's own, whichever thread polls this): served there.
+        // Already on `worker` (the stream's own, whichever thread polls this): served there,
+        // unless that worker has stopped (its runtime dropped), where a task would never
+        // run: that goes the way below, whose spawn the worker refuses (`Cancelled`, the
+        // stream closed), review AS.
         let core = stream.socket().core.clone();
-        if Arc::ptr_eq(&core.executor.shared, to) {
+        if Arc::ptr_eq(&core.executor.shared, to) && !to.is_closed() {
             return Ok(spawn_here(
                 &core,
                 move || async move { Ok(serve(stream).await) },

@@ -234,13 +234,13 @@ impl<F: FnOnce() -> Fut, Fut: Future + 'static> SpawnJob<F, Fut> {
         if self.state.is_abort_requested() || self.shared.is_stopping() {
             // Aborted on its way, or the runtime is shutting the worker down: the future
             // is never built (as a blocking job is never started).
-            self.state.finish(Err(JoinError::Cancelled));
+            self.state.cancel_unrun();
             return;
         }
         match Core::current() {
             Some(core) => spawn_made(&core, make, self.state.clone()),
             // Jobs run inside the worker's loop, where its core is current.
-            None => self.state.finish(Err(JoinError::Cancelled)),
+            None => self.state.cancel_unrun(),
         }
     }
 }
@@ -249,7 +249,7 @@ impl<F, Fut: Future> Drop for SpawnJob<F, Fut> {
     fn drop(&mut self) {
         if self.make.take().is_some() {
             self.shared.spawns_pending.fetch_sub(1, Ordering::Relaxed);
-            self.state.finish(Err(JoinError::Cancelled));
+            self.state.cancel_unrun();
         }
     }
 }
