@@ -259,6 +259,10 @@ impl<T> JoinInner<T> {
 /// ```
 /// It is `Send` and `Sync` when the output is `Send`: a task spawned through a
 /// [`Handle`](crate::Handle) can be awaited on any worker or thread.
+///
+/// A spawn cancelled before its task was made (sent to a worker that has stopped, or
+/// aborted on its way) yields once when first polled, then gives `Cancelled`: a task that
+/// spawns and awaits in a loop then still lets its own worker run.
 pub struct JoinHandle<T> {
     inner: Arc<JoinInner<T>>,
     /// A poll of this handle has returned `Pending` (or yielded) already.
