@@ -177,21 +177,13 @@ impl Driver {
     /// One enter that submits what is pushed and waits (until `deadline`, at most) for a
     /// completion.
     fn enter_for_own_cqe(&mut self, deadline: Instant) -> io::Result<()> {
-        let queued = self.ring.submission().len();
         let wait = deadline.saturating_duration_since(Instant::now());
         let timeout = self.has_ext_arg().then_some(wait);
         // Our SQE still in the backlog (a full SQ): submit what is in the SQ without
         // waiting, to make room for it. Otherwise wait for one completion: without EXT_ARG
         // no timeout can be given, but the own op's CQE is posted during this very submit.
         let min_complete = u32::from(self.backlog.is_empty());
-        let res = self.enter_raw(queued as u32, min_complete, timeout, None);
-        Metrics::bump(&self.metrics.enters);
-        let left = self.ring.submission().len();
-        Metrics::add(
-            &self.metrics.sqes_submitted,
-            queued.saturating_sub(left) as u64,
-        );
-        match res {
+        match self.enter_counted(min_complete, timeout, None) {
             Ok(_) => Ok(()),
             Err(e)
                 if matches!(

@@ -108,14 +108,7 @@ impl Driver {
             min_wait = Some(timeout.map_or(batch.min_wait, |d| d.min(batch.min_wait)));
         }
         for _ in 0..BUSY_RETRIES_MAX {
-            let queued = self.ring.submission().len();
-            let res = self.enter_raw(queued as u32, min_complete, timeout, min_wait);
-            Metrics::bump(&self.metrics.enters);
-            let left = self.ring.submission().len();
-            Metrics::add(
-                &self.metrics.sqes_submitted,
-                queued.saturating_sub(left) as u64,
-            );
+            let res = self.enter_counted(min_complete, timeout, min_wait);
             let Err(err) = res else { return Ok(()) };
             match err.raw_os_error() {
                 // The wait timed out, or a signal arrived: both normal ends of a wait. The
@@ -139,7 +132,26 @@ impl Driver {
         Ok(())
     }
 
-    pub(super) fn enter_raw(
+    /// One `io_uring_enter` submitting everything in the SQ, counted: the enter, and the
+    /// SQEs the kernel took.
+    pub(super) fn enter_counted(
+        &mut self,
+        min_complete: u32,
+        timeout: Option<Duration>,
+        min_wait: Option<Duration>,
+    ) -> io::Result<usize> {
+        let queued = self.ring.submission().len();
+        let res = self.enter_raw(queued as u32, min_complete, timeout, min_wait);
+        Metrics::bump(&self.metrics.enters);
+        let left = self.ring.submission().len();
+        Metrics::add(
+            &self.metrics.sqes_submitted,
+            queued.saturating_sub(left) as u64,
+        );
+        res
+    }
+
+    fn enter_raw(
         &mut self,
         to_submit: u32,
         min_complete: u32,

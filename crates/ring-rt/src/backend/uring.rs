@@ -53,9 +53,6 @@ pub(crate) struct UringBackend {
     wake_targets: Vec<Arc<std::os::fd::OwnedFd>>,
     /// Fds that kernel-linked ops name, and closes waiting for those ops.
     linked_fds: LinkedFds,
-    /// The close queue of the ring's direct-descriptor table, if it has one
-    /// (see [`with_direct_descriptors`](Self::with_direct_descriptors)).
-    direct: Option<DirectCloser>,
 }
 
 /// How long `forget_fd` waits for the kernel to take the SQEs pushed before an fd leaves.
@@ -75,7 +72,6 @@ impl UringBackend {
     ) -> Result<UringBackend, SetupError> {
         Ok(UringBackend {
             driver: Driver::new(config)?,
-            direct: None,
             wake_fd,
             wake_op: None,
             recv_pool: RecvPool::new(recv_buffers),
@@ -114,7 +110,7 @@ impl UringBackend {
         }
         let slots = slots.min(crate::sys::open_file_limit());
         match self.driver.register_direct(slots) {
-            Ok(closer) => self.direct = Some(closer),
+            Ok(_) => {}
             Err(err) => {
                 tracing::warn!(target: "ring_rt", slots, error = %err, "direct descriptors not used: the ring refused a file table")
             }
@@ -387,17 +383,17 @@ impl Mechanism for UringBackend {
     }
 
     fn direct_closer(&self) -> Option<DirectCloser> {
-        self.direct.clone()
+        self.driver.direct_closer()
     }
 
     fn install_direct(&mut self, slot: u32) -> io::Result<std::os::fd::OwnedFd> {
-        self.direct.as_ref().ok_or_else(super::no_direct)?;
+        self.driver.direct_closer().ok_or_else(super::no_direct)?;
         // SAFETY: `Mechanism::install_direct`'s contract: the caller owns the slot.
         unsafe { self.driver.install_direct(slot) }
     }
 
     fn shutdown_direct(&mut self, slot: u32, how: std::net::Shutdown) -> io::Result<()> {
-        self.direct.as_ref().ok_or_else(super::no_direct)?;
+        self.driver.direct_closer().ok_or_else(super::no_direct)?;
         let how = match how {
             std::net::Shutdown::Read => libc::SHUT_RD,
             std::net::Shutdown::Write => libc::SHUT_WR,
