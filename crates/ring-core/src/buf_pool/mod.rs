@@ -350,6 +350,7 @@ impl BufGroup {
     /// state array catches a second lease but cannot tell a picked bid from one the kernel
     /// still holds, and the kernel could write into the latter while the lease is read. In
     /// User mode every bid is checked against `take`, so any value is safe.
+    #[inline]
     pub unsafe fn lease(&self, bid: u16, len: usize) -> io::Result<BufLease> {
         if len > self.buf_len() {
             let msg = format!(
@@ -545,6 +546,7 @@ impl Group {
 
     /// Returns `bid` from `from` to where free bids live in this mode; the waker of the
     /// receive whose turn this return is, for the caller to wake (now, or deferred).
+    #[inline]
     fn give_back(&self, bid: u16, from: BidState) -> Option<Waker> {
         let to = match self.mode {
             BufMode::Legacy => BidState::Queued,
@@ -860,6 +862,7 @@ impl BufLease {
 }
 
 impl Drop for BufLease {
+    #[inline]
     fn drop(&mut self) {
         if let Some(waker) = self.group.0.give_back(self.bid, BidState::Leased) {
             waker.wake();

@@ -234,6 +234,7 @@ impl Driver {
     ///
     /// # Safety
     /// As for [`submit_op`](Self::submit_op).
+    #[inline]
     pub unsafe fn submit_op_waiting(
         &mut self,
         sqe: squeue::Entry,
@@ -336,6 +337,7 @@ impl Driver {
 
     /// Polls op `id` for its next CQE (see [`OpTable::poll`], and the
     /// [type's example](Driver)).
+    #[inline]
     pub fn poll_op(&mut self, id: OpId, waker: &Waker) -> Poll<io::Result<Cqe>> {
         let polled = self.ops.poll(id, waker);
         if polled.is_ready() {
@@ -454,6 +456,7 @@ impl Driver {
         self.ops.len()
     }
 
+    #[inline]
     fn push_group(&mut self, group: &[squeue::Entry]) {
         // Closes of direct descriptors let go since the last push go first: an SQE pushed
         // now (an accept into the table) then finds their slots free (review AR: an accept

@@ -244,6 +244,7 @@ impl Lifecycle {
     /// `cqe` must be a completion the kernel (or a backend standing in for it) posted for
     /// this op: an orphan acts on it (closes the fd in `res`, returns the buffer id in
     /// `flags`), so a made-up CQE could close an fd or return a buffer someone else owns.
+    #[inline]
     pub unsafe fn on_cqe(&mut self, cqe: Cqe, deferred: &mut Deferred) -> OnCqe {
         match self {
             Lifecycle::Orphaned(orphan) => {
@@ -288,6 +289,7 @@ impl Lifecycle {
     ///
     /// A waker it replaces goes into `deferred` to be dropped: a waker's destructor is not
     /// ring-core's code, and must not run (or unwind) inside the table.
+    #[inline]
     pub fn poll_next(&mut self, waker: &Waker, deferred: &mut Deferred) -> Poll<Cqe> {
         match self {
             Lifecycle::Completed(cqe) => {

@@ -98,6 +98,7 @@ impl OpTable {
         self.insert_in(Lifecycle::Waiting(waker.clone()))
     }
 
+    #[inline]
     fn insert_in(&mut self, state: Lifecycle) -> io::Result<OpId> {
         if self.slots.len() > user_data::INDEX_MAX as usize {
             return Err(io::Error::other(
@@ -171,6 +172,7 @@ impl OpTable {
     /// let id = table.insert().unwrap();
     /// table.complete(Cqe::new(id.to_user_data(), 0, 0)); // needs `unsafe`
     /// ```
+    #[inline]
     pub unsafe fn complete(&mut self, cqe: Cqe) -> Dispatch {
         let id = match user_data::decode(cqe.user_data) {
             UserData::Op(id) => id,
@@ -239,6 +241,7 @@ impl OpTable {
     /// Polls op `id` for its next CQE. Returning the final CQE frees the slot. An id that
     /// is no longer in the table, or whose future was already dropped (orphaned), is an
     /// error.
+    #[inline]
     pub fn poll(&mut self, id: OpId, waker: &Waker) -> Poll<io::Result<Cqe>> {
         let Some(slot) = self
             .slots

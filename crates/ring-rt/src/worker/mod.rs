@@ -335,19 +335,21 @@ impl Core {
             if !self.parked.borrow().is_empty() {
                 self.run_parked();
             }
-            let mut batch = std::mem::take(&mut *self.running.borrow_mut());
-            std::mem::swap(&mut batch, &mut *self.deferred.borrow_mut());
-            if batch.is_empty() {
-                *self.running.borrow_mut() = batch;
+            // Looked at before anything moves: most calls find nothing queued, and taking
+            // the spare batch out and putting it back cost about 60 instructions per echo
+            // request (callgrind).
+            if self.deferred.borrow().is_empty() {
                 return;
             }
+            let mut batch = self.running.take();
+            std::mem::swap(&mut batch, &mut *self.deferred.borrow_mut());
             let guard = RequeueOnPanic {
                 core: self,
                 batch: &mut batch,
             };
             guard.batch.run();
             std::mem::forget(guard);
-            *self.running.borrow_mut() = batch;
+            self.running.replace(batch);
         }
     }
 
