@@ -26,11 +26,15 @@ struct Counting;
 
 thread_local! {
     static HELD: Cell<isize> = const { Cell::new(0) };
+    static ALLOCS: Cell<usize> = const { Cell::new(0) };
 }
 
 fn count(delta: isize) {
     // `try_with`: a thread being torn down has no counter left, and frees anyway.
     let _ = HELD.try_with(|held| held.set(held.get() + delta));
+    if delta > 0 {
+        let _ = ALLOCS.try_with(|allocs| allocs.set(allocs.get() + 1));
+    }
 }
 
 // SAFETY: forwards every call to the system allocator unchanged; the counting touches a
@@ -59,6 +63,11 @@ fn held() -> isize {
     HELD.with(Cell::get)
 }
 
+/// Allocations made by this thread so far.
+fn allocs() -> usize {
+    ALLOCS.with(Cell::get)
+}
+
 fn main() {
     support::run(&[
         (
@@ -80,6 +89,10 @@ fn main() {
         (
             "reads_dropped_on_a_socket_that_stays_unready_leave_nothing_behind",
             reads_dropped_on_a_socket_that_stays_unready_leave_nothing_behind,
+        ),
+        (
+            "an_echo_connection_allocates_nothing_per_request",
+            an_echo_connection_allocates_nothing_per_request,
         ),
     ])
 }
@@ -365,6 +378,75 @@ fn reads_dropped_on_a_socket_that_stays_unready_leave_nothing_behind(kind: Backe
     check!(
         grown < 1024,
         "{kind}: {TASKS} tasks that dropped a read on an unready socket left {grown} B of heap behind"
+    );
+    Ok(Completion::Completed)
+}
+
+/// A busy echo connection, one request at a time, as the echo handler serves it: after a
+/// warm-up, a request (a chunk received, written back) allocates nothing on the server's
+/// thread. A receive stream taking one chunk per one-shot receive (epoll, io_uring before
+/// 6.0) boxed each receive: one allocation per request until its box was kept.
+fn an_echo_connection_allocates_nothing_per_request(kind: BackendKind) -> Outcome {
+    const WARM_REQUESTS: usize = 32;
+    const REQUESTS: usize = 256;
+    let rt = runtime!(kind);
+    let (addr_tx, addr_rx) = mpsc::channel();
+    let client = std::thread::spawn(move || -> std::io::Result<()> {
+        let addr = addr_rx
+            .recv()
+            .map_err(|_| std::io::Error::other("no address"))?;
+        let mut s = std::net::TcpStream::connect(addr)?;
+        s.set_read_timeout(Some(Duration::from_secs(10)))?;
+        s.set_nodelay(true)?;
+        let mut reply = [0u8; 64];
+        for i in 0..WARM_REQUESTS + REQUESTS {
+            let request = [i as u8; 64];
+            s.write_all(&request)?;
+            s.read_exact(&mut reply)?;
+            if reply != request {
+                return Err(std::io::Error::other(format!("request {i} echoed wrong")));
+            }
+        }
+        Ok(())
+    });
+    let made = rt.block_on(support::bounded(Duration::from_secs(60), async move {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        addr_tx
+            .send(listener.local_addr()?)
+            .map_err(|_| "client gone")?;
+        let (stream, _) = listener.accept().await?;
+        let served = ring_rt::spawn(async move {
+            let mut chunks = stream.recv_stream();
+            let (mut bytes, mut start) = (0, 0);
+            while let Some(chunk) = chunks.next().await {
+                let chunk = chunk?;
+                // A request may come in more than one chunk: counted by its bytes.
+                let before = bytes / 64;
+                bytes += chunk.len();
+                if before < WARM_REQUESTS && bytes / 64 >= WARM_REQUESTS {
+                    start = allocs();
+                }
+                let (res, _) = stream.write_all(chunk).await;
+                res?;
+                if bytes / 64 >= WARM_REQUESTS + REQUESTS {
+                    return Ok::<usize, std::io::Error>(allocs() - start);
+                }
+            }
+            Err(std::io::Error::other("the client left early"))
+        });
+        Ok::<usize, Box<dyn std::error::Error>>(served.await??)
+    }))?;
+    let made = made.map_err(|e| e.to_string())?;
+    client
+        .join()
+        .map_err(|_| "client panicked")?
+        .map_err(|e| e.to_string())?;
+    eprintln!("{kind}: {made} allocations in {REQUESTS} echo requests");
+    // Not zero: a queue or table may still grow once while the count runs.
+    check!(
+        made < REQUESTS / 16,
+        "{kind}: {made} allocations in {REQUESTS} echo requests, {} per request",
+        made as f64 / REQUESTS as f64
     );
     Ok(Completion::Completed)
 }
