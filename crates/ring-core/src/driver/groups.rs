@@ -19,6 +19,9 @@ pub(super) struct Groups {
     next_bgid: u16,
     /// Any group uses legacy PROVIDE_BUFFERS (so pushes check for queued returns).
     has_legacy: bool,
+    /// The runs of the last re-provide, kept for their memory: a `Vec` per re-provide was
+    /// an allocation per returned buffer.
+    runs: Vec<ProvideRun>,
 }
 
 impl Groups {
@@ -102,7 +105,10 @@ impl Driver {
     }
 
     fn provide(&mut self, group: &BufGroup) {
-        for (sqe, run) in group.take_provide_sqes() {
+        let mut runs = std::mem::take(&mut self.groups.runs);
+        group.take_provide_runs_into(&mut runs);
+        for &run in &runs {
+            let sqe = group.provide_sqe(run);
             // SAFETY: the SQE points into `group`'s memory, which `Groups::list` keeps until
             // the driver is dropped, after its ring and after shutdown reaped every op.
             let Ok(id) = (unsafe { self.submit_op(sqe) }) else {
@@ -117,5 +123,6 @@ impl Driver {
             };
             self.ops_orphan_silently(id, Box::new(orphan));
         }
+        self.groups.runs = runs;
     }
 }
