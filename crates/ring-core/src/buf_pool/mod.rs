@@ -460,9 +460,13 @@ impl BufGroup {
         books.free = queued;
     }
 
-    /// The `PROVIDE_BUFFERS` SQE for `run` (see [`take_provide_sqes`](Self::take_provide_sqes),
-    /// whose contract pushing it has).
+    /// The `PROVIDE_BUFFERS` SQE for `run`. Pushing it has the contract of
+    /// [`take_provide_sqes`](Self::take_provide_sqes)'s SQEs.
     pub fn provide_sqe(&self, run: ProvideRun) -> squeue::Entry {
+        debug_assert!(
+            u32::from(run.bid) + u32::from(run.nbufs) <= u32::from(self.0.count),
+            "a run past the group's bids"
+        );
         // new_legacy checked that buf_len fits an i32.
         let len = self.0.buf_len as i32;
         opcode::ProvideBuffers::new(self.0.buf(run.bid), len, run.nbufs, self.0.bgid, run.bid)

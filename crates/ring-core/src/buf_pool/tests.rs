@@ -509,3 +509,281 @@ fn a_waker_whose_clone_gives_a_buffer_back_gives_the_wait_its_turn() {
     assert_eq!(group.take(), Some(bid));
     turn.used();
 }
+
+// Legacy groups against a model of every bid (review BC of the returned-bid list): no bid
+// provided twice without a return between, none lost, runs sorted and merged.
+
+#[derive(Clone, Debug)]
+enum LStep {
+    /// take_provide_runs (or _into a dirty Vec) and put every run in flight.
+    Provide(bool),
+    /// The oldest/some in-flight PROVIDE completes: ok or failed.
+    Complete(usize, bool),
+    /// The kernel picks a provided bid for a recv CQE: lease it (true) or recycle it (orphan).
+    Pick(usize, bool),
+    /// Drop a held lease.
+    Drop(usize),
+    /// Bogus: provide_failed of a bid that is not Kernel (Queued or Leased), must be refused.
+    BogusFailed(usize),
+    /// Bogus: recycle of a queued bid, must be refused.
+    BogusRecycle(usize),
+}
+
+fn lstep() -> impl Strategy<Value = LStep> {
+    prop_oneof![
+        2 => any::<bool>().prop_map(LStep::Provide),
+        3 => (any::<usize>(), prop::bool::weighted(0.8)).prop_map(|(i, ok)| LStep::Complete(i, ok)),
+        4 => (any::<usize>(), any::<bool>()).prop_map(|(i, l)| LStep::Pick(i, l)),
+        3 => any::<usize>().prop_map(LStep::Drop),
+        1 => any::<usize>().prop_map(LStep::BogusFailed),
+        1 => any::<usize>().prop_map(LStep::BogusRecycle),
+    ]
+}
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum M {
+    Queued,
+    InFlight,
+    Pool,
+    Leased,
+}
+
+fn check_model(group: &BufGroup, m: &[M], held: &[BufLease]) -> Result<(), TestCaseError> {
+    let n = |s| m.iter().filter(|&&x| x == s).count();
+    prop_assert_eq!(group.queued(), n(M::Queued));
+    prop_assert_eq!(group.available(), n(M::InFlight) + n(M::Pool));
+    prop_assert_eq!(group.in_use(), n(M::Leased));
+    prop_assert_eq!(held.len(), n(M::Leased));
+    // The list holds every queued bid (none lost) and no bid twice.
+    let books = group.0.books.borrow();
+    let mut free = books.free.clone();
+    free.sort_unstable();
+    let before = free.len();
+    free.dedup();
+    prop_assert_eq!(before, free.len(), "duplicate in free list");
+    for (bid, s) in m.iter().enumerate() {
+        let in_list = free.binary_search(&(bid as u16)).is_ok();
+        prop_assert_eq!(
+            in_list,
+            *s == M::Queued,
+            "bid {} state {:?} in_list {}",
+            bid,
+            s,
+            in_list
+        );
+    }
+    Ok(())
+}
+
+fn legacy_model_run(count: u16, steps: Vec<LStep>) -> Result<(), TestCaseError> {
+    let group = BufGroup::new_legacy(3, count, 8).unwrap();
+    let mut m = vec![M::Queued; usize::from(count)];
+    let mut flight: Vec<ProvideRun> = Vec::new();
+    let mut held: Vec<BufLease> = Vec::new();
+    let mut bad = 0u64;
+    let mut kept: Vec<ProvideRun> = vec![
+        ProvideRun {
+            bid: 9999,
+            nbufs: 7
+        };
+        3
+    ];
+    let mut provide = |group: &BufGroup,
+                       m: &mut Vec<M>,
+                       flight: &mut Vec<ProvideRun>,
+                       into: bool|
+     -> Result<(), TestCaseError> {
+        let runs = if into {
+            group.take_provide_runs_into(&mut kept);
+            kept.clone()
+        } else {
+            group.take_provide_runs()
+        };
+        let mut seen = vec![false; m.len()];
+        let mut last_end: Option<u32> = None;
+        for r in &runs {
+            prop_assert!(r.nbufs >= 1);
+            // sorted, maximal coalescing: a run never starts where the previous ended
+            let start = u32::from(r.bid);
+            if let Some(e) = last_end {
+                prop_assert!(start > e, "runs not sorted/coalesced: {:?}", runs);
+            }
+            last_end = Some(start + u32::from(r.nbufs));
+            for b in r.bid..r.bid + r.nbufs {
+                let b = usize::from(b);
+                prop_assert!(b < m.len());
+                prop_assert!(!seen[b], "bid {} twice in one take", b);
+                seen[b] = true;
+                prop_assert_eq!(m[b], M::Queued, "bid {} provided while {:?}", b, m[b]);
+                m[b] = M::InFlight;
+            }
+        }
+        prop_assert!(
+            m.iter().all(|&s| s != M::Queued),
+            "a queued bid was not provided: {:?}",
+            m
+        );
+        flight.extend(runs);
+        Ok(())
+    };
+    for step in steps {
+        match step {
+            LStep::Provide(into) => provide(&group, &mut m, &mut flight, into)?,
+            LStep::Complete(i, ok) if !flight.is_empty() => {
+                let r = flight.remove(i % flight.len());
+                for b in r.bid..r.bid + r.nbufs {
+                    m[usize::from(b)] = if ok { M::Pool } else { M::Queued };
+                }
+                if !ok {
+                    // SAFETY: the model says the kernel holds none of this run.
+                    unsafe { group.provide_failed(r.bid, r.nbufs) };
+                }
+            }
+            LStep::Pick(i, l) => {
+                let pool: Vec<usize> = (0..m.len()).filter(|&b| m[b] == M::Pool).collect();
+                if pool.is_empty() {
+                    continue;
+                }
+                let b = pool[i % pool.len()];
+                if l {
+                    // SAFETY: the model's kernel picked b from what it was provided.
+                    held.push(unsafe { group.lease(b as u16, 3) }.unwrap());
+                    m[b] = M::Leased;
+                } else {
+                    // SAFETY: as above, returned once.
+                    unsafe { group.recycle(b as u16) };
+                    m[b] = M::Queued;
+                }
+            }
+            LStep::Drop(i) if !held.is_empty() => {
+                let l = held.swap_remove(i % held.len());
+                let b = usize::from(l.bid());
+                drop(l);
+                m[b] = M::Queued;
+            }
+            LStep::BogusFailed(i) => {
+                let cand: Vec<usize> = (0..m.len())
+                    .filter(|&b| matches!(m[b], M::Queued | M::Leased))
+                    .collect();
+                if cand.is_empty() {
+                    continue;
+                }
+                let b = cand[i % cand.len()];
+                // SAFETY: b is not Kernel: the books must refuse it, and nothing reaches a kernel.
+                unsafe { group.provide_failed(b as u16, 1) };
+                bad += 1;
+            }
+            LStep::BogusRecycle(i) => {
+                let cand: Vec<usize> = (0..m.len()).filter(|&b| m[b] == M::Queued).collect();
+                if cand.is_empty() {
+                    continue;
+                }
+                let b = cand[i % cand.len()];
+                // SAFETY: b is Queued: the books must refuse it.
+                unsafe { group.recycle(b as u16) };
+                bad += 1;
+            }
+            _ => {}
+        }
+        check_model(&group, &m, &held)?;
+        prop_assert_eq!(group.bad_returns(), bad);
+    }
+    // Drain: every lease back, every in-flight run ok, one provide: all bids reach the kernel.
+    for lease in held.drain(..) {
+        m[usize::from(lease.bid())] = M::Queued;
+        drop(lease);
+    }
+    for r in flight.drain(..) {
+        for b in r.bid..r.bid + r.nbufs {
+            m[usize::from(b)] = M::Pool;
+        }
+    }
+    let mut f2 = Vec::new();
+    provide(&group, &mut m, &mut f2, false)?;
+    prop_assert_eq!(group.available(), usize::from(count));
+    prop_assert_eq!(group.queued(), 0);
+    prop_assert!(group.take_provide_runs().is_empty());
+    check_model(&group, &m, &[])?;
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: if cfg!(miri) { 4 } else { 2048 }, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn legacy_group_matches_a_model_of_its_bids(count in 1u16..12, steps in prop::collection::vec(lstep(), 1..200)) {
+        legacy_model_run(count, steps)?;
+    }
+}
+
+#[test]
+fn legacy_runs_reach_the_last_bid_of_the_largest_group() {
+    // count = u16::MAX: bid 65534 is the last; a run ending there must not overflow.
+    let group = BufGroup::new_legacy(1, u16::MAX, 1).unwrap();
+    assert_eq!(
+        group.take_provide_runs(),
+        [ProvideRun {
+            bid: 0,
+            nbufs: u16::MAX
+        }]
+    );
+    // SAFETY: stands for a CQE picking bid 65534, returned once (and likewise below).
+    let a = unsafe { group.lease(65534, 1) }.unwrap();
+    // SAFETY: as above.
+    let b = unsafe { group.lease(65533, 1) }.unwrap();
+    // SAFETY: as above.
+    let c = unsafe { group.lease(0, 1) }.unwrap();
+    drop(a);
+    drop(c);
+    drop(b);
+    assert_eq!(
+        group.take_provide_runs(),
+        [
+            ProvideRun { bid: 0, nbufs: 1 },
+            ProvideRun {
+                bid: 65533,
+                nbufs: 2
+            }
+        ]
+    );
+    assert_eq!(group.available(), usize::from(u16::MAX));
+}
+
+#[test]
+fn take_provide_runs_into_clears_the_kept_runs_in_every_mode() {
+    let group = BufGroup::new_legacy(1, 4, 8).unwrap();
+    let mut v = vec![ProvideRun { bid: 3, nbufs: 1 }];
+    group.take_provide_runs_into(&mut v);
+    assert_eq!(v, [ProvideRun { bid: 0, nbufs: 4 }]);
+    group.take_provide_runs_into(&mut v);
+    assert!(v.is_empty(), "stale runs left in the kept Vec: {v:?}");
+    // A user/ring group clears too.
+    let user = BufGroup::new_user(2, 2, 8).unwrap();
+    let mut v = vec![ProvideRun { bid: 0, nbufs: 1 }];
+    user.take_provide_runs_into(&mut v);
+    assert!(v.is_empty());
+    // And user-group provide_failed is refused, and not pushed to the user free list.
+    let before = user.0.books.borrow().free.len();
+    // SAFETY: a User group has no kernel.
+    unsafe { user.provide_failed(0, 2) };
+    assert_eq!(user.bad_returns(), 2);
+    assert_eq!(user.0.books.borrow().free.len(), before);
+}
+
+#[test]
+fn legacy_returned_list_stays_bounded_under_bogus_returns() {
+    let group = BufGroup::new_legacy(1, 4, 8).unwrap();
+    let _ = group.take_provide_runs();
+    for _ in 0..10_000 {
+        // SAFETY: stands for a CQE picking bid 1, returned once.
+        drop(unsafe { group.lease(1, 1) }.unwrap());
+        // Bogus extra returns of the same (now queued) bid.
+        // SAFETY: no ring holds the group's memory; the books refuse the bogus return.
+        unsafe { group.recycle(1) };
+        // SAFETY: as above.
+        unsafe { group.provide_failed(1, 1) };
+        assert_eq!(group.0.books.borrow().free.len(), 1);
+        assert_eq!(group.take_provide_runs(), [ProvideRun { bid: 1, nbufs: 1 }]);
+    }
+    assert!(group.0.books.borrow().free.capacity() <= 64);
+}
