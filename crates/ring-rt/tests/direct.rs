@@ -125,6 +125,19 @@ fn slots_held(rt: &Runtime) -> u64 {
     io.direct_opened - io.direct_closed
 }
 
+/// A std client and the stream `rt` accepted for it (direct where the runtime accepts
+/// so), for tests that go on after `rt` is dropped.
+fn std_client_and_accepted(
+    rt: &Runtime,
+) -> Result<(std::net::TcpStream, TcpStream), libtest_mimic::Failed> {
+    rt.block_on(support::bounded(Duration::from_secs(20), async {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let client = std::net::TcpStream::connect(listener.local_addr()?)?;
+        let server = listener.incoming().next().await.ok_or("listener ended")??;
+        Ok::<_, libtest_mimic::Failed>((client, server))
+    }))?
+}
+
 async fn settle() {
     for _ in 0..5 {
         ring_rt::time::sleep(Duration::from_millis(1)).await;
@@ -375,13 +388,7 @@ fn a_connection_a_dropped_next_took_goes_to_accept_with_its_peer(kind: BackendKi
 
 fn a_stream_outliving_its_runtime_fails_clearly_and_closes(kind: BackendKind) -> Outcome {
     let rt = direct_runtime!(kind);
-    let (mut client, server) =
-        rt.block_on(support::bounded(Duration::from_secs(20), async {
-            let listener = TcpListener::bind("127.0.0.1:0")?;
-            let client = std::net::TcpStream::connect(listener.local_addr()?)?;
-            let server = listener.incoming().next().await.ok_or("listener ended")??;
-            Ok::<_, libtest_mimic::Failed>((client, server))
-        }))??;
+    let (mut client, server) = std_client_and_accepted(&rt)?;
     drop(rt);
     // No panic, no hang: whatever the answer, it is an answer.
     let _ = server.peer_addr();
@@ -850,12 +857,7 @@ fn spawn_stream_on_after_the_runtime_is_gone_closes_the_stream(kind: BackendKind
         Err(skip) => return Ok(skip),
     };
     let handle = rt.handle();
-    let (client, server) = rt.block_on(support::bounded(Duration::from_secs(20), async {
-        let listener = TcpListener::bind("127.0.0.1:0")?;
-        let client = std::net::TcpStream::connect(listener.local_addr()?)?;
-        let server = listener.incoming().next().await.ok_or("listener ended")??;
-        Ok::<_, libtest_mimic::Failed>((client, server))
-    }))??;
+    let (client, server) = std_client_and_accepted(&rt)?;
     drop(rt);
     let moving = handle.spawn_stream_on(0, server, |stream| async move { drop(stream) });
     let moved = futures_lite_block_on(moving);
