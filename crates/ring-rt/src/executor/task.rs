@@ -181,8 +181,9 @@ pub(crate) struct JoinInner<T> {
     header: OnceLock<Arc<Header>>,
     /// `abort` was called; a task made after that is aborted at once.
     abort_requested: AtomicBool,
-    /// Cancelled before its task was ever made (a spawn a stopped or stopping worker
-    /// refused, or one aborted on its way): the handle's first poll yields.
+    /// Cancelled before its task was ever made or its blocking closure started (a spawn a
+    /// stopped or stopping worker or a closed pool refused, or one aborted on its way): the
+    /// handle's first poll yields.
     cancelled_unrun: AtomicBool,
 }
 
@@ -260,9 +261,10 @@ impl<T> JoinInner<T> {
 /// It is `Send` and `Sync` when the output is `Send`: a task spawned through a
 /// [`Handle`](crate::Handle) can be awaited on any worker or thread.
 ///
-/// A spawn cancelled before its task was made (sent to a worker that has stopped, or
-/// aborted on its way) yields once when first polled, then gives `Cancelled`: a task that
-/// spawns and awaits in a loop then still lets its own worker run.
+/// A spawn cancelled before its task was made or its blocking closure started (sent to a
+/// worker or blocking pool that has stopped, or aborted on its way) yields once when first
+/// polled, then gives `Cancelled`: a task that spawns and awaits in a loop then still lets
+/// its own worker run.
 pub struct JoinHandle<T> {
     inner: Arc<JoinInner<T>>,
     /// A poll of this handle has returned `Pending` (or yielded) already.

@@ -267,7 +267,7 @@ impl<F: FnOnce() -> R, R> BlockingJob<F, R> {
             return;
         };
         if self.state.is_abort_requested() {
-            self.state.finish(Err(JoinError::Cancelled));
+            self.state.cancel_unrun();
             return;
         }
         let result = catch_unwind(AssertUnwindSafe(f)).map_err(JoinError::Panic);
@@ -278,7 +278,9 @@ impl<F: FnOnce() -> R, R> BlockingJob<F, R> {
 impl<F, R> Drop for BlockingJob<F, R> {
     fn drop(&mut self) {
         if self.f.take().is_some() {
-            self.state.finish(Err(JoinError::Cancelled));
+            // Never started (a pool that is gone refused it): its handle yields once, as
+            // a refused task spawn's does.
+            self.state.cancel_unrun();
         }
     }
 }
