@@ -1073,25 +1073,7 @@ fn a_spawn_cancelled_before_it_ran_yields_once_when_awaited(kind: BackendKind) -
     let handle = rt.handle();
     drop(rt);
     // Worker 1 is gone: the spawn is refused, its handle cancelled before it ran.
-    let mut spawned = handle.spawn_on(1, async {})?;
-    let waker = Arc::new(CountingWaker(std::sync::atomic::AtomicUsize::new(0)));
-    let task_waker = Waker::from(waker.clone());
-    let mut cx = Context::from_waker(&task_waker);
-    let first = std::pin::Pin::new(&mut spawned).poll(&mut cx);
-    check!(
-        first.is_pending(),
-        "the first poll did not yield: {first:?}"
-    );
-    check!(
-        waker.0.load(Ordering::Relaxed) == 1,
-        "the yield did not wake its task"
-    );
-    let second = std::pin::Pin::new(&mut spawned).poll(&mut cx);
-    check!(
-        matches!(second, Poll::Ready(Err(ring_rt::JoinError::Cancelled))),
-        "the second poll gave {second:?}"
-    );
-    Ok(Completion::Completed)
+    yields_once_then_gives_cancelled(handle.spawn_on(1, async {})?)
 }
 
 /// Review BD: the same for `spawn_blocking`. When only task spawns were marked, a blocking
@@ -1103,7 +1085,14 @@ fn a_blocking_spawn_refused_before_it_ran_yields_once_when_awaited(kind: Backend
     let rt = runtime!(kind, Builder::default().threads(2));
     let handle = rt.handle();
     drop(rt);
-    let mut spawned = handle.spawn_blocking(|| ());
+    yields_once_then_gives_cancelled(handle.spawn_blocking(|| ()))
+}
+
+/// Polls a handle cancelled before its work began: the first poll yields (waking its task
+/// once), the second gives `Cancelled`.
+fn yields_once_then_gives_cancelled<T: std::fmt::Debug>(
+    mut spawned: ring_rt::JoinHandle<T>,
+) -> Outcome {
     let waker = Arc::new(CountingWaker(std::sync::atomic::AtomicUsize::new(0)));
     let task_waker = Waker::from(waker.clone());
     let mut cx = Context::from_waker(&task_waker);
