@@ -96,6 +96,10 @@ fn main() {
             a_panicking_serve_ends_only_its_connection,
         ),
         (
+            "a_serve_panicking_with_a_payload_that_panics_in_drop_ends_only_its_connection",
+            a_serve_panicking_with_a_payload_that_panics_in_drop_ends_only_its_connection,
+        ),
+        (
             "a_blocking_closure_reaches_its_runtime",
             a_blocking_closure_reaches_its_runtime,
         ),
@@ -754,6 +758,30 @@ fn serve_balanced_on_another_worker_leaves_worker_0_out(kind: BackendKind) -> Ou
 /// stayed on the accepting worker (it was called right there), and only its own task
 /// when the connection moved. It is the connection task's panic wherever it runs.
 fn a_panicking_serve_ends_only_its_connection(kind: BackendKind) -> Outcome {
+    serve_panicking_first(kind, || panic!("serve panics for the first connection"))
+}
+
+/// A panic payload whose own drop panics.
+struct PanicsAsItDrops;
+
+impl Drop for PanicsAsItDrops {
+    fn drop(&mut self) {
+        panic!("the payload panicked as it was dropped");
+    }
+}
+
+/// As above, with a payload that panics again as it is dropped: the connection's task
+/// ends with it, and nobody awaits that task, so the payload is dropped where the
+/// connection's panic ended up, never inside the accept loop.
+fn a_serve_panicking_with_a_payload_that_panics_in_drop_ends_only_its_connection(
+    kind: BackendKind,
+) -> Outcome {
+    serve_panicking_first(kind, || std::panic::panic_any(PanicsAsItDrops))
+}
+
+/// `serve_balanced` on one worker whose `serve` calls `panic` for the first connection:
+/// the second is served all the same.
+fn serve_panicking_first(kind: BackendKind, panic: fn()) -> Outcome {
     let rt = runtime!(kind, Builder::default().threads(1));
     let served = Arc::new(AtomicUsize::new(0));
     let out = support::expecting_panics(|| {
@@ -765,7 +793,7 @@ fn a_panicking_serve_ends_only_its_connection(kind: BackendKind) -> Outcome {
                 Handle::current()
                     .serve_balanced(&listener, move |stream| {
                         if count.fetch_add(1, Ordering::SeqCst) == 0 {
-                            panic!("serve panics for the first connection");
+                            panic();
                         }
                         echo_all(stream)
                     })

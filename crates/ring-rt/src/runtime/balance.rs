@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 
 use super::Handle;
 use crate::completion::Refused;
-use crate::executor::task::JoinHandle;
+use crate::executor::task::{drop_quietly, JoinHandle};
 use crate::executor::Shared;
 use crate::net::direct;
 use crate::net::{IntoFdError, TcpListener, TcpStream};
@@ -103,10 +103,7 @@ impl Handle {
         };
         let is_here = self.set.shared(worker).is_some_and(|s| s.is_here());
         if is_here {
-            // `serve` is called inside the task, as on another worker: its panic is the
-            // connection's, not the accept loop's.
-            let serve = serve.clone();
-            drop(crate::spawn(async move { serve(stream).await }));
+            serve_here(stream, serve);
             return;
         }
         if stream.is_direct() {
@@ -123,7 +120,7 @@ impl Handle {
                         .await;
                     drop(moving);
                     if let Err(kept) = moved {
-                        serve_kept(kept, serve_here).await;
+                        serve_kept(kept, &serve_here);
                     }
                 }));
                 return;
@@ -131,8 +128,7 @@ impl Handle {
         }
         let serve_there = serve.clone();
         if let Err(kept) = self.spawn_by_fd(worker, stream, move |s| serve_there(s)) {
-            let serve = serve.clone();
-            drop(crate::spawn(serve_kept(kept, serve)));
+            serve_kept(kept, serve);
         }
     }
 
@@ -277,13 +273,29 @@ impl Handle {
 
 /// Serves, on this worker, a connection that could not move: a stream with bytes queued
 /// from a dropped read, or a direct descriptor no fd could be installed for.
-async fn serve_kept<F, Fut>(kept: IntoFdError<TcpStream>, serve: Arc<F>)
+fn serve_kept<F, Fut>(kept: IntoFdError<TcpStream>, serve: &Arc<F>)
 where
     F: Fn(TcpStream) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + 'static,
 {
     tracing::debug!(target: "ring_rt", error = %kept.error(), "serve_balanced: a connection stays on its worker");
-    serve(kept.into_inner()).await
+    serve_here(kept.into_inner(), serve);
+}
+
+/// Serves `stream` on its own worker (this thread's), as a task holding the future `serve`
+/// returns and nothing else: an `async` block calling `serve` inside the task would keep
+/// the `Arc` and its own state beside that future for the connection's whole life (40 B
+/// per idle connection, `tests/idle_memory.rs`). `serve` is called here with its panic
+/// caught, which becomes the task's: the connection's, as on another worker, never the
+/// accept loop's. The handle goes quietly: it holds that panic's payload then, whose drop
+/// is code that is not ours.
+fn serve_here<F, Fut>(stream: TcpStream, serve: &Arc<F>)
+where
+    F: Fn(TcpStream) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + 'static,
+{
+    let core = stream.socket().core.clone();
+    drop_quietly(spawn_here(&core, || serve(stream)));
 }
 
 /// A connection on its way to another worker, carried by a short task here: counted in
