@@ -29,6 +29,21 @@ pub enum Reserved {
     Ignore = 4,
 }
 
+/// Tags from this one up to [`OWN_BASE`] carry a legacy `PROVIDE_BUFFERS` SQE of the
+/// driver's (see `driver/groups.rs`): the tag minus this base is the number under which the
+/// driver keeps its run of buffers until the CQE comes.
+const PROVIDE_BASE: u32 = 1 << 29;
+
+/// The largest number a provide's `user_data` carries.
+pub(crate) const PROVIDE_MAX: u32 = PROVIDE_BASE - 1;
+
+/// The `user_data` of the driver's provide number `key` (at most [`PROVIDE_MAX`]).
+pub(crate) fn provide_user_data(key: u32) -> u64 {
+    debug_assert!(key <= PROVIDE_MAX);
+    let tag = PROVIDE_BASE | (key & PROVIDE_MAX);
+    (u64::from(tag) << 32) | u64::from(RESERVED_INDEX)
+}
+
 /// Tags from this one up to [`ARRIVAL_BASE`] carry an op the driver waits for itself
 /// (`Driver::install_direct`): the tag minus this base is the wait's own number, so a CQE
 /// that comes after its wait gave up is never taken for a later wait's.
@@ -69,6 +84,8 @@ pub enum UserData {
     Arrival(u32),
     /// An op the driver waits for itself, with its number.
     Own(u32),
+    /// A legacy `PROVIDE_BUFFERS` of the driver's, with its number.
+    Provide(u32),
     /// A value ring-core never produced.
     Unknown(u64),
 }
@@ -115,6 +132,9 @@ pub fn decode(user_data: u64) -> UserData {
     }
     if high >= OWN_BASE {
         return UserData::Own(high - OWN_BASE);
+    }
+    if high >= PROVIDE_BASE {
+        return UserData::Provide(high - PROVIDE_BASE);
     }
     match Reserved::from_tag(high) {
         Some(reserved) => UserData::Reserved(reserved),
@@ -165,6 +185,18 @@ mod tests {
             assert_eq!(decode(own_user_data(seq)), UserData::Own(seq));
         }
         assert_eq!(decode(own_user_data(OWN_SEQ_MAX + 3)), UserData::Own(2));
+    }
+
+    #[test]
+    fn provides_round_trip_their_number_and_never_look_like_own_ops() {
+        for key in [0, 1, 4_096, PROVIDE_MAX] {
+            assert_eq!(decode(provide_user_data(key)), UserData::Provide(key));
+        }
+        assert_eq!(decode(own_user_data(0)), UserData::Own(0));
+        assert_eq!(
+            decode(Reserved::Ignore.to_user_data()),
+            UserData::Reserved(Reserved::Ignore)
+        );
     }
 
     #[test]

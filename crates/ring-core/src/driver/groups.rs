@@ -3,13 +3,15 @@
 use std::io;
 
 use io_uring::opcode;
+use slab::Slab;
 
 use super::Driver;
 use crate::buf_pool::{BufGroup, BufMode, ProvideRun};
 use crate::cqe::Cqe;
 use crate::errno;
-use crate::lifecycle::{Deferred, Orphan};
+use crate::metrics::Metrics;
 use crate::probe::Feature;
+use crate::user_data::{self, UserData};
 
 /// Groups registered on one ring. Each keeps its memory alive for as long as the driver:
 /// the kernel may write into any buffer still in its ring until the ring is gone.
@@ -22,6 +24,18 @@ pub(super) struct Groups {
     /// The runs of the last re-provide, kept for their memory: a `Vec` per re-provide was
     /// an allocation per returned buffer.
     runs: Vec<ProvideRun>,
+    /// Legacy `PROVIDE_BUFFERS` SQEs whose CQE has not come, by the number their
+    /// `user_data` carries: a failed one puts its run back. They are not ops: nobody awaits
+    /// them, and an op's table slot and boxed orphan per provide were an allocation per
+    /// returned buffer. A slot is freed only by its own CQE (a provide completes once), so
+    /// a number is never taken for another provide's while one is in flight.
+    provides: Slab<Provide>,
+}
+
+/// A legacy `PROVIDE_BUFFERS` in flight: the run it gives back to the kernel.
+struct Provide {
+    group: BufGroup,
+    run: ProvideRun,
 }
 
 impl Groups {
@@ -31,23 +45,42 @@ impl Groups {
         for group in self.list.drain(..) {
             std::mem::forget(group);
         }
-    }
-}
-
-/// A legacy `PROVIDE_BUFFERS` SQE is an op nobody awaits: an orphan from the start, whose
-/// release step puts the run back in the queue if the kernel refused it.
-struct ProvideOrphan {
-    group: BufGroup,
-    run: ProvideRun,
-}
-
-impl Orphan for ProvideOrphan {
-    fn reap(&mut self, cqe: &Cqe, _deferred: &mut Deferred) {
-        if cqe.res < 0 {
-            // SAFETY: this is the run's own PROVIDE_BUFFERS CQE, and it failed: the kernel
-            // holds none of these bids.
-            unsafe { self.group.provide_failed(self.run.bid, self.run.nbufs) };
+        for provide in self.provides.drain() {
+            std::mem::forget(provide);
         }
+    }
+
+    /// Notes a provide of `run` from `group` about to be pushed; the number its SQE's
+    /// `user_data` carries, or `None` when every number is taken (more provides in flight
+    /// than a `user_data` can number, 2^29: the SQ and its backlog bound them far below).
+    fn track_provide(&mut self, group: &BufGroup, run: ProvideRun) -> Option<u32> {
+        let key = u32::try_from(self.provides.vacant_key())
+            .ok()
+            .filter(|&key| key <= user_data::PROVIDE_MAX)?;
+        self.provides.insert(Provide {
+            group: group.clone(),
+            run,
+        });
+        Some(key)
+    }
+
+    /// The CQE of provide `key` came, with `res`: a failed provide's run goes back to its
+    /// group's queue, for the next re-provide. False if no provide in flight has that
+    /// number (a provide completes once: a second CQE is not the kernel's).
+    fn finish_provide(&mut self, key: u32, res: i32) -> bool {
+        let Some(provide) = self.provides.try_remove(key as usize) else {
+            return false;
+        };
+        if res < 0 {
+            // SAFETY: `res` is this run's own PROVIDE_BUFFERS CQE's (its number stays taken
+            // until that CQE), and it failed: the kernel holds none of these bids.
+            unsafe {
+                provide
+                    .group
+                    .provide_failed(provide.run.bid, provide.run.nbufs)
+            };
+        }
+        true
     }
 }
 
@@ -108,21 +141,85 @@ impl Driver {
         let mut runs = std::mem::take(&mut self.groups.runs);
         group.take_provide_runs_into(&mut runs);
         for &run in &runs {
-            let sqe = group.provide_sqe(run);
-            // SAFETY: the SQE points into `group`'s memory, which `Groups::list` keeps until
-            // the driver is dropped, after its ring and after shutdown reaped every op.
-            let Ok(id) = (unsafe { self.submit_op(sqe) }) else {
-                // Only an op table with 2^32 entries refuses: put the run back for later.
-                // SAFETY: the SQE never reached the ring, so the kernel holds none of its bids.
+            let Some(key) = self.groups.track_provide(group, run) else {
+                // Put the run back for later.
+                // SAFETY: no SQE was made, so the kernel holds none of its bids.
                 unsafe { group.provide_failed(run.bid, run.nbufs) };
                 continue;
             };
-            let orphan = ProvideOrphan {
-                group: group.clone(),
-                run,
-            };
-            self.ops_orphan_silently(id, Box::new(orphan));
+            let sqe = group
+                .provide_sqe(run)
+                .user_data(user_data::provide_user_data(key));
+            // SAFETY: the SQE points into `group`'s memory, which `Groups::list` keeps until
+            // the driver is dropped, after its ring; the kernel reads that address as it
+            // runs the SQE and writes there only for the buffer-select ops that pick those
+            // buffers, each an op of the table that shutdown waits for.
+            unsafe { self.push(sqe) };
         }
         self.groups.runs = runs;
+    }
+
+    /// Takes the CQE of one of the driver's legacy provides; false if `cqe` is not one.
+    pub(super) fn reap_provide(&mut self, cqe: &Cqe) -> bool {
+        let UserData::Provide(key) = user_data::decode(cqe.user_data) else {
+            return false;
+        };
+        if !self.groups.finish_provide(key, cqe.res) {
+            Metrics::bump(&self.metrics.stale_cqes);
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A legacy group of 4 buffers, its one run taken to be provided.
+    fn group_and_run() -> (BufGroup, ProvideRun) {
+        let group = BufGroup::new_legacy(0, 4, 64).expect("a legacy group");
+        let mut runs = Vec::new();
+        group.take_provide_runs_into(&mut runs);
+        assert_eq!(runs.len(), 1, "4 fresh bids are one run");
+        assert_eq!(group.queued(), 0);
+        (group, runs[0])
+    }
+
+    #[test]
+    fn a_refused_provide_puts_its_run_back_once() {
+        let (group, run) = group_and_run();
+        let mut groups = Groups::default();
+        let key = groups.track_provide(&group, run).expect("a number");
+        assert!(groups.finish_provide(key, -libc::ENOMEM));
+        assert_eq!(group.queued(), 4, "the refused run is queued again");
+        // A second CQE under that number is not the kernel's: nothing is given back twice.
+        assert!(!groups.finish_provide(key, -libc::ENOMEM));
+        assert_eq!(group.queued(), 4);
+    }
+
+    #[test]
+    fn a_provide_that_succeeded_leaves_its_run_with_the_kernel() {
+        let (group, run) = group_and_run();
+        let mut groups = Groups::default();
+        let key = groups.track_provide(&group, run).expect("a number");
+        assert!(groups.finish_provide(key, 0));
+        assert_eq!(group.queued(), 0);
+        assert!(groups.provides.is_empty(), "its number is free again");
+    }
+
+    #[test]
+    fn provides_in_flight_have_numbers_of_their_own() {
+        let (group, run) = group_and_run();
+        let mut groups = Groups::default();
+        let keys: Vec<u32> = (0..3)
+            .map(|_| groups.track_provide(&group, run).expect("a number"))
+            .collect();
+        assert_eq!(keys, [0, 1, 2]);
+        assert!(groups.finish_provide(1, 0));
+        assert_eq!(
+            groups.track_provide(&group, run),
+            Some(1),
+            "a freed number is reused"
+        );
     }
 }

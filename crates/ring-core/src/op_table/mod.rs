@@ -177,11 +177,13 @@ impl OpTable {
         let id = match user_data::decode(cqe.user_data) {
             UserData::Op(id) => id,
             UserData::Reserved(reserved) => return Dispatch::Reserved(reserved),
-            // Arrivals (direct descriptors from other rings) and the driver's own waits
-            // have no op here: the driver routes them (see `Driver::dispatch_direct`).
-            UserData::Arrival(_) | UserData::Own(_) | UserData::Unknown(_) => {
-                return Dispatch::Unknown
-            }
+            // Arrivals (direct descriptors from other rings), the driver's own waits and its
+            // provides have no op here: the driver routes them (see `Driver::dispatch_direct`
+            // and `Driver::reap_provide`).
+            UserData::Arrival(_)
+            | UserData::Own(_)
+            | UserData::Provide(_)
+            | UserData::Unknown(_) => return Dispatch::Unknown,
         };
         let Some(slot) = self.slots.get_mut(id.index as usize) else {
             return Dispatch::Stale;
