@@ -92,6 +92,10 @@ fn main() {
             a_stale_join_waker_whose_panic_panics_again_is_contained,
         ),
         (
+            "a_handle_dropped_after_its_task_panicked_with_a_payload_that_panics_again_is_quiet",
+            a_handle_dropped_after_its_task_panicked_with_a_payload_that_panics_again_is_quiet,
+        ),
+        (
             "a_detached_output_whose_panic_panics_again_is_contained",
             a_detached_output_whose_panic_panics_again_is_contained,
         ),
@@ -792,6 +796,46 @@ fn a_detached_output_whose_panic_panics_again_is_contained(kind: BackendKind) ->
     );
     let alive = rt.metrics().workers[0].tasks_alive;
     check!(alive == 0, "{alive} tasks left alive");
+    Ok(Completion::Completed)
+}
+
+/// Review BE: a task that panicked with a payload whose drop panics, on the same worker or
+/// another one; its handle, dropped unread once the task has finished, drops that payload:
+/// as tokio's, the handle swallows the payload's panic (nobody reads the output of a
+/// dropped handle). It unwound into whoever dropped the handle: `serve_balanced`'s accept
+/// loop, for a connection served on another worker.
+fn a_handle_dropped_after_its_task_panicked_with_a_payload_that_panics_again_is_quiet(
+    kind: BackendKind,
+) -> Outcome {
+    let rt = runtime!(kind, Builder::default().threads(2));
+    let handle = rt.handle();
+    let out = support::expecting_panics(|| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            rt.block_on(async {
+                let here = ring_rt::spawn(async { std::panic::panic_any(PanicsAgain) });
+                let there = handle.spawn_on(1, async { std::panic::panic_any(PanicsAgain) })?;
+                for _ in 0..5_000 {
+                    if here.is_finished() && there.is_finished() {
+                        break;
+                    }
+                    ring_rt::time::sleep(Duration::from_millis(1)).await;
+                }
+                check!(
+                    here.is_finished() && there.is_finished(),
+                    "{kind}: the panicking tasks never finished"
+                );
+                drop(here);
+                drop(there);
+                Ok::<u32, Box<dyn std::error::Error>>(ring_rt::spawn(async { 5u32 }).await?)
+            })
+        }))
+    });
+    check!(
+        matches!(out, Ok(Ok(5))),
+        "{kind}: dropping the handles let the payload's panic out: {:?}",
+        out.map(|r| r.map_err(|e| e.to_string()))
+            .map_err(|_| "panicked")
+    );
     Ok(Completion::Completed)
 }
 

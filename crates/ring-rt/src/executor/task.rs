@@ -243,7 +243,9 @@ impl<T> JoinInner<T> {
     }
 }
 
-/// Awaits a spawned task's output. Dropping it detaches the task.
+/// Awaits a spawned task's output. Dropping it detaches the task; an output (or a panic's
+/// payload) the task had already left is dropped with it, and a panic of that drop is caught
+/// and logged, never raised where the handle was dropped (as with tokio's handle).
 ///
 /// # Examples
 ///
@@ -360,6 +362,20 @@ impl<T> Future for JoinHandle<T> {
         drop(old);
         self.has_waited = true;
         Poll::Pending
+    }
+}
+
+impl<T> Drop for JoinHandle<T> {
+    /// The output nobody will read (or a panic's payload) is dropped here if the task has
+    /// stored it, its own panic caught and logged, as tokio's handle does: a payload that
+    /// panics as it drops unwound into whoever dropped the handle (review BE: the accept
+    /// loop of `serve_balanced`), and aborted the process when that was already unwinding.
+    /// One stored later is the task's to drop, quietly too.
+    fn drop(&mut self) {
+        let result = self.inner.state().result.take();
+        if result.is_some() {
+            drop_quietly(result);
+        }
     }
 }
 

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 
 use super::Handle;
 use crate::completion::Refused;
-use crate::executor::task::{drop_quietly, JoinHandle};
+use crate::executor::task::JoinHandle;
 use crate::executor::Shared;
 use crate::net::direct;
 use crate::net::{IntoFdError, TcpListener, TcpStream};
@@ -287,15 +287,15 @@ where
 /// the `Arc` and its own state beside that future for the connection's whole life (40 B
 /// per idle connection, `tests/idle_memory.rs`). `serve` is called here with its panic
 /// caught, which becomes the task's: the connection's, as on another worker, never the
-/// accept loop's. The handle goes quietly: it holds that panic's payload then, whose drop
-/// is code that is not ours.
+/// accept loop's (the handle, dropped here, holds that panic's payload then, and drops it
+/// quietly: see `JoinHandle`'s `Drop`).
 fn serve_here<F, Fut>(stream: TcpStream, serve: &Arc<F>)
 where
     F: Fn(TcpStream) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + 'static,
 {
     let core = stream.socket().core.clone();
-    drop_quietly(spawn_here(&core, || serve(stream)));
+    drop(spawn_here(&core, || serve(stream)));
 }
 
 /// A connection on its way to another worker, carried by a short task here: counted in
