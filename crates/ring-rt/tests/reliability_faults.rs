@@ -38,6 +38,10 @@ fn main() {
         ),
         ("sq_full_cancels_are_not_lost", sq_full_cancels_are_not_lost),
         (
+            "sqes_waiting_for_a_full_sq_go_in_before_the_loop_sleeps",
+            sqes_waiting_for_a_full_sq_go_in_before_the_loop_sleeps,
+        ),
+        (
             "emfile_on_accept_backs_off_and_recovers",
             emfile_on_accept_backs_off_and_recovers,
         ),
@@ -262,6 +266,38 @@ fn kernel_selects_buffers(rt: &Runtime) -> bool {
     rt.features().is_some_and(|f| {
         f.has(ring_rt::Feature::PbufRing) || f.has_opcode(io_uring::opcode::ProvideBuffers::CODE)
     })
+}
+
+/// Review BF: a 2-entry SQ with a kernel thread polling it (`sqpoll`), two socket pairs each
+/// with a reader and a writer. SQEs pushed while the SQ was full waited in the driver's
+/// backlog, and the loop turn then slept for a completion that only those SQEs (the
+/// writes) could bring: the reads waited for ever. A turn with a backlog left must not
+/// sleep.
+fn sqes_waiting_for_a_full_sq_go_in_before_the_loop_sleeps(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Runtime::builder().threads(1).entries(2).sqpoll(5));
+    rt.block_on(bounded(LIMIT, async {
+        let mut tasks = Vec::new();
+        for _ in 0..2 {
+            let (a, b) = UnixStream::pair()?;
+            tasks.push(ring_rt::spawn(async move {
+                let writer = ring_rt::spawn(async move { a.write_all(vec![7u8; 1000]).await.0 });
+                let mut got = 0;
+                while got < 1000 {
+                    match b.read(vec![0u8; 100]).await.0? {
+                        0 => break,
+                        n => got += n,
+                    }
+                }
+                writer.await.map_err(std::io::Error::from)??;
+                Ok::<usize, std::io::Error>(got)
+            }));
+        }
+        for task in tasks {
+            let got = task.await.map_err(std::io::Error::from)??;
+            check!(got == 1000, "{kind}: a reader got {got} of 1,000 bytes");
+        }
+        Ok(Completion::Completed)
+    }))?
 }
 
 /// A 2-entry SQ and 1,000 reads in flight, all aborted in one executor pass: every cancel

@@ -30,7 +30,11 @@ impl Driver {
         self.prepare_groups();
         self.flush_backlog();
         self.push_queued_closes();
-        let wait = if self.is_cq_ready() || !self.scratch.is_empty() {
+        // SQEs still waiting for room in the SQ (with SQPOLL the kernel's thread takes what
+        // is there in its own time) must not wait behind a sleep: the completion it waits
+        // for may be one only they would bring (review BF: a read waiting for its write,
+        // for ever). This turn submits what fits; the next takes the rest in.
+        let wait = if self.is_cq_ready() || !self.scratch.is_empty() || !self.backlog.is_empty() {
             Wait::No
         } else {
             wait
