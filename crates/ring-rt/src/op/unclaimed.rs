@@ -717,10 +717,12 @@ fn drop_later(waker: Option<Waker>) {
 /// Queues what `work` puts in a `Deferred` (wakes, wakers to drop) for the worker's next
 /// safe point; outside a worker (its runtime gone, no loop turn coming) it runs now.
 fn at_safe_point(work: impl FnOnce(&mut Deferred)) {
-    let mut deferred = Deferred::default();
-    work(&mut deferred);
     match Core::current() {
-        Some(core) => core.defer(deferred),
-        None => deferred.run(),
+        Some(core) => core.defer_with(work),
+        None => {
+            let mut deferred = Deferred::default();
+            work(&mut deferred);
+            deferred.run();
+        }
     }
 }

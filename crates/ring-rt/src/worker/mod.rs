@@ -290,6 +290,15 @@ impl Core {
         self.deferred.borrow_mut().append(&mut work);
     }
 
+    /// Queues for the next safe point what `work` puts in the worker's own queue: pushes
+    /// of wakes and wakers to drop, nothing that runs code that is not ours (so nothing
+    /// that could reach this queue again while `work` holds it). A `Deferred` of the
+    /// caller's own, appended here, was an allocation per call: one per echo request where
+    /// a receive stream's hold ends and re-arms (review BF).
+    pub(crate) fn defer_with(&self, work: impl FnOnce(&mut Deferred)) {
+        work(&mut self.deferred.borrow_mut());
+    }
+
     /// Closes `fd`, which the caller owned, through the backend (ordered after the ops
     /// already pushed for it). Parked if the backend is busy; done at once if no loop turn
     /// is coming (outside `block_on`: the peer sees the close now, not at the next call).
