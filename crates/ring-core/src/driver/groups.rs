@@ -64,21 +64,20 @@ impl Groups {
         Some(key)
     }
 
-    /// The CQE of provide `key` came, with `res`: a failed provide's run goes back to its
-    /// group's queue, for the next re-provide. False if no provide in flight has that
-    /// number (a provide completes once: a second CQE is not the kernel's).
+    /// The CQE of provide `key` came, with `res`: what the kernel did not take of the run
+    /// goes back to its group's queue, for the next re-provide. False if no provide in
+    /// flight has that number (a provide completes once: a second CQE is not the kernel's).
     fn finish_provide(&mut self, key: u32, res: i32) -> bool {
         let Some(provide) = self.provides.try_remove(key as usize) else {
             return false;
         };
-        if res < 0 {
+        let ProvideRun { bid, nbufs } = provide.run;
+        let taken = provided_of(res, nbufs);
+        if taken < nbufs {
             // SAFETY: `res` is this run's own PROVIDE_BUFFERS CQE's (its number stays taken
-            // until that CQE), and it failed: the kernel holds none of these bids.
-            unsafe {
-                provide
-                    .group
-                    .provide_failed(provide.run.bid, provide.run.nbufs)
-            };
+            // until that CQE); the kernel adds a run's bids in order and stops at the first
+            // it cannot, so it holds none of the bids from `bid + taken` on.
+            unsafe { provide.group.provide_failed(bid + taken, nbufs - taken) };
         }
         true
     }
@@ -171,6 +170,19 @@ impl Driver {
     }
 }
 
+/// How many of a run of `nbufs` bids a `PROVIDE_BUFFERS` CQE's `res` says the kernel took.
+/// An error: none. Kernels 5.7 to 5.18 answer how many they added, fewer than asked when an
+/// allocation failed part-way (the rest were lost to the pool for good when every
+/// non-negative answer counted as all); later kernels answer 0 for any success, so 0 (and
+/// anything not below `nbufs`) counts as all.
+fn provided_of(res: i32, nbufs: u16) -> u16 {
+    match u16::try_from(res) {
+        Err(_) if res < 0 => 0,
+        Ok(taken) if taken > 0 && taken < nbufs => taken,
+        _ => nbufs,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,6 +207,37 @@ mod tests {
         // A second CQE under that number is not the kernel's: nothing is given back twice.
         assert!(!groups.finish_provide(key, -libc::ENOMEM));
         assert_eq!(group.queued(), 4);
+    }
+
+    /// Review BF: kernels before 5.19 answer how many bids they added; fewer than the run
+    /// (an allocation failed part-way) left the rest nobody's, for good.
+    #[test]
+    fn a_provide_the_kernel_took_in_part_puts_the_rest_back() {
+        let (group, run) = group_and_run();
+        let mut groups = Groups::default();
+        let key = groups.track_provide(&group, run).expect("a number");
+        assert!(groups.finish_provide(key, 1));
+        assert_eq!(
+            group.queued(),
+            3,
+            "the 3 bids the kernel did not add are queued again"
+        );
+        let mut runs = Vec::new();
+        group.take_provide_runs_into(&mut runs);
+        assert_eq!(
+            runs,
+            [ProvideRun { bid: 1, nbufs: 3 }],
+            "the rest of the run, from the first bid not added"
+        );
+    }
+
+    #[test]
+    fn provide_answers_count_as_the_kernels_mean_them() {
+        assert_eq!(provided_of(-libc::ENOMEM, 4), 0);
+        assert_eq!(provided_of(0, 4), 4, "5.19+: 0 is success");
+        assert_eq!(provided_of(4, 4), 4, "5.7-5.18: the count added");
+        assert_eq!(provided_of(3, 4), 3);
+        assert_eq!(provided_of(i32::MAX, 4), 4);
     }
 
     #[test]
