@@ -7,7 +7,7 @@
 mod support;
 
 use std::future::{Future, IntoFuture};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
@@ -94,6 +94,10 @@ fn main() {
         (
             "a_handle_dropped_after_its_task_panicked_with_a_payload_that_panics_again_is_quiet",
             a_handle_dropped_after_its_task_panicked_with_a_payload_that_panics_again_is_quiet,
+        ),
+        (
+            "a_handle_dropped_while_its_blocking_job_finishes_lets_no_panic_out",
+            a_handle_dropped_while_its_blocking_job_finishes_lets_no_panic_out,
         ),
         (
             "a_detached_output_whose_panic_panics_again_is_contained",
@@ -612,7 +616,7 @@ fn spawns_after_shutdown_are_cancelled_with_a_worker_left_in_a_task(kind: Backen
 /// waits in the worker's queue like any other, and is cancelled there.
 fn a_task_spawning_and_awaiting_in_a_loop_lets_its_worker_stop(kind: BackendKind) -> Outcome {
     let rt = runtime!(kind, Builder::default().threads(3));
-    let turns = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let turns = Arc::new(AtomicUsize::new(0));
     for (on, to) in [(1, 1), (2, 1)] {
         let turns = turns.clone();
         rt.handle().spawn_on(on, async move {
@@ -837,6 +841,70 @@ fn a_handle_dropped_after_its_task_panicked_with_a_payload_that_panics_again_is_
             .map_err(|_| "panicked")
     );
     Ok(Completion::Completed)
+}
+
+/// Review BG: a `spawn_blocking` whose output panics as it drops, its handle dropped while
+/// the job finishes. The handle found no output yet, the job then stored it and let go of
+/// the shared slot first, and the handle's own release dropped the output, its panic out in
+/// the open (an abort when that drop ran during an unwind). 3 threads race for 2 s at most
+/// (before the fix, about 10 panics got out in that time); none may.
+fn a_handle_dropped_while_its_blocking_job_finishes_lets_no_panic_out(
+    kind: BackendKind,
+) -> Outcome {
+    /// Its drop panics.
+    struct Output;
+    impl Drop for Output {
+        fn drop(&mut self) {
+            panic!("the output panicked as it was dropped");
+        }
+    }
+    let rt = runtime!(kind);
+    let handle = rt.handle();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let escaped = AtomicUsize::new(0);
+    support::expecting_panics(|| {
+        std::thread::scope(|scope| {
+            for seed in 1..=3u32 {
+                let (handle, escaped) = (handle.clone(), &escaped);
+                scope.spawn(move || {
+                    let mut x = seed.wrapping_mul(2_654_435_761);
+                    while Instant::now() < deadline {
+                        // xorshift: a different head start for the job and the drop each time.
+                        x ^= x << 13;
+                        x ^= x >> 17;
+                        x ^= x << 5;
+                        let (job_spin, drop_spin) = (x % 400, 2_000 + (x >> 10) % 400);
+                        let task = handle.spawn_blocking(move || {
+                            spin(job_spin);
+                            Output
+                        });
+                        spin(drop_spin);
+                        let dropped =
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+                                drop(task)
+                            }));
+                        if dropped.is_err() {
+                            escaped.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                });
+            }
+        });
+    });
+    drop(rt);
+    let escaped = escaped.load(Ordering::SeqCst);
+    check!(
+        escaped == 0,
+        "{kind}: {escaped} output panics got out of dropped JoinHandles"
+    );
+    Ok(Completion::Completed)
+}
+
+/// Busy for about `n` steps, not optimised away.
+fn spin(n: u32) {
+    for i in 0..n {
+        std::hint::black_box(i);
+    }
 }
 
 /// A waker whose wake panics with a `PanicsAgain` payload.

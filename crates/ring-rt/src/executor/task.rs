@@ -168,6 +168,10 @@ struct JoinState<T> {
     finished: bool,
     /// The output went to a poll of the handle already.
     taken: bool,
+    /// The handle was dropped: an output stored from then on would only be dropped where
+    /// the last of the two lets go, maybe the handle's release (see its `Drop`), so the
+    /// task drops it itself instead.
+    handle_gone: bool,
     waker: Option<Waker>,
 }
 
@@ -194,6 +198,7 @@ impl<T> JoinInner<T> {
                 result: None,
                 finished: false,
                 taken: false,
+                handle_gone: false,
                 waker: None,
             }),
             header: OnceLock::new(),
@@ -237,8 +242,14 @@ impl<T> JoinInner<T> {
     /// once its own bookkeeping is done (the waker is code that is not ours, and may panic).
     pub(crate) fn complete(&self, result: Result<T, JoinError>) -> Option<Waker> {
         let mut state = self.state();
-        state.result = Some(result);
         state.finished = true;
+        if state.handle_gone {
+            // Nobody will read it: dropped here, quietly (see `handle_gone`).
+            drop(state);
+            drop_quietly(result);
+            return None;
+        }
+        state.result = Some(result);
         state.waker.take()
     }
 }
@@ -370,9 +381,16 @@ impl<T> Drop for JoinHandle<T> {
     /// stored it, its own panic caught and logged, as tokio's handle does: a payload that
     /// panics as it drops unwound into whoever dropped the handle (review BE: the accept
     /// loop of `serve_balanced`), and aborted the process when that was already unwinding.
-    /// One stored later is the task's to drop, quietly too.
+    /// Under the same lock the slot learns the handle is gone, so an output the task
+    /// finishes with later is the task's to drop, quietly too: stored, it would be dropped
+    /// by whichever of the two let go of the slot last, maybe this handle's release, out in
+    /// the open (review BG: a blocking job finishing while its handle was dropped).
     fn drop(&mut self) {
-        let result = self.inner.state().result.take();
+        let result = {
+            let mut state = self.inner.state();
+            state.handle_gone = true;
+            state.result.take()
+        };
         if result.is_some() {
             drop_quietly(result);
         }
