@@ -72,7 +72,7 @@ impl Groups {
             return false;
         };
         let ProvideRun { bid, nbufs } = provide.run;
-        let taken = provided_of(res, nbufs);
+        let taken = provided_of(res, nbufs, provide.group.bgid());
         if taken < nbufs {
             // SAFETY: `res` is this run's own PROVIDE_BUFFERS CQE's (its number stays taken
             // until that CQE); the kernel adds a run's bids in order and stops at the first
@@ -170,15 +170,19 @@ impl Driver {
     }
 }
 
-/// How many of a run of `nbufs` bids a `PROVIDE_BUFFERS` CQE's `res` says the kernel took.
-/// An error: none. Kernels 5.7 to 5.18 answer how many they added, fewer than asked when an
-/// allocation failed part-way (the rest were lost to the pool for good when every
-/// non-negative answer counted as all); later kernels answer 0 for any success, so 0 (and
-/// anything not below `nbufs`) counts as all.
-fn provided_of(res: i32, nbufs: u16) -> u16 {
+/// How many of a run of `nbufs` bids for group `bgid` a `PROVIDE_BUFFERS` CQE's `res` says
+/// the kernel took. An error: none. Kernels 5.7 to 5.18 answer how many they added to a
+/// group they had, fewer than asked when an allocation failed part-way (the rest were lost
+/// to the pool for good when every non-negative answer counted as all). Any other success
+/// counts as all: 5.19+ answer 0; 5.13 to 5.18 answer 0 for a group they make anew (its last
+/// buffer handed out, a group is gone until provided again); 5.7 to 5.12 answer such a
+/// group's `bgid` (review BG: read as a count, bids the kernel held would be provided twice).
+/// So an answer equal to `bgid` counts as all: a part taken that happens to number
+/// `bgid` is lost, as every part was before.
+fn provided_of(res: i32, nbufs: u16, bgid: u16) -> u16 {
     match u16::try_from(res) {
         Err(_) if res < 0 => 0,
-        Ok(taken) if taken > 0 && taken < nbufs => taken,
+        Ok(taken) if taken > 0 && taken < nbufs && taken != bgid => taken,
         _ => nbufs,
     }
 }
@@ -233,11 +237,14 @@ mod tests {
 
     #[test]
     fn provide_answers_count_as_the_kernels_mean_them() {
-        assert_eq!(provided_of(-libc::ENOMEM, 4), 0);
-        assert_eq!(provided_of(0, 4), 4, "5.19+: 0 is success");
-        assert_eq!(provided_of(4, 4), 4, "5.7-5.18: the count added");
-        assert_eq!(provided_of(3, 4), 3);
-        assert_eq!(provided_of(i32::MAX, 4), 4);
+        assert_eq!(provided_of(-libc::ENOMEM, 4, 0), 0);
+        assert_eq!(provided_of(0, 4, 0), 4, "5.19+: 0 is success");
+        assert_eq!(provided_of(4, 4, 0), 4, "5.7-5.18: the count added");
+        assert_eq!(provided_of(3, 4, 0), 3);
+        assert_eq!(provided_of(i32::MAX, 4, 0), 4);
+        // Review BG: 5.7-5.12 answer a group made anew with its bgid.
+        assert_eq!(provided_of(2, 4, 2), 4, "a new group's bgid is no count");
+        assert_eq!(provided_of(3, 4, 2), 3);
     }
 
     #[test]
