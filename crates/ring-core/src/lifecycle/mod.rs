@@ -109,7 +109,11 @@ impl Deferred {
         self.orphans.append(&mut other.orphans);
         self.stale.append(&mut other.stale);
         if let Some(payload) = other.panic.take() {
-            self.panic.get_or_insert(payload);
+            match self.panic {
+                None => self.panic = Some(payload),
+                // Only the first is raised; a later one's payload goes as in `reap`.
+                Some(_) => discard_payload(payload),
+            }
         }
     }
 

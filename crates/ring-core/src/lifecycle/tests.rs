@@ -376,3 +376,43 @@ fn a_second_reap_panic_whose_payload_panics_stays_inside() {
         "a reap's panic unwound out of on_cqe"
     );
 }
+
+/// Review BG: two queues each holding a reap's panic, one appended to the other (the
+/// runtime appends what a backend call deferred to its worker's queue, under that queue's
+/// borrow). Only the first is kept; the second's payload, which panics as it drops, was
+/// dropped by `Option::get_or_insert`, its panic unwinding out of `append`.
+#[test]
+fn appending_a_second_reap_panic_drops_its_payload_inside() {
+    struct PanicsAgain;
+    impl Drop for PanicsAgain {
+        fn drop(&mut self) {
+            panic!("the payload panicked as it was dropped");
+        }
+    }
+    struct PanicOnReap;
+    impl Orphan for PanicOnReap {
+        fn reap(&mut self, _cqe: &Cqe, _deferred: &mut Deferred) {
+            std::panic::panic_any(PanicsAgain);
+        }
+    }
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let (mut first, mut second) = (Deferred::default(), Deferred::default());
+    first.reap(&mut PanicOnReap, &cqe(0, 0));
+    second.reap(&mut PanicOnReap, &cqe(0, 0));
+    let appended = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        first.append(&mut second);
+    }));
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| first.run()));
+    let kept = ran.expect_err("the first panic was swallowed");
+    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(kept)));
+    std::panic::set_hook(previous);
+    assert!(
+        appended.is_ok(),
+        "the second payload's panic unwound out of append"
+    );
+    assert!(
+        dropped.is_err(),
+        "the kept payload was not the one that panics"
+    );
+}
