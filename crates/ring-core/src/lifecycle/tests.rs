@@ -328,24 +328,30 @@ fn queued_counts_unpolled_cqes() {
     assert_eq!(op.queued(), 1);
 }
 
+/// A panic payload whose drop panics again.
+struct PanicsAgain;
+
+impl Drop for PanicsAgain {
+    fn drop(&mut self) {
+        panic!("the payload panicked as it was dropped");
+    }
+}
+
+/// An orphan whose `reap` panics with a [`PanicsAgain`].
+struct PanicOnReap;
+
+impl Orphan for PanicOnReap {
+    fn reap(&mut self, _cqe: &Cqe, _deferred: &mut Deferred) {
+        std::panic::panic_any(PanicsAgain);
+    }
+}
+
 /// Two panicking `reap`s whose payloads panic again as they drop: the first is kept for
 /// `run`, the second's payload is dropped in a catch of its own (and so is the string its
 /// drop panics with), so neither unwinds out of `on_cqe`, where the table is mid-dispatch
 /// (review M). Nothing leaks: it runs under Miri and LeakSanitizer.
 #[test]
 fn a_second_reap_panic_whose_payload_panics_stays_inside() {
-    struct PanicsAgain;
-    impl Drop for PanicsAgain {
-        fn drop(&mut self) {
-            panic!("the payload panicked as it was dropped");
-        }
-    }
-    struct PanicOnReap;
-    impl Orphan for PanicOnReap {
-        fn reap(&mut self, _cqe: &Cqe, _deferred: &mut Deferred) {
-            std::panic::panic_any(PanicsAgain);
-        }
-    }
     let mut deferred = Deferred::default();
     let mut op = Lifecycle::Submitted;
     assert_eq!(
@@ -383,18 +389,6 @@ fn a_second_reap_panic_whose_payload_panics_stays_inside() {
 /// dropped by `Option::get_or_insert`, its panic unwinding out of `append`.
 #[test]
 fn appending_a_second_reap_panic_drops_its_payload_inside() {
-    struct PanicsAgain;
-    impl Drop for PanicsAgain {
-        fn drop(&mut self) {
-            panic!("the payload panicked as it was dropped");
-        }
-    }
-    struct PanicOnReap;
-    impl Orphan for PanicOnReap {
-        fn reap(&mut self, _cqe: &Cqe, _deferred: &mut Deferred) {
-            std::panic::panic_any(PanicsAgain);
-        }
-    }
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
     let (mut first, mut second) = (Deferred::default(), Deferred::default());
