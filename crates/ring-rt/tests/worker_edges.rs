@@ -96,6 +96,14 @@ fn main() {
             a_handle_dropped_after_its_task_panicked_with_a_payload_that_panics_again_is_quiet,
         ),
         (
+            "a_refused_spawn_whose_capture_panics_in_drop_is_still_cancelled",
+            a_refused_spawn_whose_capture_panics_in_drop_is_still_cancelled,
+        ),
+        (
+            "a_dropped_handle_lets_its_waker_go_at_once",
+            a_dropped_handle_lets_its_waker_go_at_once,
+        ),
+        (
             "a_handle_dropped_while_its_blocking_job_finishes_lets_no_panic_out",
             a_handle_dropped_while_its_blocking_job_finishes_lets_no_panic_out,
         ),
@@ -1198,6 +1206,80 @@ fn a_blocking_spawn_refused_before_it_ran_yields_once_when_awaited(kind: Backend
     let handle = rt.handle();
     drop(rt);
     yields_once_then_gives_cancelled(handle.spawn_blocking(|| ()))
+}
+
+/// Panics as it is dropped: what a refused spawn's future or closure holds.
+struct DropPanics;
+
+impl Drop for DropPanics {
+    fn drop(&mut self) {
+        panic!("a refused spawn's capture panicked as it was dropped");
+    }
+}
+
+/// Review BH (2, 3): a spawn refused by a runtime that is gone, whose future or closure
+/// panics as it is dropped. Its drop ran before the cancel: that panic (caught further out)
+/// skipped it, and the task's handle never resolved; a refused `spawn_blocking` panicked
+/// in its caller. The cancel comes first now, and the drop's panic is logged.
+fn a_refused_spawn_whose_capture_panics_in_drop_is_still_cancelled(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, Builder::default().threads(2));
+    let handle = rt.handle();
+    drop(rt);
+    support::expecting_panics(|| {
+        let capture = DropPanics;
+        let task = handle.spawn_on(1, async move {
+            let _held = &capture;
+        })?;
+        yields_once_then_gives_cancelled(task)?;
+        let capture = DropPanics;
+        let blocking = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            handle.spawn_blocking(move || {
+                let _held = &capture;
+            })
+        }));
+        check!(
+            blocking.is_ok(),
+            "{kind}: a refused spawn_blocking panicked in its caller"
+        );
+        match blocking {
+            Ok(blocking) => yields_once_then_gives_cancelled(blocking),
+            Err(_) => Ok(Completion::Completed),
+        }
+    })
+}
+
+/// Review BH (1): the waker a handle was last polled with goes when the handle does
+/// (quietly: it is code that is not ours). Left in the shared slot, it went with whichever
+/// side let go last, maybe the handle's own release, in the open.
+fn a_dropped_handle_lets_its_waker_go_at_once(kind: BackendKind) -> Outcome {
+    /// Counts its drops.
+    struct Dropped(Arc<AtomicUsize>);
+    impl Wake for Dropped {
+        fn wake(self: Arc<Self>) {}
+    }
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let rt = runtime!(kind);
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let mut task = rt.handle().spawn_blocking(move || {
+        let _ = release_rx.recv_timeout(Duration::from_secs(10));
+    });
+    let drops = Arc::new(AtomicUsize::new(0));
+    let waker = Waker::from(Arc::new(Dropped(drops.clone())));
+    let polled = std::pin::Pin::new(&mut task).poll(&mut Context::from_waker(&waker));
+    check!(polled.is_pending(), "{kind}: the job finished at once");
+    drop(waker);
+    drop(task);
+    let dropped = drops.load(Ordering::SeqCst);
+    let _ = release_tx.send(());
+    check!(
+        dropped == 1,
+        "{kind}: the handle's waker stayed behind it in the slot, with the job still running"
+    );
+    Ok(Completion::Completed)
 }
 
 /// Polls a handle cancelled before its work began: the first poll yields (waking its task

@@ -384,15 +384,20 @@ impl<T> Drop for JoinHandle<T> {
     /// Under the same lock the slot learns the handle is gone, so an output the task
     /// finishes with later is the task's to drop, quietly too: stored, it would be dropped
     /// by whichever of the two let go of the slot last, maybe this handle's release, out in
-    /// the open (review BG: a blocking job finishing while its handle was dropped).
+    /// the open (review BG: a blocking job finishing while its handle was dropped). The
+    /// waker the handle was last polled with goes now too, quietly: left in the slot, it
+    /// went the same way (review BH).
     fn drop(&mut self) {
-        let result = {
+        let (result, waker) = {
             let mut state = self.inner.state();
             state.handle_gone = true;
-            state.result.take()
+            (state.result.take(), state.waker.take())
         };
         if result.is_some() {
             drop_quietly(result);
+        }
+        if waker.is_some() {
+            drop_quietly(waker);
         }
     }
 }

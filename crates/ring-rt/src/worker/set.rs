@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use super::blocking::BlockingTasks;
 use super::Core;
-use crate::executor::task::{JoinError, JoinHandle, JoinInner};
+use crate::executor::task::{drop_quietly, JoinError, JoinHandle, JoinInner};
 use crate::executor::Shared;
 
 /// A runtime's workers (index 0: the thread that built the runtime) and its blocking pool.
@@ -246,8 +246,14 @@ impl<F: FnOnce() -> Fut, Fut: Future + 'static> SpawnJob<F, Fut> {
 }
 
 impl<F, Fut: Future> Drop for SpawnJob<F, Fut> {
+    /// The factory is dropped quietly, then the spawn cancelled: it holds what the future
+    /// would have, code that is not ours, and its panic skipped the cancel, leaving the
+    /// handle pending for ever (review BH). Dropped first, as a task's future is before its
+    /// handle hears the outcome; and the cancel's wake (code that is not ours either) can no
+    /// longer unwind with the factory still to drop.
     fn drop(&mut self) {
-        if self.make.take().is_some() {
+        if let Some(make) = self.make.take() {
+            drop_quietly(make);
             self.shared.spawns_pending.fetch_sub(1, Ordering::Relaxed);
             self.state.cancel_unrun();
         }
@@ -277,9 +283,11 @@ impl<F: FnOnce() -> R, R> BlockingJob<F, R> {
 
 impl<F, R> Drop for BlockingJob<F, R> {
     fn drop(&mut self) {
-        if self.f.take().is_some() {
+        if let Some(f) = self.f.take() {
             // Never started (a pool that is gone refused it): its handle yields once, as
-            // a refused task spawn's does.
+            // a refused task spawn's does. The closure goes first, quietly, as `SpawnJob`'s
+            // factory (it panicked in `spawn_blocking`'s caller, review BH).
+            drop_quietly(f);
             self.state.cancel_unrun();
         }
     }
