@@ -40,7 +40,12 @@ pub(crate) const PROVIDE_MAX: u32 = PROVIDE_BASE - 1;
 /// The `user_data` of the driver's provide number `key` (at most [`PROVIDE_MAX`]).
 pub(crate) fn provide_user_data(key: u32) -> u64 {
     debug_assert!(key <= PROVIDE_MAX);
-    let tag = PROVIDE_BASE | (key & PROVIDE_MAX);
+    tagged(PROVIDE_BASE | (key & PROVIDE_MAX))
+}
+
+/// The `user_data` of a value the driver keeps for itself: `tag` in the high half, the
+/// index no op-table slot has in the low half.
+fn tagged(tag: u32) -> u64 {
     (u64::from(tag) << 32) | u64::from(RESERVED_INDEX)
 }
 
@@ -55,8 +60,7 @@ pub(crate) const OWN_SEQ_MAX: u32 = OWN_BASE - 1;
 /// The `user_data` of the driver's own op number `seq` (taken modulo
 /// [`OWN_SEQ_MAX`] + 1).
 pub(crate) fn own_user_data(seq: u32) -> u64 {
-    let tag = OWN_BASE | (seq & OWN_SEQ_MAX);
-    (u64::from(tag) << 32) | u64::from(RESERVED_INDEX)
+    tagged(OWN_BASE | (seq & OWN_SEQ_MAX))
 }
 
 /// Tags at and above this one carry a direct descriptor sent by another ring
@@ -69,8 +73,7 @@ pub const ARRIVAL_SEQ_MAX: u32 = ARRIVAL_BASE - 1;
 /// The `user_data` of the CQE that a direct descriptor sent with sequence number `seq`
 /// posts in the receiving ring (`seq` is taken modulo [`ARRIVAL_SEQ_MAX`] + 1).
 pub fn arrival_user_data(seq: u32) -> u64 {
-    let tag = ARRIVAL_BASE | (seq & ARRIVAL_SEQ_MAX);
-    (u64::from(tag) << 32) | u64::from(RESERVED_INDEX)
+    tagged(ARRIVAL_BASE | (seq & ARRIVAL_SEQ_MAX))
 }
 
 /// What a `user_data` value means.
@@ -100,7 +103,7 @@ impl OpId {
 impl Reserved {
     /// The `user_data` value for this reserved kind.
     pub fn to_user_data(self) -> u64 {
-        (u64::from(self as u32) << 32) | u64::from(RESERVED_INDEX)
+        tagged(self as u32)
     }
 
     fn from_tag(tag: u32) -> Option<Reserved> {

@@ -1208,15 +1208,6 @@ fn a_blocking_spawn_refused_before_it_ran_yields_once_when_awaited(kind: Backend
     yields_once_then_gives_cancelled(handle.spawn_blocking(|| ()))
 }
 
-/// Panics as it is dropped: what a refused spawn's future or closure holds.
-struct DropPanics;
-
-impl Drop for DropPanics {
-    fn drop(&mut self) {
-        panic!("a refused spawn's capture panicked as it was dropped");
-    }
-}
-
 /// Review BH (2, 3): a spawn refused by a runtime that is gone, whose future or closure
 /// panics as it is dropped. Its drop ran before the cancel: that panic (caught further out)
 /// skipped it, and the task's handle never resolved; a refused `spawn_blocking` panicked
@@ -1226,12 +1217,12 @@ fn a_refused_spawn_whose_capture_panics_in_drop_is_still_cancelled(kind: Backend
     let handle = rt.handle();
     drop(rt);
     support::expecting_panics(|| {
-        let capture = DropPanics;
+        let capture = FutureDropPanics;
         let task = handle.spawn_on(1, async move {
             let _held = &capture;
         })?;
         yields_once_then_gives_cancelled(task)?;
-        let capture = DropPanics;
+        let capture = FutureDropPanics;
         let blocking = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             handle.spawn_blocking(move || {
                 let _held = &capture;

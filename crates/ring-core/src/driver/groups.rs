@@ -201,11 +201,17 @@ mod tests {
         (group, runs[0])
     }
 
-    #[test]
-    fn a_refused_provide_puts_its_run_back_once() {
+    /// As `group_and_run`, the run tracked as pushed: the group, the books, its number.
+    fn tracked_run() -> (BufGroup, Groups, u32) {
         let (group, run) = group_and_run();
         let mut groups = Groups::default();
         let key = groups.track_provide(&group, run).expect("a number");
+        (group, groups, key)
+    }
+
+    #[test]
+    fn a_refused_provide_puts_its_run_back_once() {
+        let (group, mut groups, key) = tracked_run();
         assert!(groups.finish_provide(key, -libc::ENOMEM));
         assert_eq!(group.queued(), 4, "the refused run is queued again");
         // A second CQE under that number is not the kernel's: nothing is given back twice.
@@ -217,9 +223,7 @@ mod tests {
     /// (an allocation failed part-way) left the rest nobody's, for good.
     #[test]
     fn a_provide_the_kernel_took_in_part_puts_the_rest_back() {
-        let (group, run) = group_and_run();
-        let mut groups = Groups::default();
-        let key = groups.track_provide(&group, run).expect("a number");
+        let (group, mut groups, key) = tracked_run();
         assert!(groups.finish_provide(key, 1));
         assert_eq!(
             group.queued(),
@@ -249,9 +253,7 @@ mod tests {
 
     #[test]
     fn a_provide_that_succeeded_leaves_its_run_with_the_kernel() {
-        let (group, run) = group_and_run();
-        let mut groups = Groups::default();
-        let key = groups.track_provide(&group, run).expect("a number");
+        let (group, mut groups, key) = tracked_run();
         assert!(groups.finish_provide(key, 0));
         assert_eq!(group.queued(), 0);
         assert!(groups.provides.is_empty(), "its number is free again");

@@ -367,13 +367,11 @@ fn a_second_reap_panic_whose_payload_panics_stays_inside() {
         let last = unsafe { op.on_cqe(cqe(-libc::ECANCELED, 0), &mut deferred) };
         (more, last)
     }));
-    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| deferred.run()));
     // The first payload comes out of `run`; it panics as it drops, with a string.
-    let first = ran.expect_err("the first panic was swallowed");
-    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(first)));
+    let raised_panics_again = run_raises_a_payload_that_panics_again(&mut deferred);
     std::panic::set_hook(previous);
     assert!(
-        dropped.is_err(),
+        raised_panics_again,
         "the first payload was not the one that panics"
     );
     assert_eq!(
@@ -397,16 +395,22 @@ fn appending_a_second_reap_panic_drops_its_payload_inside() {
     let appended = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         first.append(&mut second);
     }));
-    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| first.run()));
-    let kept = ran.expect_err("the first panic was swallowed");
-    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(kept)));
+    let raised_panics_again = run_raises_a_payload_that_panics_again(&mut first);
     std::panic::set_hook(previous);
     assert!(
         appended.is_ok(),
         "the second payload's panic unwound out of append"
     );
     assert!(
-        dropped.is_err(),
+        raised_panics_again,
         "the kept payload was not the one that panics"
     );
+}
+
+/// Runs `deferred`, which must raise the panic a reap left (the first one kept); true if
+/// that payload panics in turn as it drops (a [`PanicsAgain`]).
+fn run_raises_a_payload_that_panics_again(deferred: &mut Deferred) -> bool {
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| deferred.run()));
+    let raised = ran.expect_err("the first panic was swallowed");
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(raised))).is_err()
 }
