@@ -104,6 +104,10 @@ fn main() {
             a_dropped_handle_lets_its_waker_go_at_once,
         ),
         (
+            "an_aborted_queued_spawn_whose_capture_panics_in_drop_stays_quiet",
+            an_aborted_queued_spawn_whose_capture_panics_in_drop_stays_quiet,
+        ),
+        (
             "a_handle_dropped_while_its_blocking_job_finishes_lets_no_panic_out",
             a_handle_dropped_while_its_blocking_job_finishes_lets_no_panic_out,
         ),
@@ -1237,6 +1241,34 @@ fn a_refused_spawn_whose_capture_panics_in_drop_is_still_cancelled(kind: Backend
             Err(_) => Ok(Completion::Completed),
         }
     })
+}
+
+/// Review BI: a spawn aborted while it waits in its worker's queue, whose future's capture
+/// panics as it drops. The queued spawn was cancelled and its factory dropped in the open:
+/// the panic came out of the `block_on` that ran the queue. It is logged now, and the
+/// handle says `Cancelled`.
+fn an_aborted_queued_spawn_whose_capture_panics_in_drop_stays_quiet(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let capture = FutureDropPanics;
+    let task = rt.handle().spawn_on(0, async move {
+        let _held = &capture;
+    })?;
+    task.abort();
+    let ran = support::expecting_panics(|| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            rt.block_on(ring_rt::yield_now())
+        }))
+    });
+    check!(
+        ran.is_ok(),
+        "{kind}: the capture's panic came out of block_on"
+    );
+    let out = rt.block_on(task);
+    check!(
+        out.as_ref().is_err_and(|e| e.is_cancelled()),
+        "{kind}: the aborted spawn gave {out:?}"
+    );
+    Ok(Completion::Completed)
 }
 
 /// Review BH (1): the waker a handle was last polled with goes when the handle does

@@ -233,14 +233,19 @@ impl<F: FnOnce() -> Fut, Fut: Future + 'static> SpawnJob<F, Fut> {
         self.shared.spawns_pending.fetch_sub(1, Ordering::Relaxed);
         if self.state.is_abort_requested() || self.shared.is_stopping() {
             // Aborted on its way, or the runtime is shutting the worker down: the future
-            // is never built (as a blocking job is never started).
+            // is never built (as a blocking job is never started). Its factory goes
+            // quietly, as in `drop` (review BI: its panic came out of `block_on`).
+            drop_quietly(make);
             self.state.cancel_unrun();
             return;
         }
         match Core::current() {
             Some(core) => spawn_made(&core, make, self.state.clone()),
             // Jobs run inside the worker's loop, where its core is current.
-            None => self.state.cancel_unrun(),
+            None => {
+                drop_quietly(make);
+                self.state.cancel_unrun();
+            }
         }
     }
 }
@@ -273,6 +278,8 @@ impl<F: FnOnce() -> R, R> BlockingJob<F, R> {
             return;
         };
         if self.state.is_abort_requested() {
+            // Quietly, as in `drop` (review BI).
+            drop_quietly(f);
             self.state.cancel_unrun();
             return;
         }
