@@ -148,9 +148,18 @@ fn probe_is_cached() -> Outcome {
     Ok(Completion::Completed)
 }
 
-/// Times the probe in a child process, where no other test has probed yet.
+/// Times the probe in a child process, where no other test has probed yet. A pause of the
+/// machine (a VM's can pass the budget) fails one child; a slow probe is slow every time,
+/// so only three slow children fail.
 fn first_probe_is_fast() -> Outcome {
-    run_child("child_first_probe", &[])
+    let mut last = run_child("child_first_probe", &[]);
+    for _ in 1..3 {
+        if last.is_ok() {
+            break;
+        }
+        last = run_child("child_first_probe", &[]);
+    }
+    last
 }
 
 /// The child of [`first_probe_is_fast`].
@@ -164,9 +173,19 @@ fn child_first_probe() -> Outcome {
     }
     eprintln!("first probe took {} us", took.as_micros());
     assert!(took < PROBE_BUDGET, "first probe took {took:?}");
-    let start = Instant::now();
-    Features::probe().expect("cached");
-    assert!(start.elapsed() < Duration::from_millis(1));
+    // The fastest of five cached probes: one pause moves one of them.
+    let again = (0..5)
+        .map(|_| {
+            let start = Instant::now();
+            Features::probe().expect("cached");
+            start.elapsed()
+        })
+        .min()
+        .unwrap_or_default();
+    assert!(
+        again < Duration::from_millis(1),
+        "a cached probe took {again:?}"
+    );
     Ok(Completion::Completed)
 }
 

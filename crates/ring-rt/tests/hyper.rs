@@ -328,102 +328,160 @@ fn partial_request_line_closed_after_header_timeout(kind: BackendKind) -> Outcom
 /// Three sleeps created out of order complete in deadline order, none early.
 fn hyper_timer_fires_in_deadline_order(kind: BackendKind) -> Outcome {
     let rt = runtime!(kind);
-    let order = rt.block_on(async {
-        let timer = HyperTimer::new();
-        let start = Instant::now();
-        let fired = Rc::new(RefCell::new(Vec::new()));
-        // 100 ms apart, so a slow first poll (a VM under emulation) cannot reorder them.
-        let waiters: Vec<_> = [300u64, 100, 200]
-            .into_iter()
-            .map(|ms| {
-                let deadline = start + Duration::from_millis(ms);
-                let sleep = timer.sleep_until(deadline);
-                let fired = fired.clone();
-                ring_rt::spawn(async move {
-                    sleep.await;
-                    fired.borrow_mut().push((ms, Instant::now() >= deadline));
-                })
-            })
-            .collect();
-        for waiter in waiters {
-            waiter.await.expect("a sleep waiter completes");
+    // `apart` between deadlines, so a slow first poll (a VM under emulation) cannot reorder
+    // them. A sleep already due at its first poll fires in poll order, which is right but
+    // not what this tests: a pause can cause it, and that round runs again, further apart.
+    for apart in [100, 1_000].map(Duration::from_millis) {
+        let (order, registered, settled) = rt.block_on(hyper_sleeps_in_order(&rt, apart));
+        if !registered {
+            continue;
         }
-        // A sleep whose own poll found it due ends its timer task at that task's next turn.
-        let settled = support::wait_for(Duration::from_secs(5), || rt.metrics().tasks_alive == 0);
-        (fired.take(), settled.await.is_ok())
-    });
-    let (order, settled) = order;
-    check!(
-        order == [(100, true), (200, true), (300, true)],
-        "(ms, on time) in firing order: {order:?}"
-    );
-    check!(settled, "tasks left after firing");
-    Ok(Completion::Completed)
+        check!(
+            order == [(1, true), (2, true), (3, true)],
+            "(deadline in steps, on time) in firing order: {order:?}"
+        );
+        check!(settled, "tasks left after firing");
+        return Ok(Completion::Completed);
+    }
+    Err("a sleep was due at its first poll in every round".into())
+}
+
+/// Fires three hyper sleeps `apart` from each other, created out of order: the order they
+/// fired in, whether each was pending at its first poll, and whether their tasks ended.
+async fn hyper_sleeps_in_order(
+    rt: &ring_rt::Runtime,
+    apart: Duration,
+) -> (Vec<(u32, bool)>, bool, bool) {
+    let timer = HyperTimer::new();
+    let start = Instant::now();
+    let fired = Rc::new(RefCell::new(Vec::new()));
+    let registered = Rc::new(std::cell::Cell::new(true));
+    let waiters: Vec<_> = [3u32, 1, 2]
+        .into_iter()
+        .map(|steps| {
+            let deadline = start + apart * steps;
+            let mut sleep = timer.sleep_until(deadline);
+            let (fired, registered) = (fired.clone(), registered.clone());
+            ring_rt::spawn(async move {
+                let pending =
+                    std::future::poll_fn(|cx| Poll::Ready(sleep.as_mut().poll(cx).is_pending()))
+                        .await;
+                if !pending {
+                    registered.set(false);
+                }
+                sleep.await;
+                fired.borrow_mut().push((steps, Instant::now() >= deadline));
+            })
+        })
+        .collect();
+    for waiter in waiters {
+        waiter.await.expect("a sleep waiter completes");
+    }
+    // A sleep whose own poll found it due ends its timer task at that task's next turn.
+    let settled = support::wait_for(Duration::from_secs(5), || rt.metrics().tasks_alive == 0);
+    (fired.take(), registered.get(), settled.await.is_ok())
 }
 
 /// `Timer::reset` moves a pending sleep sooner or later and re-arms a fired one, keeping
 /// at most one timer task per sleep.
 fn hyper_timer_reset_moves_deadline_in_place(kind: BackendKind) -> Outcome {
     let rt = runtime!(kind);
-    rt.block_on(async {
-        let timer = HyperTimer::new();
-        let base = rt.metrics().tasks_alive;
-        let mut sleep = timer.sleep(Duration::from_secs(60));
-        check!(poll_once(&mut sleep).is_pending(), "a 60 s sleep was ready");
-        let alive = rt.metrics().tasks_alive;
-        let start = Instant::now();
-        // 50 ms: long enough that the next line polls before it even on an emulated CPU.
-        timer.reset(&mut sleep, start + Duration::from_millis(50));
-        check!(
-            poll_once(&mut sleep).is_pending(),
-            "ready before its deadline"
-        );
-        check!(
-            rt.metrics().tasks_alive == alive,
-            "reset spawned another task"
-        );
-        (&mut sleep).await;
-        check!(start.elapsed() >= Duration::from_millis(50), "fired early");
-        let rearmed = Instant::now() + Duration::from_millis(50);
-        timer.reset(&mut sleep, rearmed);
-        check!(
-            poll_once(&mut sleep).is_pending(),
-            "reset after firing was ready"
-        );
-        sleep.await;
-        check!(Instant::now() >= rearmed, "re-armed sleep fired early");
+    // Each step polls a sleep before a deadline `step` ahead. A paused VM can let it pass
+    // first (50 ms was not always enough): that round proves nothing and runs again with
+    // steps 10 times as long. A sleep ready before its deadline fails at once.
+    for step in [50, 500, 5_000].map(Duration::from_millis) {
+        if rt.block_on(reset_rounds(&rt, step))? == Round::Done {
+            return Ok(Completion::Completed);
+        }
+    }
+    Err("every round's deadline passed before its poll".into())
+}
 
-        // The sleep's own poll fires once its deadline has passed, which on a slow machine
-        // (a VM under emulation) can come before its task's timer turn; the task then ends
-        // at a later turn. Counting from a known base keeps a task that is still ending
-        // from being taken for the next one.
-        let ended = support::wait_for(Duration::from_secs(5), || rt.metrics().tasks_alive == base);
-        check!(
-            ended.await.is_ok(),
-            "the first sleep's timer task did not end with its sleep"
-        );
+#[derive(PartialEq)]
+enum Round {
+    Done,
+    Paused,
+}
 
-        // Later (hyper's per-request case): the task's timer fires first and re-arms.
-        let mut sleep = timer.sleep(Duration::from_millis(50));
-        check!(
-            poll_once(&mut sleep).is_pending(),
-            "a 50 ms sleep was ready"
-        );
-        check!(
-            rt.metrics().tasks_alive == base + 1,
-            "a pending sleep did not get one timer task"
-        );
-        let later = Instant::now() + Duration::from_millis(100);
-        timer.reset(&mut sleep, later);
-        sleep.await;
-        check!(Instant::now() >= later, "fired at the old deadline");
-        let ended = support::wait_for(Duration::from_secs(5), || rt.metrics().tasks_alive == base);
-        check!(
-            ended.await.is_ok(),
-            "the timer task did not end with its sleep"
-        );
-        Ok(Completion::Completed)
-    })
+/// Pending, or (when ready) late enough that a pause explains it: `Ok(false)`.
+fn pending_before(polled: Poll<()>, deadline: Instant, what: &str) -> Result<bool, Failed> {
+    match polled {
+        Poll::Pending => Ok(true),
+        Poll::Ready(()) if Instant::now() >= deadline => Ok(false),
+        Poll::Ready(()) => Err(format!("{what} was ready before its deadline").into()),
+    }
+}
+
+/// Ends a paused round: its sleep's timer task goes before the next round counts tasks.
+async fn paused(
+    rt: &ring_rt::Runtime,
+    base: u64,
+    sleep: Pin<Box<dyn hyper::rt::Sleep>>,
+) -> Result<Round, Failed> {
+    drop(sleep);
+    let ended = support::wait_for(Duration::from_secs(5), || rt.metrics().tasks_alive == base);
+    check!(
+        ended.await.is_ok(),
+        "a dropped sleep's timer task did not end"
+    );
+    Ok(Round::Paused)
+}
+
+async fn reset_rounds(rt: &ring_rt::Runtime, step: Duration) -> Result<Round, Failed> {
+    let timer = HyperTimer::new();
+    let base = rt.metrics().tasks_alive;
+    let mut sleep = timer.sleep(Duration::from_secs(60));
+    check!(poll_once(&mut sleep).is_pending(), "a 60 s sleep was ready");
+    let alive = rt.metrics().tasks_alive;
+    let start = Instant::now();
+    timer.reset(&mut sleep, start + step);
+    if !pending_before(poll_once(&mut sleep), start + step, "a reset sleep")? {
+        return paused(rt, base, sleep).await;
+    }
+    check!(
+        rt.metrics().tasks_alive == alive,
+        "reset spawned another task"
+    );
+    (&mut sleep).await;
+    check!(start.elapsed() >= step, "fired early");
+    let rearmed = Instant::now() + step;
+    timer.reset(&mut sleep, rearmed);
+    if !pending_before(poll_once(&mut sleep), rearmed, "a sleep reset after firing")? {
+        return paused(rt, base, sleep).await;
+    }
+    sleep.await;
+    check!(Instant::now() >= rearmed, "re-armed sleep fired early");
+
+    // The sleep's own poll fires once its deadline has passed, which on a slow machine
+    // (a VM under emulation) can come before its task's timer turn; the task then ends
+    // at a later turn. Counting from a known base keeps a task that is still ending
+    // from being taken for the next one.
+    let ended = support::wait_for(Duration::from_secs(5), || rt.metrics().tasks_alive == base);
+    check!(
+        ended.await.is_ok(),
+        "the first sleep's timer task did not end with its sleep"
+    );
+
+    // Later (hyper's per-request case): the task's timer fires first and re-arms.
+    let deadline = Instant::now() + step;
+    let mut sleep = timer.sleep(step);
+    if !pending_before(poll_once(&mut sleep), deadline, "a new sleep")? {
+        return paused(rt, base, sleep).await;
+    }
+    check!(
+        rt.metrics().tasks_alive == base + 1,
+        "a pending sleep did not get one timer task"
+    );
+    let later = Instant::now() + 2 * step;
+    timer.reset(&mut sleep, later);
+    sleep.await;
+    check!(Instant::now() >= later, "fired at the old deadline");
+    let ended = support::wait_for(Duration::from_secs(5), || rt.metrics().tasks_alive == base);
+    check!(
+        ended.await.is_ok(),
+        "the timer task did not end with its sleep"
+    );
+    Ok(Round::Done)
 }
 
 /// Dropping pending sleeps ends their timer tasks and timers: nothing idles until the

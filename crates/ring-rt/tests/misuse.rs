@@ -142,20 +142,26 @@ fn builder_refuses_knobs_out_of_range(kind: BackendKind) -> Outcome {
 fn a_sleep_taken_to_another_runtime_fires_there(kind: BackendKind) -> Outcome {
     let first = runtime!(kind);
     let second = runtime!(kind);
-    let mut nap = Box::pin(sleep(Duration::from_millis(30)));
-    first.block_on(async {
-        let polled = poll_fn(|cx| Poll::Ready(nap.as_mut().poll(cx).is_pending())).await;
-        check!(polled, "the sleep was over at once");
-        Ok::<(), libtest_mimic::Failed>(())
-    })?;
-    let start = Instant::now();
-    second.block_on(bounded(Duration::from_secs(5), nap))?;
-    check!(
-        start.elapsed() < Duration::from_secs(2),
-        "the sleep took {:?} in the second runtime",
-        start.elapsed()
-    );
-    Ok(Completion::Completed)
+    // A sleep over before its first poll never reaches the first runtime's timers: a
+    // paused VM can make 30 ms pass first, so such a round runs again, 10 times longer.
+    for nap in [30, 300].map(Duration::from_millis) {
+        let mut nap = Box::pin(sleep(nap));
+        let polled = first.block_on(poll_fn(|cx| {
+            Poll::Ready(nap.as_mut().poll(cx).is_pending())
+        }));
+        if !polled {
+            continue;
+        }
+        let start = Instant::now();
+        second.block_on(bounded(Duration::from_secs(5), nap))?;
+        check!(
+            start.elapsed() < Duration::from_secs(2),
+            "the sleep took {:?} in the second runtime",
+            start.elapsed()
+        );
+        return Ok(Completion::Completed);
+    }
+    Err("the sleep was over at once in every round".into())
 }
 
 /// A stream (with its peer and fd number) whose 512-byte send was polled once and dropped:
@@ -748,6 +754,7 @@ fn an_op_polled_in_another_runtime_ends(kind: BackendKind) -> Outcome {
 /// were woken inline, and the unwind dropped the rest (a task whose sleep was over never
 /// ran again; found by the fifth attacker review).
 fn a_panicking_timer_waker_leaves_other_timers_woken(kind: BackendKind) -> Outcome {
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     use std::task::{Context, Wake, Waker};
     struct Panicky;
@@ -756,29 +763,45 @@ fn a_panicking_timer_waker_leaves_other_timers_woken(kind: BackendKind) -> Outco
             panic!("this waker panics on purpose");
         }
     }
-    let rt = runtime!(kind);
-    let deadline = Instant::now() + Duration::from_millis(30);
-    let task = rt.spawn(async move {
-        ring_rt::time::sleep_until(deadline).await;
-    });
-    let panicked = support::expecting_panics(|| {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            rt.block_on(async {
-                ring_rt::yield_now().await;
-                let mut odd = Box::pin(ring_rt::time::sleep_until(
-                    deadline - Duration::from_micros(1),
-                ));
-                let waker = Waker::from(Arc::new(Panicky));
-                let _ = odd.as_mut().poll(&mut Context::from_waker(&waker));
-                sleep(Duration::from_millis(100)).await;
-            })
-        }))
-        .is_err()
-    });
-    check!(panicked, "the panicking waker was never woken");
-    rt.block_on(bounded(Duration::from_secs(5), task))?
-        .map_err(|e| format!("the task failed: {e}"))?;
-    Ok(Completion::Completed)
+    // Both sleeps must be pending at their first polls, or no waker is stored and the
+    // round proves nothing: a paused VM can let the deadline pass first. Such a round
+    // runs again with a deadline 10 times as far.
+    for ahead in [30, 300, 3_000].map(Duration::from_millis) {
+        let rt = runtime!(kind);
+        let deadline = Instant::now() + ahead;
+        let task_waited = Arc::new(AtomicBool::new(false));
+        let waited = task_waited.clone();
+        let task = rt.spawn(async move {
+            let mut nap = pin!(ring_rt::time::sleep_until(deadline));
+            let pending = poll_fn(|cx| Poll::Ready(nap.as_mut().poll(cx).is_pending())).await;
+            waited.store(pending, Ordering::SeqCst);
+            nap.await;
+        });
+        let odd_waited = AtomicBool::new(false);
+        let panicked = support::expecting_panics(|| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                rt.block_on(async {
+                    ring_rt::yield_now().await;
+                    let mut odd = Box::pin(ring_rt::time::sleep_until(
+                        deadline - Duration::from_micros(1),
+                    ));
+                    let waker = Waker::from(Arc::new(Panicky));
+                    let polled = odd.as_mut().poll(&mut Context::from_waker(&waker));
+                    odd_waited.store(polled.is_pending(), Ordering::SeqCst);
+                    ring_rt::time::sleep_until(deadline + Duration::from_millis(70)).await;
+                })
+            }))
+            .is_err()
+        });
+        if !(odd_waited.load(Ordering::SeqCst) && task_waited.load(Ordering::SeqCst)) {
+            continue;
+        }
+        check!(panicked, "the panicking waker was never woken");
+        rt.block_on(bounded(Duration::from_secs(5), task))?
+            .map_err(|e| format!("the task failed: {e}"))?;
+        return Ok(Completion::Completed);
+    }
+    Err("every round's deadline passed before its sleeps were polled".into())
 }
 
 /// A `spawn_on_all` factory that panics on one worker leaves that worker's other queued

@@ -96,7 +96,7 @@ fn tcp_pair() -> std::io::Result<(TcpListener, std::net::SocketAddr)> {
 }
 
 /// A 64 MiB write blocks on a peer that never reads; the peer resets. The write completes
-/// within a second with ECONNRESET or EPIPE, and hands its buffer back.
+/// promptly (within 2 s) with ECONNRESET or EPIPE, and hands its buffer back.
 fn peer_reset_mid_write_fails_promptly(kind: BackendKind) -> Outcome {
     let rt = runtime!(kind);
     rt.block_on(bounded(LIMIT, async {
@@ -121,7 +121,8 @@ fn peer_reset_mid_write_fails_promptly(kind: BackendKind) -> Outcome {
             matches!(err.raw_os_error(), Some(libc::ECONNRESET | libc::EPIPE)),
             "unexpected error {err:?}"
         );
-        check!(took < Duration::from_secs(1), "the error took {took:?}");
+        // Promptly: well inside the 5 s a hang would take, with room for a paused VM.
+        check!(took < Duration::from_secs(2), "the error took {took:?}");
         check!(
             buf.as_ptr() == ptr && buf.len() == 64 << 20,
             "buffer not handed back"

@@ -71,6 +71,22 @@ fn main() {
 /// 4 pooled buffers of 64 B, all leased by the reader: the next chunk waits, without
 /// spinning, and arrives as soon as the buffers come back; no byte is lost.
 fn enobufs_multishot_rearms_when_buffers_return(kind: BackendKind) -> Outcome {
+    // A pause of the machine between the release and the chunk reads as a slow re-arm (a
+    // VM's can pass 50 ms); a re-arm that waits for a timer or a back-off is slow in every
+    // round, so only three slow rounds fail.
+    let mut slow = None;
+    for _ in 0..3 {
+        let outcome = enobufs_round(kind, &mut slow)?;
+        if slow.is_none() {
+            return Ok(outcome);
+        }
+    }
+    Err(slow.unwrap_or_default().into())
+}
+
+/// One round of the test above; a slow re-arm is put in `slow`, not failed.
+fn enobufs_round(kind: BackendKind, slow: &mut Option<String>) -> Outcome {
+    *slow = None;
     let rt = runtime!(kind, Runtime::builder().threads(1).recv_buffers(4, 64));
     let rt = &rt;
     rt.block_on(bounded(LIMIT, async {
@@ -117,10 +133,9 @@ fn enobufs_multishot_rearms_when_buffers_return(kind: BackendKind) -> Outcome {
             "a chunk arrived while every buffer was leased"
         );
         let rearm = arrived - released;
-        check!(
-            rearm < Duration::from_millis(50),
-            "re-armed {rearm:?} after buffers returned"
-        );
+        if rearm >= Duration::from_millis(50) {
+            *slow = Some(format!("re-armed {rearm:?} after buffers returned"));
+        }
         check!(
             waits <= 8,
             "{waits} ENOBUFS retries while dry: the wait spins"
@@ -475,8 +490,9 @@ fn child_accept_at_fd_limit() -> Outcome {
         let n = server.await??;
         let recovery = freed.elapsed();
         check!(n == CLIENTS, "accepted {n} of {CLIENTS}");
+        // The back-off caps at 1 s; the rest is room for a paused VM.
         check!(
-            recovery < Duration::from_millis(1500),
+            recovery < Duration::from_millis(2500),
             "recovered after {recovery:?}"
         );
         eprintln!(

@@ -438,27 +438,39 @@ fn spawn_blocking_keeps_to_its_thread_cap(kind: BackendKind) -> Outcome {
 /// Dropping the runtime with closures queued on its pool cancels them, and waits (bounded)
 /// for the one running.
 fn blocking_work_queued_at_shutdown_is_cancelled(kind: BackendKind) -> Outcome {
-    let rt = runtime!(kind, Builder::default().threads(1).max_blocking_threads(1));
-    let running = rt
-        .handle()
-        .spawn_blocking(|| std::thread::sleep(Duration::from_millis(50)));
-    let queued = rt.handle().spawn_blocking(|| 7);
-    std::thread::sleep(Duration::from_millis(10));
-    let started = Instant::now();
-    drop(rt);
-    check!(
-        started.elapsed() < Duration::from_secs(3),
-        "the drop took {:?}",
-        started.elapsed()
-    );
-    let running = block_on_thread(running);
-    let queued = block_on_thread(queued);
-    check!(running.is_ok(), "the running closure gave {running:?}");
-    check!(
-        queued.as_ref().is_err_and(|e| e.is_cancelled()),
-        "the queued closure gave {queued:?}"
-    );
-    Ok(Completion::Completed)
+    // The first closure tells when it runs (a sleep gave the pool's new thread 10 ms, and a
+    // paused VM took longer). A pause can still let it end before the drop closes the
+    // queue, and the queued one runs: that round runs again, holding longer. A drop that
+    // runs what is queued does so in every round.
+    let mut last = String::new();
+    for hold in [50, 500, 2_000].map(Duration::from_millis) {
+        let rt = runtime!(kind, Builder::default().threads(1).max_blocking_threads(1));
+        let (began, runs) = std::sync::mpsc::channel();
+        let running = rt.handle().spawn_blocking(move || {
+            let _ = began.send(());
+            std::thread::sleep(hold);
+        });
+        let queued = rt.handle().spawn_blocking(|| 7);
+        check!(
+            runs.recv_timeout(LIMIT).is_ok(),
+            "the pool did not start the first closure"
+        );
+        let started = Instant::now();
+        drop(rt);
+        let took = started.elapsed();
+        check!(
+            took < hold + Duration::from_secs(2),
+            "the drop took {took:?}"
+        );
+        let running = block_on_thread(running);
+        let queued = block_on_thread(queued);
+        check!(running.is_ok(), "the running closure gave {running:?}");
+        if queued.as_ref().is_err_and(|e| e.is_cancelled()) {
+            return Ok(Completion::Completed);
+        }
+        last = format!("the queued closure gave {queued:?} (held {hold:?})");
+    }
+    Err(last.into())
 }
 
 /// `Runtime::metrics` sums every worker and lists each worker's own figures.
