@@ -173,15 +173,10 @@ fn child_first_probe() -> Outcome {
     }
     eprintln!("first probe took {} us", took.as_micros());
     assert!(took < PROBE_BUDGET, "first probe took {took:?}");
-    // The fastest of five cached probes: one pause moves one of them.
-    let again = (0..5)
-        .map(|_| {
-            let start = Instant::now();
-            Features::probe().expect("cached");
-            start.elapsed()
-        })
-        .min()
-        .unwrap_or_default();
+    // The second call, the first the cache answers (a pause here fails this child only).
+    let start = Instant::now();
+    Features::probe().expect("cached");
+    let again = start.elapsed();
     assert!(
         again < Duration::from_millis(1),
         "a cached probe took {again:?}"

@@ -333,6 +333,10 @@ fn hyper_timer_fires_in_deadline_order(kind: BackendKind) -> Outcome {
     // not what this tests: a pause can cause it, and that round runs again, further apart.
     for apart in [100, 1_000].map(Duration::from_millis) {
         let (order, registered, settled) = rt.block_on(hyper_sleeps_in_order(&rt, apart));
+        check!(
+            order.iter().all(|&(_, on_time)| on_time),
+            "a sleep fired before its deadline: {order:?}"
+        );
         if !registered {
             continue;
         }

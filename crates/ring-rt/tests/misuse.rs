@@ -145,11 +145,16 @@ fn a_sleep_taken_to_another_runtime_fires_there(kind: BackendKind) -> Outcome {
     // A sleep over before its first poll never reaches the first runtime's timers: a
     // paused VM can make 30 ms pass first, so such a round runs again, 10 times longer.
     for nap in [30, 300].map(Duration::from_millis) {
-        let mut nap = Box::pin(sleep(nap));
+        let deadline = Instant::now() + nap;
+        let mut nap = Box::pin(ring_rt::time::sleep_until(deadline));
         let polled = first.block_on(poll_fn(|cx| {
             Poll::Ready(nap.as_mut().poll(cx).is_pending())
         }));
         if !polled {
+            check!(
+                Instant::now() >= deadline,
+                "the sleep was over before its deadline"
+            );
             continue;
         }
         let start = Instant::now();
@@ -776,29 +781,39 @@ fn a_panicking_timer_waker_leaves_other_timers_woken(kind: BackendKind) -> Outco
             let pending = poll_fn(|cx| Poll::Ready(nap.as_mut().poll(cx).is_pending())).await;
             waited.store(pending, Ordering::SeqCst);
             nap.await;
+            Instant::now()
         });
-        let odd_waited = AtomicBool::new(false);
+        let odd_deadline = deadline - Duration::from_micros(1);
+        let odd_polled = std::cell::Cell::new(None);
         let panicked = support::expecting_panics(|| {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 rt.block_on(async {
                     ring_rt::yield_now().await;
-                    let mut odd = Box::pin(ring_rt::time::sleep_until(
-                        deadline - Duration::from_micros(1),
-                    ));
+                    let mut odd = Box::pin(ring_rt::time::sleep_until(odd_deadline));
                     let waker = Waker::from(Arc::new(Panicky));
                     let polled = odd.as_mut().poll(&mut Context::from_waker(&waker));
-                    odd_waited.store(polled.is_pending(), Ordering::SeqCst);
+                    odd_polled.set(Some((polled.is_pending(), Instant::now())));
                     ring_rt::time::sleep_until(deadline + Duration::from_millis(70)).await;
                 })
             }))
             .is_err()
         });
-        if !(odd_waited.load(Ordering::SeqCst) && task_waited.load(Ordering::SeqCst)) {
+        let (odd_waited, odd_at) = odd_polled.get().ok_or("the odd sleep was never polled")?;
+        check!(
+            odd_waited || odd_at >= odd_deadline,
+            "a sleep was over before its deadline"
+        );
+        let woke = rt
+            .block_on(bounded(Duration::from_secs(5), task))?
+            .map_err(|e| format!("the task failed: {e}"))?;
+        check!(
+            woke >= deadline,
+            "the task's sleep ended before its deadline"
+        );
+        if !(odd_waited && task_waited.load(Ordering::SeqCst)) {
             continue;
         }
         check!(panicked, "the panicking waker was never woken");
-        rt.block_on(bounded(Duration::from_secs(5), task))?
-            .map_err(|e| format!("the task failed: {e}"))?;
         return Ok(Completion::Completed);
     }
     Err("every round's deadline passed before its sleeps were polled".into())

@@ -500,13 +500,17 @@ fn a_starved_stream_nobody_awaits_passes_the_buffer_on(kind: BackendKind) -> Out
         let (a1, b1) = UnixStream::pair()?;
         let (a2, b2) = UnixStream::pair()?;
         let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
+        let (lost_tx, lost_rx) = tokio::sync::oneshot::channel::<()>();
         let idle = ring_rt::spawn(async move {
             let mut rx = b1.recv_stream();
             let early = timeout(Duration::from_millis(100), rx.next()).await;
+            let timed_out = early.is_err();
+            drop(early);
+            let _ = lost_tx.send(());
             // Starved, and then busy with something else for a while.
             let _ = go_rx.await;
             let later = rx.next().await.map(|c| c.map(|c| c.to_vec()));
-            (early.is_err(), later)
+            (timed_out, later)
         });
         a1.write_all(&b"AAAA"[..]).await.0?;
         sleep(Duration::from_millis(20)).await;
@@ -515,8 +519,9 @@ fn a_starved_stream_nobody_awaits_passes_the_buffer_on(kind: BackendKind) -> Out
             rx.next().await.map(|c| c.map(|c| c.to_vec()))
         });
         a2.write_all(&b"BBBB"[..]).await.0?;
-        // Past the first stream's timeout.
-        sleep(Duration::from_millis(150)).await;
+        // Once the first stream's timeout is over (a sleep of 150 ms let a paused VM drop
+        // the buffer first: the first stream then took it, and the second waited).
+        lost_rx.await.map_err(|_| "the first stream's task ended")?;
         drop(held);
         let got = timeout(Duration::from_secs(2), second).await;
         check!(

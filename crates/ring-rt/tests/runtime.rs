@@ -199,7 +199,8 @@ fn many_timers_fire_in_order(kind: BackendKind) -> Outcome {
     // tasks are spawned in reverse), which is right but not what this tests. A paused VM
     // can pass 100 ms before the last first poll: such a round runs again, further ahead.
     for ahead in [100, 1_000, 5_000].map(Duration::from_millis) {
-        let (order, registered) = rt.block_on(timers_in_order(ahead));
+        let (order, registered, early) = rt.block_on(timers_in_order(ahead));
+        check!(!early, "a sleep ended before its deadline");
         if !registered {
             continue;
         }
@@ -210,29 +211,33 @@ fn many_timers_fire_in_order(kind: BackendKind) -> Outcome {
     Err("a sleep was over at its first poll in every round".into())
 }
 
-/// The order 50 sleeps due 2 ms apart fire in, and whether each was pending at its first
-/// poll. Deadlines from one instant: under emulation a poll can take longer than the 2 ms
+/// The order 50 sleeps due 2 ms apart fire in, whether each was pending at its first poll,
+/// and whether any ended (or was over at its first poll) before its deadline. Deadlines from one instant: under emulation a poll can take longer than the 2 ms
 /// spacing, which would reorder sleeps measured from each task's own first poll.
-async fn timers_in_order(ahead: Duration) -> (Vec<u64>, bool) {
+async fn timers_in_order(ahead: Duration) -> (Vec<u64>, bool, bool) {
     let log = Rc::new(RefCell::new(Vec::new()));
-    let registered = Rc::new(Cell::new(true));
+    let (registered, early) = (Rc::new(Cell::new(true)), Rc::new(Cell::new(false)));
     let start = Instant::now() + ahead;
     let hs: Vec<_> = (0..50u64)
         .rev()
         .map(|i| {
-            let (log, registered) = (log.clone(), registered.clone());
+            let (log, registered, early) = (log.clone(), registered.clone(), early.clone());
             ring_rt::spawn(async move {
-                let mut nap = std::pin::pin!(ring_rt::time::sleep_until(
-                    start + Duration::from_millis(i * 2)
-                ));
+                let deadline = start + Duration::from_millis(i * 2);
+                let mut nap = std::pin::pin!(ring_rt::time::sleep_until(deadline));
                 let pending = std::future::poll_fn(|cx| {
-                    std::task::Poll::Ready(std::future::Future::poll(nap.as_mut(), cx).is_pending())
+                    let polled = std::future::Future::poll(nap.as_mut(), cx);
+                    std::task::Poll::Ready(polled.is_pending())
                 })
                 .await;
                 if !pending {
                     registered.set(false);
                 }
                 nap.await;
+                // Checked after the first poll too: a ready one that was not due fails.
+                if Instant::now() < deadline {
+                    early.set(true);
+                }
                 log.borrow_mut().push(i);
             })
         })
@@ -241,7 +246,7 @@ async fn timers_in_order(ahead: Duration) -> (Vec<u64>, bool) {
         h.await.unwrap();
     }
     let v = log.borrow().clone();
-    (v, registered.get())
+    (v, registered.get(), early.get())
 }
 
 fn wake_from_another_thread(kind: BackendKind) -> Outcome {
@@ -433,10 +438,11 @@ fn spinning_loop_parks_after_its_spin(kind: BackendKind) -> Outcome {
 /// would add the spin to every timer). The bound leaves 400 ms for a slow (emulated) CPU.
 fn spinning_loop_fires_timers_on_time(kind: BackendKind) -> Outcome {
     let (spin, nap) = (Duration::from_millis(800), Duration::from_secs(1));
-    let rt = runtime!(kind, Runtime::builder().threads(1).spin_before_park(spin));
-    // A pause of the machine over 400 ms fails one round; the bug fails every round.
+    // A pause of the machine over 400 ms fails one round; the bug fails every round (each
+    // on a runtime of its own, so the first wait of a fresh loop is what every round times).
     let mut elapsed = Duration::ZERO;
     for _ in 0..3 {
+        let rt = runtime!(kind, Runtime::builder().threads(1).spin_before_park(spin));
         let start = Instant::now();
         rt.block_on(sleep(nap));
         elapsed = start.elapsed();

@@ -12,12 +12,12 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::task::{Context, Poll, RawWaker, RawWakerVTable, Wake, Waker};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use libtest_mimic::Completion;
 use ring_rt::compat::Compat;
 use ring_rt::net::UnixStream;
-use ring_rt::time::{sleep, timeout};
+use ring_rt::time::{sleep, sleep_until, timeout};
 use ring_rt::{BackendKind, Runtime};
 use support::{bounded, Outcome};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt};
@@ -659,9 +659,14 @@ fn a_sleep_whose_waker_clone_drops_another_sleep(kind: BackendKind) -> Outcome {
         // is run again, longer; the clone must run in a round whose first poll waited.
         for wait in [5, 50, 500, 5_000].map(Duration::from_millis) {
             park_other_sleep()?;
-            let mut timer = Box::pin(sleep(wait));
+            let deadline = Instant::now() + wait;
+            let mut timer = Box::pin(sleep_until(deadline));
             let first = std::future::poll_fn(|cx| Poll::Ready(timer.as_mut().poll(cx)));
             if with_hook(first, drop_other_sleep).await.is_ready() {
+                check!(
+                    Instant::now() >= deadline,
+                    "the sleep was over before its deadline"
+                );
                 drop_other_sleep();
                 continue;
             }

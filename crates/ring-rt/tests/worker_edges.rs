@@ -148,12 +148,17 @@ fn main() {
 
 /// `rt.shutdown_timeout(100 ms)`, which must return well within a second (the deadline,
 /// the 200 ms it waits past it for worker threads, and the machine's slack).
+/// How long the work that `shutdown_in_100_ms` must not wait for stays stuck: twice the
+/// bound it checks, so a shutdown that waits for it fails however the machine pauses.
+const STUCK: Duration = Duration::from_secs(4);
+
 fn shutdown_in_100_ms(rt: Runtime) -> Result<(), String> {
     let start = Instant::now();
     rt.shutdown_timeout(Duration::from_millis(100));
     let took = start.elapsed();
     // 300 ms at most (the timeout and the threads' join grace); the rest is room for a
-    // paused VM. The bug this catches took the 5 s default.
+    // paused VM. A shutdown that waits for the work stuck past its deadline (`STUCK`, 4 s)
+    // or takes the 5 s default fails.
     check!(
         took < Duration::from_millis(2000),
         "shutdown_timeout(100 ms) took {took:?}"
@@ -391,11 +396,16 @@ fn shutdown_timeout_bounds_a_worker_stuck_in_a_task(kind: BackendKind) -> Outcom
     let before = ring_fds();
     let rt = runtime!(kind, Builder::default().threads(2));
     let (done_tx, done_rx) = mpsc::channel();
+    let (began, runs) = mpsc::channel();
     let _task = rt.handle().spawn_on(1, async move {
-        std::thread::sleep(Duration::from_millis(1500));
+        let _ = began.send(());
+        std::thread::sleep(STUCK);
         let _ = done_tx.send(());
     })?;
-    std::thread::sleep(Duration::from_millis(50));
+    check!(
+        runs.recv_timeout(Duration::from_secs(10)).is_ok(),
+        "worker 1 did not start the task"
+    );
     shutdown_in_100_ms(rt)?;
     check!(
         done_rx.recv_timeout(Duration::from_secs(10)).is_ok(),
@@ -421,7 +431,7 @@ fn shutdown_timeout_bounds_a_running_blocking_closure(kind: BackendKind) -> Outc
     let (began, runs) = mpsc::channel();
     let _job = rt.handle().spawn_blocking(move || {
         let _ = began.send(());
-        std::thread::sleep(Duration::from_millis(1500));
+        std::thread::sleep(STUCK);
         let _ = done_tx.send(());
     });
     // Running, not queued (a queued closure is dropped at shutdown): a 50 ms sleep here

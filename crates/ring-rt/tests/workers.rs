@@ -439,16 +439,17 @@ fn spawn_blocking_keeps_to_its_thread_cap(kind: BackendKind) -> Outcome {
 /// for the one running.
 fn blocking_work_queued_at_shutdown_is_cancelled(kind: BackendKind) -> Outcome {
     // The first closure tells when it runs (a sleep gave the pool's new thread 10 ms, and a
-    // paused VM took longer). A pause can still let it end before the drop closes the
-    // queue, and the queued one runs: that round runs again, holding longer. A drop that
-    // runs what is queued does so in every round.
-    let mut last = String::new();
-    for hold in [50, 500, 2_000].map(Duration::from_millis) {
+    // paused VM took longer) and when it ends. A round in which it ended before the drop
+    // began (a pause of `hold`) proves nothing and runs again, holding longer.
+    for hold in [300, 2_000].map(Duration::from_millis) {
         let rt = runtime!(kind, Builder::default().threads(1).max_blocking_threads(1));
         let (began, runs) = std::sync::mpsc::channel();
+        let ended = Arc::new(std::sync::Mutex::new(None));
+        let end = ended.clone();
         let running = rt.handle().spawn_blocking(move || {
             let _ = began.send(());
             std::thread::sleep(hold);
+            *end.lock().unwrap() = Some(Instant::now());
         });
         let queued = rt.handle().spawn_blocking(|| 7);
         check!(
@@ -458,6 +459,7 @@ fn blocking_work_queued_at_shutdown_is_cancelled(kind: BackendKind) -> Outcome {
         let started = Instant::now();
         drop(rt);
         let took = started.elapsed();
+        let ended = *ended.lock().unwrap();
         check!(
             took < hold + Duration::from_secs(2),
             "the drop took {took:?}"
@@ -465,12 +467,17 @@ fn blocking_work_queued_at_shutdown_is_cancelled(kind: BackendKind) -> Outcome {
         let running = block_on_thread(running);
         let queued = block_on_thread(queued);
         check!(running.is_ok(), "the running closure gave {running:?}");
-        if queued.as_ref().is_err_and(|e| e.is_cancelled()) {
-            return Ok(Completion::Completed);
+        let ended = ended.ok_or("the drop did not wait for the running closure")?;
+        if ended < started {
+            continue;
         }
-        last = format!("the queued closure gave {queued:?} (held {hold:?})");
+        check!(
+            queued.as_ref().is_err_and(|e| e.is_cancelled()),
+            "the queued closure gave {queued:?}"
+        );
+        return Ok(Completion::Completed);
     }
-    Err(last.into())
+    Err("the first closure ended before the drop in every round".into())
 }
 
 /// `Runtime::metrics` sums every worker and lists each worker's own figures.
