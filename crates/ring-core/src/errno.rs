@@ -6,12 +6,26 @@
 
 use std::io;
 
-/// Converts a CQE result: non-negative is the value, negative is `-errno`.
+/// Converts a CQE result: non-negative is the value, negative is `-errno`. The kernel's
+/// internal "restart the syscall" codes come out as `EINTR`: an op a kernel worker ran (an
+/// open waiting for a FIFO's reader) answers `-ERESTARTSYS` when a stop of the process
+/// interrupts it, where a syscall would have been restarted unseen; io_uring's own reads
+/// and writes make that `EINTR` too.
 pub fn cvt(res: i32) -> io::Result<u32> {
     if res < 0 {
-        Err(io::Error::from_raw_os_error(-res))
+        Err(io::Error::from_raw_os_error(user_errno(-res)))
     } else {
         Ok(res as u32)
+    }
+}
+
+/// `errno`, with the kernel's restart codes (never meant for user space) made `EINTR`.
+fn user_errno(errno: i32) -> i32 {
+    // ERESTARTSYS, ERESTARTNOINTR, ERESTARTNOHAND, ERESTART_RESTARTBLOCK (linux/errno.h;
+    // 515 is ENOIOCTLCMD, not a restart).
+    match errno {
+        512..=514 | 516 => libc::EINTR,
+        other => other,
     }
 }
 
@@ -77,6 +91,21 @@ mod tests {
     fn enobufs_is_recognised() {
         assert!(is_enobufs(&cvt(-libc::ENOBUFS).unwrap_err()));
         assert!(!is_enobufs(&cvt(-libc::EAGAIN).unwrap_err()));
+    }
+
+    #[test]
+    fn restart_codes_come_out_as_eintr() {
+        for restart in [512, 513, 514, 516] {
+            let err = cvt(-restart).unwrap_err();
+            assert_eq!(err.raw_os_error(), Some(libc::EINTR), "{restart}");
+            assert_eq!(err.kind(), io::ErrorKind::Interrupted);
+        }
+        assert_eq!(cvt(-515).unwrap_err().raw_os_error(), Some(515));
+        assert_eq!(
+            cvt(-libc::EPERM).unwrap_err().raw_os_error(),
+            Some(libc::EPERM)
+        );
+        assert_eq!(cvt(7).unwrap(), 7);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Fault injection on both backends, each with one expected outcome: the receive pool running
 //! dry during a multishot recv (ENOBUFS), the SQ full while cancels are pushed, the process
-//! out of fds while accepting (EMFILE, in a child process with a lowered RLIMIT_NOFILE), and a
-//! dropped multishot accept with connections queued in its slot.
+//! out of fds while accepting (EMFILE, in a child process with a lowered RLIMIT_NOFILE), a
+//! dropped multishot accept with connections queued in its slot, and the process stopped and
+//! continued while an open waits in the kernel (in a child process).
 
 #[macro_use]
 mod support;
@@ -20,7 +21,10 @@ use support::{bounded, cpu_time, open_fds, pattern, wait_for, Outcome, TestFn};
 const LIMIT: Duration = Duration::from_secs(20);
 /// The child trial run with a lowered fd limit, and the env var naming its backend.
 const EMFILE_CHILD: &str = "child_accept_at_fd_limit";
-const EMFILE_ENV: &str = "RING_RT_EMFILE_CHILD_BACKEND";
+/// The child trial stopped and continued while its open waits.
+const STOP_CHILD: &str = "child_open_across_a_stop";
+/// The env var naming a child trial's backend.
+const CHILD_BACKEND: &str = "RING_RT_CHILD_BACKEND";
 
 fn main() {
     let tests: &[(&str, TestFn)] = &[
@@ -49,6 +53,10 @@ fn main() {
             "dropped_incoming_leaves_its_connections_to_the_listener",
             dropped_incoming_leaves_its_connections_to_the_listener,
         ),
+        (
+            "an_open_waiting_across_a_stop_and_continue_opens",
+            an_open_waiting_across_a_stop_and_continue_opens,
+        ),
     ];
     let mut args = Arguments::from_args();
     // Tests count this process's fds, buffers and CPU time: one at a time.
@@ -62,9 +70,12 @@ fn main() {
             ));
         }
     }
-    trials.push(
-        Trial::ignorable_test(EMFILE_CHILD, child_accept_at_fd_limit).with_ignored_flag(true),
-    );
+    for (name, child) in [
+        (EMFILE_CHILD, child_accept_at_fd_limit as fn() -> Outcome),
+        (STOP_CHILD, child_open_across_a_stop),
+    ] {
+        trials.push(Trial::ignorable_test(name, child).with_ignored_flag(true));
+    }
     libtest_mimic::run(&args, trials).exit()
 }
 
@@ -391,44 +402,54 @@ fn sq_full_cancels_are_not_lost(kind: BackendKind) -> Outcome {
 
 /// Runs [`child_accept_at_fd_limit`] in a child process (its fd limit is lowered there).
 fn emfile_on_accept_backs_off_and_recovers(kind: BackendKind) -> Outcome {
+    in_child(EMFILE_CHILD, kind)
+}
+
+/// Runs the ignored trial `child` in a child process on `kind`'s backend (named by
+/// `CHILD_BACKEND`), passing its skip on.
+fn in_child(child: &str, kind: BackendKind) -> Outcome {
     let exe = std::env::current_exe()?;
     let out = Command::new(exe)
         .args([
-            EMFILE_CHILD,
+            child,
             "--exact",
             "--ignored",
             "--test-threads=1",
             "--nocapture",
         ])
-        .env(EMFILE_ENV, kind.name())
+        .env(CHILD_BACKEND, kind.name())
         .env_remove("RING_RT_BACKEND")
         .output()?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    if stdout.contains(&format!("test {EMFILE_CHILD} ... ignored")) {
+    if stdout.contains(&format!("test {child} ... ignored")) {
         let reason = stdout
             .lines()
-            .find(|l| l.contains(EMFILE_CHILD))
+            .find(|l| l.contains(child))
             .unwrap_or_default();
         return Ok(Completion::ignored_with(format!("child: {reason}")));
     }
     check!(
         out.status.success() && stdout.contains("1 passed"),
-        "child at the fd limit failed ({}):\n{stdout}\n{stderr}",
+        "child {child} failed ({}):\n{stdout}\n{stderr}",
         out.status
     );
     eprint!("{stderr}");
     Ok(Completion::Completed)
 }
 
+/// The backend a child trial runs on; `None` outside a child.
+fn child_kind() -> Option<BackendKind> {
+    std::env::var(CHILD_BACKEND)
+        .ok()
+        .and_then(|k| BackendKind::parse(&k))
+}
+
 /// At the fd limit, `incoming()` yields EMFILE and backs off (10 ms doubling to 1 s) instead
 /// of spinning; when fds free up it accepts every waiting connection.
 fn child_accept_at_fd_limit() -> Outcome {
     const CLIENTS: usize = 20;
-    let Some(kind) = std::env::var(EMFILE_ENV)
-        .ok()
-        .and_then(|k| BackendKind::parse(&k))
-    else {
+    let Some(kind) = child_kind() else {
         return Ok(Completion::ignored_with(
             "runs only as the child of the EMFILE test",
         ));
@@ -569,4 +590,56 @@ fn dropped_incoming_leaves_its_connections_to_the_listener(kind: BackendKind) ->
         wait_for(Duration::from_secs(2), || open_fds() == baseline).await?;
         Ok(Completion::Completed)
     }))?
+}
+
+/// A process stopped and continued (Ctrl-Z and `fg`, `docker pause`, a debugger) while an
+/// open waits in the kernel (a FIFO's writer waiting for a reader) gets its file, as std's
+/// `open` does. On io_uring such an open waits in a kernel worker thread, which the stop
+/// interrupts: its CQE carried the kernel's internal `ERESTARTSYS`, and the open failed
+/// with "Unknown error 512" (a run of the tests under random stops found it).
+fn an_open_waiting_across_a_stop_and_continue_opens(kind: BackendKind) -> Outcome {
+    in_child(STOP_CHILD, kind)
+}
+
+/// The child of the test above: another process stops and continues this one while its
+/// open waits; a reader comes after that.
+fn child_open_across_a_stop() -> Outcome {
+    let Some(kind) = child_kind() else {
+        return Ok(Completion::ignored_with(
+            "runs only as the child of the stop-and-continue test",
+        ));
+    };
+    let rt = runtime!(kind);
+    let fifo = std::env::temp_dir().join(format!("ring-rt-stop-{}", std::process::id()));
+    support::mkfifo(&fifo)?;
+    let pid = std::process::id().to_string();
+    let script = "sleep 0.2; kill -STOP $1; sleep 0.2; kill -CONT $1";
+    let mut stopper = Command::new("sh")
+        .args(["-c", script, "sh", &pid])
+        .spawn()?;
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(800));
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(&fifo)
+        })
+    };
+    let opened = rt.block_on(bounded(
+        LIMIT,
+        ring_rt::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .open(&fifo),
+    ));
+    let stopped = stopper.wait()?;
+    let reader = reader.join().map_err(|_| "the reader thread panicked")?;
+    let _ = std::fs::remove_file(&fifo);
+    check!(stopped.success(), "the stop and continue failed: {stopped}");
+    let _reader = reader?;
+    let _file = opened??;
+    Ok(Completion::Completed)
 }

@@ -281,15 +281,21 @@ impl OpenOptions {
     /// ```
     pub async fn open(&self, path: impl AsRef<Path>) -> io::Result<File> {
         let flags = self.flags()?;
-        let path = cstring(path.as_ref())?;
         let core = Core::current_io()?;
-        let op = OpenAt {
-            path,
-            flags,
-            mode: self.mode,
-        };
-        let fd = Op::new(core.clone(), op).await?;
-        Ok(File::from_owned(core, fd))
+        // An open interrupted by a signal or a stop of the process (`EINTR`; one waiting
+        // in a kernel worker, as a FIFO's does) is made again, as std's `open` does.
+        loop {
+            let op = OpenAt {
+                path: cstring(path.as_ref())?,
+                flags,
+                mode: self.mode,
+            };
+            match Op::new(core.clone(), op).await {
+                Ok(fd) => return Ok(File::from_owned(core, fd)),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// The `open(2)` flags, checked as std checks them.
