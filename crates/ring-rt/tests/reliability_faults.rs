@@ -12,7 +12,7 @@ use std::process::Command;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use libtest_mimic::{Arguments, Completion, Trial};
+use libtest_mimic::Completion;
 use ring_rt::net::{TcpListener, UnixStream};
 use ring_rt::time::sleep;
 use ring_rt::{BackendKind, Runtime};
@@ -23,8 +23,8 @@ const LIMIT: Duration = Duration::from_secs(20);
 const EMFILE_CHILD: &str = "child_accept_at_fd_limit";
 /// The child trial stopped and continued while its open waits.
 const STOP_CHILD: &str = "child_open_across_a_stop";
-/// The env var naming a child trial's backend.
-const CHILD_BACKEND: &str = "RING_RT_CHILD_BACKEND";
+/// How long a child trial may take before it is killed (and fails).
+const CHILD_LIMIT: Duration = Duration::from_secs(60);
 
 fn main() {
     let tests: &[(&str, TestFn)] = &[
@@ -58,25 +58,14 @@ fn main() {
             an_open_waiting_across_a_stop_and_continue_opens,
         ),
     ];
-    let mut args = Arguments::from_args();
     // Tests count this process's fds, buffers and CPU time: one at a time.
-    args.test_threads.get_or_insert(1);
-    let mut trials = Vec::new();
-    for &(name, f) in tests {
-        for kind in [BackendKind::Uring, BackendKind::Epoll] {
-            trials.push(Trial::ignorable_test(
-                format!("{name}::{kind}"),
-                move || f(kind),
-            ));
-        }
-    }
-    for (name, child) in [
-        (EMFILE_CHILD, child_accept_at_fd_limit as fn() -> Outcome),
-        (STOP_CHILD, child_open_across_a_stop),
-    ] {
-        trials.push(Trial::ignorable_test(name, child).with_ignored_flag(true));
-    }
-    libtest_mimic::run(&args, trials).exit()
+    support::run_with_children(
+        tests,
+        &[
+            (EMFILE_CHILD, child_accept_at_fd_limit),
+            (STOP_CHILD, child_open_across_a_stop),
+        ],
+    )
 }
 
 /// 4 pooled buffers of 64 B, all leased by the reader: the next chunk waits, without
@@ -402,58 +391,13 @@ fn sq_full_cancels_are_not_lost(kind: BackendKind) -> Outcome {
 
 /// Runs [`child_accept_at_fd_limit`] in a child process (its fd limit is lowered there).
 fn emfile_on_accept_backs_off_and_recovers(kind: BackendKind) -> Outcome {
-    in_child(EMFILE_CHILD, kind)
-}
-
-/// Runs the ignored trial `child` in a child process on `kind`'s backend (named by
-/// `CHILD_BACKEND`), passing its skip on.
-fn in_child(child: &str, kind: BackendKind) -> Outcome {
-    let exe = std::env::current_exe()?;
-    let out = Command::new(exe)
-        .args([
-            child,
-            "--exact",
-            "--ignored",
-            "--test-threads=1",
-            "--nocapture",
-        ])
-        .env(CHILD_BACKEND, kind.name())
-        .env_remove("RING_RT_BACKEND")
-        .output()?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    if stdout.contains(&format!("test {child} ... ignored")) {
-        let reason = stdout
-            .lines()
-            .find(|l| l.contains(child))
-            .unwrap_or_default();
-        return Ok(Completion::ignored_with(format!("child: {reason}")));
-    }
-    check!(
-        out.status.success() && stdout.contains("1 passed"),
-        "child {child} failed ({}):\n{stdout}\n{stderr}",
-        out.status
-    );
-    eprint!("{stderr}");
-    Ok(Completion::Completed)
-}
-
-/// The backend a child trial runs on; `None` outside a child.
-fn child_kind() -> Option<BackendKind> {
-    std::env::var(CHILD_BACKEND)
-        .ok()
-        .and_then(|k| BackendKind::parse(&k))
+    support::child(EMFILE_CHILD, kind, &[], CHILD_LIMIT)
 }
 
 /// At the fd limit, `incoming()` yields EMFILE and backs off (10 ms doubling to 1 s) instead
 /// of spinning; when fds free up it accepts every waiting connection.
-fn child_accept_at_fd_limit() -> Outcome {
+fn child_accept_at_fd_limit(kind: BackendKind) -> Outcome {
     const CLIENTS: usize = 20;
-    let Some(kind) = child_kind() else {
-        return Ok(Completion::ignored_with(
-            "runs only as the child of the EMFILE test",
-        ));
-    };
     let rt = runtime!(kind);
     let rt = &rt;
     rt.block_on(bounded(LIMIT, async {
@@ -598,17 +542,12 @@ fn dropped_incoming_leaves_its_connections_to_the_listener(kind: BackendKind) ->
 /// interrupts: its CQE carried the kernel's internal `ERESTARTSYS`, and the open failed
 /// with "Unknown error 512" (a run of the tests under random stops found it).
 fn an_open_waiting_across_a_stop_and_continue_opens(kind: BackendKind) -> Outcome {
-    in_child(STOP_CHILD, kind)
+    support::child(STOP_CHILD, kind, &[], CHILD_LIMIT)
 }
 
 /// The child of the test above: another process stops and continues this one while its
 /// open waits; a reader comes after that.
-fn child_open_across_a_stop() -> Outcome {
-    let Some(kind) = child_kind() else {
-        return Ok(Completion::ignored_with(
-            "runs only as the child of the stop-and-continue test",
-        ));
-    };
+fn child_open_across_a_stop(kind: BackendKind) -> Outcome {
     let rt = runtime!(kind);
     let fifo = std::env::temp_dir().join(format!("ring-rt-stop-{}", std::process::id()));
     support::mkfifo(&fifo)?;

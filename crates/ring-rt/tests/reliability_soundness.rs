@@ -1344,7 +1344,14 @@ fn drops_inside_a_turn_cancel_and_deregister(kind: BackendKind) -> Outcome {
         }
         drop(held);
         drop(held_socket);
-        sleep(Duration::from_millis(20)).await;
+        // The writes' orphans let the hostage socket go once their ops end: at once for a
+        // job still queued, at its completion for one a pool thread runs (a sleep of 20 ms
+        // was not always enough for that when the machine paused).
+        // SAFETY: F_GETFD on a number only asks whether it is open.
+        let closed = || unsafe { libc::fcntl(d_fd, libc::F_GETFD) } < 0;
+        support::wait_for(Duration::from_secs(5), closed)
+            .await
+            .map_err(|_| "the hostage socket was never closed")?;
         // The hostage socket was closed: a new socket on its fd number must work.
         drop(d_peer);
         let mut reused = None;
