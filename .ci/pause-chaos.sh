@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Every test binary of ring-core and ring-rt run under random pauses: the whole process is
-# stopped (SIGSTOP) for 20-300 ms every 0-50 ms and continued (SIGCONT), as a VM's paused
-# vCPU, Ctrl-Z and `fg`, `docker pause` or a debugger would. A test that assumes a short
-# sleep is still pending, or that another thread got somewhere within a few ms, fails here;
-# so does an op whose kernel worker the stop interrupts (an open came back "os error 512").
+# Every test binary of ring-core and ring-rt (unit tests too) run under random pauses: the
+# whole process is stopped (SIGSTOP) for 20-300 ms every 0-50 ms and continued (SIGCONT),
+# as a VM's paused vCPU, Ctrl-Z and `fg`, `docker pause` or a debugger would. A test that
+# assumes a short sleep is still pending, or that another thread got somewhere within a few
+# ms, fails here; so does an op whose kernel worker the stop interrupts (an open came back
+# "os error 512").
 # Not part of .ci/run (the pauses are random); run it after touching timing-sensitive tests:
 #
 #     ROUNDS=2 .ci/pause-chaos.sh
@@ -23,8 +24,9 @@ for line in sys.stdin:
         m = json.loads(line)
     except ValueError:
         continue
+    # Integration tests, and the unit tests of each crate (its lib built as a test).
     if m.get("reason") == "compiler-artifact" and m.get("executable") \
-            and "test" in m["target"]["kind"]:
+            and m["profile"]["test"] and "bench" not in m["target"]["kind"]:
         print(m["target"]["name"], m["executable"])
 ')
 failed=0
