@@ -5,9 +5,12 @@
 //! slots). On its first poll on a worker it spawns a small task there that waits on a
 //! ring-rt timer and then marks the sleep fired and wakes hyper's task. The sleep and its
 //! task signal each other through the state: dropping the sleep wakes the task, which exits;
-//! moving the deadline (`Timer::reset`, which hyper calls once per request on a keep-alive
-//! connection) keeps the task: a sooner deadline wakes it to re-arm its timer, a later one
-//! (hyper's case) is found when the old timer fires, so a request costs no extra wake.
+//! moving the deadline (`Timer::reset`) keeps the task: a sooner deadline wakes it to re-arm
+//! its timer, a later one is found when the old timer fires. hyper 1.x resets a header-read
+//! sleep only while it still has one: it drops the sleep once a request's head is parsed and
+//! makes a new one for the next, so a request whose head is not in the buffer yet when
+//! hyper first looks costs one such task (measured: 0.54 spawns per request with 50
+//! connections on one worker, 0.99 with 200; BENCHMARKS.md, twelfth session).
 //! A sleep polled where no ring-rt worker runs is armed on one process-wide helper thread
 //! instead (a heap of deadlines under a condvar).
 
@@ -27,10 +30,11 @@ use crate::worker::Core;
 /// **What it costs**: each sleep is one allocation (its shared state) plus hyper's box.
 /// A sleep that is polled and not yet due holds one small task (about 150 bytes plus the
 /// ring-rt timer it awaits) on the worker that polled it; the task exits when the sleep
-/// fires or is dropped. hyper keeps one header-read sleep per connection and moves its
-/// deadline per request ([`Timer::reset`](hyper::rt::Timer::reset), done in place here),
-/// so a server holds about one such task per connection. A sleep polled outside any ring-rt
-/// worker is served by one process-wide helper thread instead.
+/// fires or is dropped. A server holds at most one such task per connection; hyper 1.x
+/// makes a new header-read sleep for each request (and [`Timer::reset`](hyper::rt::Timer::reset),
+/// done in place here, only for a sleep it kept), so under load that can be a task spawned
+/// per request. A sleep polled outside any ring-rt worker is served by one process-wide
+/// helper thread instead.
 ///
 /// # Examples
 ///
