@@ -227,26 +227,21 @@ struct SpawnJob<F, Fut: Future> {
 
 impl<F: FnOnce() -> Fut, Fut: Future + 'static> SpawnJob<F, Fut> {
     fn run(mut self) {
+        // Aborted on its way, or the runtime is shutting the worker down, or (never: jobs
+        // run inside the worker's loop) no core here: the future is never built, as a
+        // blocking job is never started. `drop` then lets the factory go quietly and
+        // cancels (review BI: the factory's panic came out of `block_on`).
+        if self.state.is_abort_requested() || self.shared.is_stopping() {
+            return;
+        }
+        let Some(core) = Core::current() else {
+            return;
+        };
         let Some(make) = self.make.take() else {
             return;
         };
         self.shared.spawns_pending.fetch_sub(1, Ordering::Relaxed);
-        if self.state.is_abort_requested() || self.shared.is_stopping() {
-            // Aborted on its way, or the runtime is shutting the worker down: the future
-            // is never built (as a blocking job is never started). Its factory goes
-            // quietly, as in `drop` (review BI: its panic came out of `block_on`).
-            drop_quietly(make);
-            self.state.cancel_unrun();
-            return;
-        }
-        match Core::current() {
-            Some(core) => spawn_made(&core, make, self.state.clone()),
-            // Jobs run inside the worker's loop, where its core is current.
-            None => {
-                drop_quietly(make);
-                self.state.cancel_unrun();
-            }
-        }
+        spawn_made(&core, make, self.state.clone());
     }
 }
 
@@ -274,15 +269,13 @@ struct BlockingJob<F, R> {
 
 impl<F: FnOnce() -> R, R> BlockingJob<F, R> {
     fn run(mut self) {
+        if self.state.is_abort_requested() {
+            // Never started: `drop` lets the closure go quietly and cancels (review BI).
+            return;
+        }
         let Some(f) = self.f.take() else {
             return;
         };
-        if self.state.is_abort_requested() {
-            // Quietly, as in `drop` (review BI).
-            drop_quietly(f);
-            self.state.cancel_unrun();
-            return;
-        }
         let result = catch_unwind(AssertUnwindSafe(f)).map_err(JoinError::Panic);
         self.state.finish(result);
     }
