@@ -407,15 +407,6 @@ enum Round {
     Paused,
 }
 
-/// Pending, or (when ready) late enough that a pause explains it: `Ok(false)`.
-fn pending_before(polled: Poll<()>, deadline: Instant, what: &str) -> Result<bool, Failed> {
-    match polled {
-        Poll::Pending => Ok(true),
-        Poll::Ready(()) if Instant::now() >= deadline => Ok(false),
-        Poll::Ready(()) => Err(format!("{what} was ready before its deadline").into()),
-    }
-}
-
 /// Ends a paused round: its sleep's timer task goes before the next round counts tasks.
 async fn paused(
     rt: &ring_rt::Runtime,
@@ -423,12 +414,16 @@ async fn paused(
     sleep: Pin<Box<dyn hyper::rt::Sleep>>,
 ) -> Result<Round, Failed> {
     drop(sleep);
-    let ended = support::wait_for(Duration::from_secs(5), || rt.metrics().tasks_alive == base);
-    check!(
-        ended.await.is_ok(),
-        "a dropped sleep's timer task did not end"
-    );
+    tasks_back_to(rt, base, "a dropped sleep's timer task did not end").await?;
     Ok(Round::Paused)
+}
+
+/// Waits (5 s at most) until the runtime's live tasks are `base` again, else fails with
+/// `what`: a sleep's timer task ends at its own next turn, after the sleep.
+async fn tasks_back_to(rt: &ring_rt::Runtime, base: u64, what: &str) -> Result<(), Failed> {
+    let ended = support::wait_for(Duration::from_secs(5), || rt.metrics().tasks_alive == base);
+    check!(ended.await.is_ok(), "{what}");
+    Ok(())
 }
 
 async fn reset_rounds(rt: &ring_rt::Runtime, step: Duration) -> Result<Round, Failed> {
@@ -439,7 +434,7 @@ async fn reset_rounds(rt: &ring_rt::Runtime, step: Duration) -> Result<Round, Fa
     let alive = rt.metrics().tasks_alive;
     let start = Instant::now();
     timer.reset(&mut sleep, start + step);
-    if !pending_before(poll_once(&mut sleep), start + step, "a reset sleep")? {
+    if !support::pending_before(&poll_once(&mut sleep), start + step, "a reset sleep")? {
         return paused(rt, base, sleep).await;
     }
     check!(
@@ -450,7 +445,11 @@ async fn reset_rounds(rt: &ring_rt::Runtime, step: Duration) -> Result<Round, Fa
     check!(start.elapsed() >= step, "fired early");
     let rearmed = Instant::now() + step;
     timer.reset(&mut sleep, rearmed);
-    if !pending_before(poll_once(&mut sleep), rearmed, "a sleep reset after firing")? {
+    if !support::pending_before(
+        &poll_once(&mut sleep),
+        rearmed,
+        "a sleep reset after firing",
+    )? {
         return paused(rt, base, sleep).await;
     }
     sleep.await;
@@ -460,16 +459,17 @@ async fn reset_rounds(rt: &ring_rt::Runtime, step: Duration) -> Result<Round, Fa
     // (a VM under emulation) can come before its task's timer turn; the task then ends
     // at a later turn. Counting from a known base keeps a task that is still ending
     // from being taken for the next one.
-    let ended = support::wait_for(Duration::from_secs(5), || rt.metrics().tasks_alive == base);
-    check!(
-        ended.await.is_ok(),
-        "the first sleep's timer task did not end with its sleep"
-    );
+    tasks_back_to(
+        rt,
+        base,
+        "the first sleep's timer task did not end with its sleep",
+    )
+    .await?;
 
     // Later (hyper's per-request case): the task's timer fires first and re-arms.
     let deadline = Instant::now() + step;
     let mut sleep = timer.sleep(step);
-    if !pending_before(poll_once(&mut sleep), deadline, "a new sleep")? {
+    if !support::pending_before(&poll_once(&mut sleep), deadline, "a new sleep")? {
         return paused(rt, base, sleep).await;
     }
     check!(
@@ -480,11 +480,7 @@ async fn reset_rounds(rt: &ring_rt::Runtime, step: Duration) -> Result<Round, Fa
     timer.reset(&mut sleep, later);
     sleep.await;
     check!(Instant::now() >= later, "fired at the old deadline");
-    let ended = support::wait_for(Duration::from_secs(5), || rt.metrics().tasks_alive == base);
-    check!(
-        ended.await.is_ok(),
-        "the timer task did not end with its sleep"
-    );
+    tasks_back_to(rt, base, "the timer task did not end with its sleep").await?;
     Ok(Round::Done)
 }
 

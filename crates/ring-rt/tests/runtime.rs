@@ -212,8 +212,9 @@ fn many_timers_fire_in_order(kind: BackendKind) -> Outcome {
 }
 
 /// The order 50 sleeps due 2 ms apart fire in, whether each was pending at its first poll,
-/// and whether any ended (or was over at its first poll) before its deadline. Deadlines from one instant: under emulation a poll can take longer than the 2 ms
-/// spacing, which would reorder sleeps measured from each task's own first poll.
+/// and whether any ended before its deadline. Deadlines from one instant: under emulation
+/// a poll can take longer than the 2 ms spacing, which would reorder sleeps measured from
+/// each task's own first poll.
 async fn timers_in_order(ahead: Duration) -> (Vec<u64>, bool, bool) {
     let log = Rc::new(RefCell::new(Vec::new()));
     let (registered, early) = (Rc::new(Cell::new(true)), Rc::new(Cell::new(false)));
@@ -234,7 +235,7 @@ async fn timers_in_order(ahead: Duration) -> (Vec<u64>, bool, bool) {
                     registered.set(false);
                 }
                 nap.await;
-                // Checked after the first poll too: a ready one that was not due fails.
+                // After a first poll that was ready too: one that was not due fails.
                 if Instant::now() < deadline {
                     early.set(true);
                 }

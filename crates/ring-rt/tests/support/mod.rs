@@ -148,6 +148,23 @@ pub async fn wait_for(limit: Duration, mut done: impl FnMut() -> bool) -> Result
     Ok(())
 }
 
+/// What the first poll of a sleep due at `deadline` says: pending (`Ok(true)`), or ready
+/// late enough that a pause of the machine explains it (`Ok(false)`: that round proves
+/// nothing and runs again). Ready before its deadline fails, naming `what`.
+pub fn pending_before<T>(
+    polled: &std::task::Poll<T>,
+    deadline: std::time::Instant,
+    what: &str,
+) -> Result<bool, Failed> {
+    if polled.is_pending() {
+        return Ok(true);
+    }
+    if std::time::Instant::now() >= deadline {
+        return Ok(false);
+    }
+    Err(format!("{what} was ready before its deadline").into())
+}
+
 /// Bounds a whole test body: a hang becomes a failure, not a stuck CI.
 pub async fn bounded<T>(
     limit: Duration,
