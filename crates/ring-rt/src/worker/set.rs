@@ -253,8 +253,10 @@ impl<F, Fut: Future> Drop for SpawnJob<F, Fut> {
     /// longer unwind with the factory still to drop.
     fn drop(&mut self) {
         if let Some(make) = self.make.take() {
-            drop_quietly(make);
+            // No longer pending before the factory's captures drop: one that spawns sees
+            // the worker's load without this job (as `run` counted it before 93fe779).
             self.shared.spawns_pending.fetch_sub(1, Ordering::Relaxed);
+            drop_quietly(make);
             self.state.cancel_unrun();
         }
     }
