@@ -55,8 +55,20 @@ fn main() {
             hyper_timer_reset_moves_deadline_in_place,
         ),
         (
-            "dropped_hyper_sleeps_end_their_tasks",
-            dropped_hyper_sleeps_end_their_tasks,
+            "hyper_sleep_reset_sooner_elsewhere_fires_then",
+            hyper_sleep_reset_sooner_elsewhere_fires_then,
+        ),
+        (
+            "hyper_sleep_dropped_elsewhere_wakes_nobody",
+            hyper_sleep_dropped_elsewhere_wakes_nobody,
+        ),
+        (
+            "hyper_sleep_moves_to_the_runtime_polling_it",
+            hyper_sleep_moves_to_the_runtime_polling_it,
+        ),
+        (
+            "pending_hyper_sleeps_arm_timers_not_tasks",
+            pending_hyper_sleeps_arm_timers_not_tasks,
         ),
         (
             "hyper_sleep_polled_outside_runtime_fires",
@@ -387,14 +399,15 @@ async fn hyper_sleeps_in_order(
 }
 
 /// `Timer::reset` moves a pending sleep sooner or later and re-arms a fired one, keeping
-/// at most one timer task per sleep.
+/// at most one timer per sleep; a later deadline does not wake the sleep's task early.
 fn hyper_timer_reset_moves_deadline_in_place(kind: BackendKind) -> Outcome {
     let rt = runtime!(kind);
     // Each step polls a sleep before a deadline `step` ahead. A paused VM can let it pass
     // first (50 ms was not always enough): that round proves nothing and runs again with
     // steps 10 times as long. A sleep ready before its deadline fails at once.
     for step in [50, 500, 5_000].map(Duration::from_millis) {
-        if rt.block_on(reset_rounds(&rt, step))? == Round::Done {
+        let limit = 20 * step + Duration::from_secs(10);
+        if rt.block_on(support::bounded(limit, reset_rounds(&rt, step)))?? == Round::Done {
             return Ok(Completion::Completed);
         }
     }
@@ -407,42 +420,44 @@ enum Round {
     Paused,
 }
 
-/// Ends a paused round: its sleep's timer task goes before the next round counts tasks.
-async fn paused(
+/// Ends a paused round: its sleep and its timer go before the next round counts timers.
+fn paused(
     rt: &ring_rt::Runtime,
     base: u64,
     sleep: Pin<Box<dyn hyper::rt::Sleep>>,
 ) -> Result<Round, Failed> {
     drop(sleep);
-    tasks_back_to(rt, base, "a dropped sleep's timer task did not end").await?;
+    timers_are(rt, base, "after a paused round's sleep was dropped")?;
     Ok(Round::Paused)
 }
 
-/// Waits (5 s at most) until the runtime's live tasks are `base` again, else fails with
-/// `what`: a sleep's timer task ends at its own next turn, after the sleep.
-async fn tasks_back_to(rt: &ring_rt::Runtime, base: u64, what: &str) -> Result<(), Failed> {
-    let ended = support::wait_for(Duration::from_secs(5), || rt.metrics().tasks_alive == base);
-    check!(ended.await.is_ok(), "{what}");
+/// Fails unless the runtime (polled on its own worker) holds `expected` timers.
+fn timers_are(rt: &ring_rt::Runtime, expected: u64, when: &str) -> Result<(), Failed> {
+    let timers = rt.metrics().timers;
+    check!(
+        timers == expected,
+        "{timers} timers {when} (expected {expected})"
+    );
     Ok(())
 }
 
 async fn reset_rounds(rt: &ring_rt::Runtime, step: Duration) -> Result<Round, Failed> {
     let timer = HyperTimer::new();
-    let base = rt.metrics().tasks_alive;
+    // Once pending, the caller's bound is a timer too: counted from here.
+    ring_rt::yield_now().await;
+    let base = rt.metrics().timers;
     let mut sleep = timer.sleep(Duration::from_secs(60));
     check!(poll_once(&mut sleep).is_pending(), "a 60 s sleep was ready");
-    let alive = rt.metrics().tasks_alive;
+    timers_are(rt, base + 1, "after a pending poll")?;
     let start = Instant::now();
     timer.reset(&mut sleep, start + step);
     if !support::pending_before(&poll_once(&mut sleep), start + step, "a reset sleep")? {
-        return paused(rt, base, sleep).await;
+        return paused(rt, base, sleep);
     }
-    check!(
-        rt.metrics().tasks_alive == alive,
-        "reset spawned another task"
-    );
+    timers_are(rt, base + 1, "after a reset sooner")?;
     (&mut sleep).await;
     check!(start.elapsed() >= step, "fired early");
+    timers_are(rt, base, "after firing")?;
     let rearmed = Instant::now() + step;
     timer.reset(&mut sleep, rearmed);
     if !support::pending_before(
@@ -450,43 +465,146 @@ async fn reset_rounds(rt: &ring_rt::Runtime, step: Duration) -> Result<Round, Fa
         rearmed,
         "a sleep reset after firing",
     )? {
-        return paused(rt, base, sleep).await;
+        return paused(rt, base, sleep);
     }
     sleep.await;
     check!(Instant::now() >= rearmed, "re-armed sleep fired early");
+    timers_are(rt, base, "after the re-armed sleep fired")?;
 
-    // The sleep's own poll fires once its deadline has passed, which on a slow machine
-    // (a VM under emulation) can come before its task's timer turn; the task then ends
-    // at a later turn. Counting from a known base keeps a task that is still ending
-    // from being taken for the next one.
-    tasks_back_to(
-        rt,
-        base,
-        "the first sleep's timer task did not end with its sleep",
-    )
-    .await?;
-
-    // Later (hyper's per-request case): the task's timer fires first and re-arms.
+    // Later (hyper's per-request case): the old entry fires first and re-arms, waking
+    // nobody until the new deadline.
     let deadline = Instant::now() + step;
     let mut sleep = timer.sleep(step);
-    if !support::pending_before(&poll_once(&mut sleep), deadline, "a new sleep")? {
-        return paused(rt, base, sleep).await;
+    let wakes = Arc::new(CountWakes::default());
+    let waker = Waker::from(wakes.clone());
+    let polled = sleep.as_mut().poll(&mut Context::from_waker(&waker));
+    if !support::pending_before(&polled, deadline, "a new sleep")? {
+        return paused(rt, base, sleep);
     }
-    check!(
-        rt.metrics().tasks_alive == base + 1,
-        "a pending sleep did not get one timer task"
-    );
-    let later = Instant::now() + 2 * step;
+    let later = Instant::now() + 3 * step;
     timer.reset(&mut sleep, later);
+    ring_rt::time::sleep_until(deadline + step).await;
+    if Instant::now() >= later {
+        return paused(rt, base, sleep);
+    }
+    let woken = wakes.0.load(Ordering::SeqCst);
+    check!(woken == 0, "woken {woken} times before the later deadline");
+    timers_are(
+        rt,
+        base + 1,
+        "after the old deadline of a sleep reset later",
+    )?;
     sleep.await;
     check!(Instant::now() >= later, "fired at the old deadline");
-    tasks_back_to(rt, base, "the timer task did not end with its sleep").await?;
+    timers_are(rt, base, "after the sleep reset later fired")?;
     Ok(Round::Done)
 }
 
-/// Dropping pending sleeps ends their timer tasks and timers: nothing idles until the
-/// deadline.
-fn dropped_hyper_sleeps_end_their_tasks(kind: BackendKind) -> Outcome {
+/// A sleep moved sooner from another thread (hyper's sleeps are `Send`) fires at the new
+/// deadline once its task polls it again, and leaves no timer behind.
+fn hyper_sleep_reset_sooner_elsewhere_fires_then(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(async {
+        let timer = HyperTimer::new();
+        let base = rt.metrics().timers;
+        let mut sleep = timer.sleep(Duration::from_secs(60));
+        let wakes = Arc::new(CountWakes::default());
+        let waker = Waker::from(wakes.clone());
+        let polled = sleep.as_mut().poll(&mut Context::from_waker(&waker));
+        check!(polled.is_pending(), "a 60 s sleep was ready");
+        let soon = Instant::now() + Duration::from_millis(20);
+        std::thread::scope(|s| s.spawn(|| timer.reset(&mut sleep, soon)).join())
+            .map_err(|_| "reset on another thread panicked")?;
+        let woken = wakes.0.load(Ordering::SeqCst);
+        check!(
+            woken == 1,
+            "a reset sooner from elsewhere woke the task {woken} times"
+        );
+        let fired = ring_rt::time::timeout(Duration::from_secs(10), &mut sleep).await;
+        // `timeout` polls the sleep before its own timer, so a sleep nobody fires still
+        // completes at the 10 s bound: only an early finish shows a timer fired it.
+        let late = Instant::now().saturating_duration_since(soon);
+        check!(
+            fired.is_ok() && late < Duration::from_secs(5),
+            "the sleep moved sooner fired {late:?} late"
+        );
+        check!(Instant::now() >= soon, "fired before its new deadline");
+        timers_are(&rt, base, "after it fired")?;
+        Ok(Completion::Completed)
+    })
+}
+
+/// A pending sleep dropped on another thread: its entry stays on the worker until the
+/// deadline, then fires into nothing (the old waker is not woken) and is gone.
+fn hyper_sleep_dropped_elsewhere_wakes_nobody(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(async {
+        let timer = HyperTimer::new();
+        let base = rt.metrics().timers;
+        let deadline = Instant::now() + Duration::from_millis(20);
+        let mut sleep = timer.sleep_until(deadline);
+        let wakes = Arc::new(CountWakes::default());
+        let waker = Waker::from(wakes.clone());
+        let polled = sleep.as_mut().poll(&mut Context::from_waker(&waker));
+        if !support::pending_before(&polled, deadline, "a 20 ms sleep")? {
+            return Ok(Completion::Completed); // paused past it: nothing to test
+        }
+        std::thread::spawn(move || drop(sleep))
+            .join()
+            .map_err(|_| "drop on another thread panicked")?;
+        timers_are(&rt, base + 1, "after a drop elsewhere (its entry waits)")?;
+        let gone = support::wait_for(Duration::from_secs(5), || rt.metrics().timers == base);
+        check!(
+            gone.await.is_ok(),
+            "the stale entry did not go after its deadline"
+        );
+        let woken = wakes.0.load(Ordering::SeqCst);
+        check!(
+            woken == 0,
+            "a dropped sleep woke its old task {woken} times"
+        );
+        Ok(Completion::Completed)
+    })
+}
+
+/// A sleep first polled in one runtime and then awaited in another fires there, with the
+/// first still alive (not running) or already dropped.
+fn hyper_sleep_moves_to_the_runtime_polling_it(kind: BackendKind) -> Outcome {
+    for drop_first in [false, true] {
+        let first = runtime!(kind);
+        let second = runtime!(kind);
+        let timer = HyperTimer::new();
+        let deadline = Instant::now() + Duration::from_millis(50);
+        let mut sleep = timer.sleep_until(deadline);
+        let polled = first.block_on(async { poll_once(&mut sleep) });
+        if !support::pending_before(&polled, deadline, "a 50 ms sleep")? {
+            continue; // paused past it: this round proves nothing
+        }
+        if drop_first {
+            drop(first);
+        }
+        let fired = second.block_on(ring_rt::time::timeout(Duration::from_secs(10), &mut sleep));
+        // `timeout` polls the sleep before its own timer, so a sleep nobody fires still
+        // completes at the 10 s bound: only an early finish shows a timer fired it.
+        let late = Instant::now().saturating_duration_since(deadline);
+        check!(
+            fired.is_ok() && late < Duration::from_secs(5),
+            "a sleep moved to a second runtime fired {late:?} late (first dropped: {drop_first})"
+        );
+        check!(Instant::now() >= deadline, "fired early");
+        drop(sleep);
+        check!(
+            second.metrics().timers == 0,
+            "the second runtime kept a timer"
+        );
+    }
+    Ok(Completion::Completed)
+}
+
+/// A pending sleep polled on a worker arms one timer there and spawns nothing (hyper makes
+/// a sleep per request: a task each cost a spawn per request); dropping it on that worker
+/// removes its timer at once, so nothing idles until the deadline.
+fn pending_hyper_sleeps_arm_timers_not_tasks(kind: BackendKind) -> Outcome {
     const SLEEPS: usize = 1000;
     let rt = runtime!(kind);
     rt.block_on(async {
@@ -498,29 +616,28 @@ fn dropped_hyper_sleeps_end_their_tasks(kind: BackendKind) -> Outcome {
         for sleep in &mut sleeps {
             check!(poll_once(sleep).is_pending(), "a 30 s sleep was ready");
         }
-        // The timer tasks start and arm their timers (a loop turn runs at most 256 tasks).
-        let armed = settle(&rt, |m| m.timers >= before.timers + SLEEPS as u64).await;
+        let armed = rt.metrics();
         check!(
-            armed.tasks_alive == before.tasks_alive + SLEEPS as u64,
-            "tasks alive {} after polling {SLEEPS} sleeps (was {})",
+            (armed.tasks_alive, armed.timers)
+                == (before.tasks_alive, before.timers + SLEEPS as u64),
+            "after polling {SLEEPS} sleeps: {} tasks, {} timers (before: {}, {})",
             armed.tasks_alive,
-            before.tasks_alive
-        );
-        check!(
-            armed.timers >= SLEEPS as u64,
-            "{} timers armed",
-            armed.timers
-        );
-        drop(sleeps);
-        // The woken tasks see their sleeps gone and exit, dropping their timers.
-        let after = settle(&rt, |m| m.tasks_alive == before.tasks_alive).await;
-        check!(
-            (after.tasks_alive, after.timers) == (before.tasks_alive, before.timers),
-            "after drop: {} tasks, {} timers (before: {}, {})",
-            after.tasks_alive,
-            after.timers,
+            armed.timers,
             before.tasks_alive,
             before.timers
+        );
+        drop(sleeps);
+        let after = rt.metrics();
+        check!(
+            (after.tasks_alive, after.timers, after.tasks_spawned)
+                == (before.tasks_alive, before.timers, before.tasks_spawned),
+            "after drop: {} tasks, {} timers, {} spawned (before: {}, {}, {})",
+            after.tasks_alive,
+            after.timers,
+            after.tasks_spawned,
+            before.tasks_alive,
+            before.timers,
+            before.tasks_spawned
         );
         Ok(Completion::Completed)
     })
@@ -566,23 +683,19 @@ fn hyper_sleep_polled_outside_runtime_fires(_kind: BackendKind) -> Outcome {
     Ok(Completion::Completed)
 }
 
-/// Yields until `done` holds for the runtime's metrics (at most 100 times), and returns them.
-async fn settle(
-    rt: &ring_rt::Runtime,
-    done: impl Fn(&ring_rt::RuntimeMetrics) -> bool,
-) -> ring_rt::RuntimeMetrics {
-    for _ in 0..100 {
-        if done(&rt.metrics()) {
-            break;
-        }
-        ring_rt::yield_now().await;
-    }
-    rt.metrics()
-}
-
 /// Polls a hyper sleep once with a no-op waker.
 fn poll_once(sleep: &mut Pin<Box<dyn hyper::rt::Sleep>>) -> Poll<()> {
     sleep.as_mut().poll(&mut Context::from_waker(Waker::noop()))
+}
+
+/// Counts its wakes.
+#[derive(Default)]
+struct CountWakes(std::sync::atomic::AtomicUsize);
+
+impl Wake for CountWakes {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
 }
 
 /// Wakes a parked thread.

@@ -1,40 +1,44 @@
 //! `HyperTimer`: hyper's `Timer` (its sleeps must be `Send + Sync`) over ring-rt's
 //! per-worker, `!Send` timers (feature `hyper`).
 //!
-//! A hyper sleep is a shared state (`Arc<Mutex<State>>`: deadline, fired flag, two waker
-//! slots). On its first poll on a worker it spawns a small task there that waits on a
-//! ring-rt timer and then marks the sleep fired and wakes hyper's task. The sleep and its
-//! task signal each other through the state: dropping the sleep wakes the task, which exits;
-//! moving the deadline (`Timer::reset`) keeps the task: a sooner deadline wakes it to re-arm
-//! its timer, a later one is found when the old timer fires. hyper 1.x resets a header-read
-//! sleep only while it still has one: it drops the sleep once a request's head is parsed and
-//! makes a new one for the next, so a request whose head is not in the buffer yet when
-//! hyper first looks costs one such task (measured: 0.54 spawns per request with 50
-//! connections on one worker, 0.99 with 200; BENCHMARKS.md, twelfth session).
-//! A sleep polled where no ring-rt worker runs is armed on one process-wide helper thread
-//! instead (a heap of deadlines under a condvar).
+//! A hyper sleep is a shared state (`Arc<Shared>`: deadline, fired flag, hyper's waker, and
+//! who will fire it). Polled on a worker, it puts an entry straight into that worker's
+//! timers whose waker is the shared state itself: when the entry fires, the state marks the
+//! sleep fired and wakes hyper's task. No task is spawned: hyper 1.x makes a new
+//! header-read sleep for each request and drops it once the head is parsed, and a task per
+//! sleep cost a spawn per request (0.99 per request with 200 connections, BENCHMARKS.md,
+//! twelfth session). A drop on the worker removes the entry at once.
+//!
+//! The state is `Send`, the timers are not: only the worker's own thread touches its
+//! timers, and the state names that worker by its `Core::id` and the entry by its key.
+//! An entry can outlive what it was armed for (the sleep dropped or re-armed on another
+//! thread, or moved sooner from there): such a stale entry stays until its deadline and its
+//! firing is judged by the state alone (fire if due, else ignore or re-arm), so it can
+//! neither fire a sleep early nor leave one unarmed. A sleep polled where no ring-rt worker
+//! runs is armed on one process-wide helper thread instead (a heap of deadlines under a
+//! condvar).
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::future::Future;
 use std::pin::Pin;
+use std::rc::Rc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use crate::worker::Core;
+use crate::worker::{Core, TimerKey};
 
 /// ring-rt's timers for hyper: pass it to hyper's `Builder::timer` to enable timeouts such
 /// as `http1::Builder::header_read_timeout`.
 ///
 /// **What it costs**: each sleep is one allocation (its shared state) plus hyper's box.
-/// A sleep that is polled and not yet due holds one small task (about 150 bytes plus the
-/// ring-rt timer it awaits) on the worker that polled it; the task exits when the sleep
-/// fires or is dropped. A server holds at most one such task per connection; hyper 1.x
-/// makes a new header-read sleep for each request (and [`Timer::reset`](hyper::rt::Timer::reset),
-/// done in place here, only for a sleep it kept), so under load that can be a task spawned
-/// per request. A sleep polled outside any ring-rt worker is served by one process-wide
-/// helper thread instead.
+/// A sleep that is polled and not yet due is one entry in the timers of the worker that
+/// polled it, as a ring-rt [`Sleep`](crate::time::Sleep) is; no task. Dropped on that
+/// worker (hyper's case) it removes the entry at once; dropped on another thread, the
+/// entry (and the small shared state it keeps) stays until its deadline and then fires
+/// into nothing. [`Timer::reset`](hyper::rt::Timer::reset) moves a sleep in place. A sleep
+/// polled outside any ring-rt worker is served by one process-wide helper thread instead.
 ///
 /// # Examples
 ///
@@ -59,12 +63,13 @@ use crate::worker::Core;
 ///     timer.sleep(Duration::from_millis(5)).await;
 ///     assert!(start.elapsed() >= Duration::from_millis(5));
 ///
-///     // A dropped sleep ends its task at the worker's next turn.
+///     // A pending sleep is a timer of this worker, gone with the sleep.
 ///     let mut pending = timer.sleep(Duration::from_secs(60));
 ///     let waker = std::task::Waker::noop();
 ///     assert!(pending.as_mut().poll(&mut std::task::Context::from_waker(waker)).is_pending());
+///     assert_eq!(rt.metrics().timers, 1);
 ///     drop(pending);
-///     ring_rt::yield_now().await;
+///     assert_eq!(rt.metrics().timers, 0);
 /// });
 /// assert_eq!(rt.metrics().tasks_alive, 0);
 /// # Ok(())
@@ -94,7 +99,7 @@ impl hyper::rt::Timer for HyperTimer {
         Box::pin(HyperSleep::new(deadline))
     }
 
-    /// Moves a `HyperSleep` in place, so its task (if any) is kept and re-armed.
+    /// Moves a `HyperSleep` in place, keeping its timer entry where it can.
     fn reset(&self, sleep: &mut Pin<Box<dyn hyper::rt::Sleep>>, new_deadline: Instant) {
         match sleep.as_mut().downcast_mut_pin::<HyperSleep>() {
             Some(ours) => ours.get_mut().reset(new_deadline),
@@ -108,8 +113,10 @@ impl hyper::rt::Timer for HyperTimer {
 enum Armed {
     /// Nobody yet: the next poll arms it.
     No,
-    /// A timer task on the worker that first polled it.
-    Task,
+    /// The entry `key` in the timers of the worker whose `Core::id` is `worker`, set for at
+    /// most the sleep's deadline. It is in that map until it fires, and its firing then
+    /// comes to [`Shared::on_timer`] on that worker's thread.
+    Worker { worker: u64, key: TimerKey },
     /// The helper thread, through a heap entry of the current generation.
     Thread,
 }
@@ -118,26 +125,24 @@ enum Armed {
 struct State {
     deadline: Instant,
     is_fired: bool,
-    /// The `HyperSleep` was dropped: its timer task exits.
-    is_dropped: bool,
     armed: Armed,
     /// Bumped by each reset, so the helper thread ignores entries for an old deadline.
     generation: u64,
     /// The task that polled the sleep (hyper's connection), woken when it fires.
     waker: Option<Waker>,
-    /// The timer task, woken when the deadline moves sooner or the sleep is dropped.
-    timer_waker: Option<Waker>,
-    /// The deadline the timer task's ring-rt timer is set for (meaningful while `armed` is
-    /// `Task`). A later deadline needs no wake: the task re-arms when that timer fires.
-    task_deadline: Instant,
 }
 
-type Shared = Mutex<State>;
+/// The state behind a lock, and the waker of the sleep's timer entries (see
+/// [`on_timer`](Shared::on_timer)).
+struct Shared {
+    state: Mutex<State>,
+}
 
 /// Locks the state. A panic under this lock can leave no half-updated invariant (each
-/// critical section only stores fields), so a poisoned lock is used as is.
+/// critical section only stores fields and moves timer entries of its own thread's
+/// worker, whose map a panic leaves whole), so a poisoned lock is used as is.
 fn lock(shared: &Shared) -> MutexGuard<'_, State> {
-    shared.lock().unwrap_or_else(PoisonError::into_inner)
+    shared.state.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Wakes `waker`, if any (called after the lock is released).
@@ -159,6 +164,123 @@ fn fire_if_due(state: &mut State, now: Instant) -> Option<Option<Waker>> {
     Some(state.waker.take())
 }
 
+/// This thread's worker, if one runs here and can take a timer.
+fn this_worker() -> Option<Rc<Core>> {
+    Core::current().filter(|core| !core.is_shut_down())
+}
+
+/// What to do once the state is unlocked and the timers unborrowed: wakers to drop or
+/// wake (code that is not ours runs under neither), and an entry for the helper thread
+/// (whose queue lock is never taken under a sleep's).
+#[derive(Default)]
+#[must_use]
+struct Later {
+    /// An entry taken out of the timers (the sleep's own state: only counted down).
+    removed: Option<Waker>,
+    /// hyper's waker, replaced by a newer one or let go by a sleep that is done.
+    dropped: Option<Waker>,
+    wake: Option<Waker>,
+    /// Queued after the state says `Armed::Thread`: an entry that fires before it is
+    /// queued cannot exist, and one queued after a newer reset has an old generation.
+    register: Option<(Instant, u64, Weak<Shared>)>,
+}
+
+impl Later {
+    fn run(self) {
+        drop(self.removed);
+        drop(self.dropped);
+        if let Some((deadline, generation, shared)) = self.register {
+            helper::register(deadline, generation, shared);
+        }
+        wake(self.wake);
+    }
+}
+
+impl Shared {
+    /// If the sleep's entry is in `core`'s timers, takes it out (the sleep is no longer
+    /// armed there). An entry on another worker stays, stale, until its deadline.
+    fn disarm(state: &mut State, core: Option<&Core>) -> Option<Waker> {
+        let armed = std::mem::replace(&mut state.armed, Armed::No);
+        match (armed, core) {
+            (Armed::Worker { worker, key }, Some(core)) if core.id == worker => {
+                // Busy timers (never so in our callers, which run outside any borrow of
+                // them): the entry stays and is stale.
+                core.timers.try_borrow_mut().ok()?.remove(key)
+            }
+            _ => None,
+        }
+    }
+
+    /// Arms the sleep for its deadline on `core` (this thread's worker) or, without one, on
+    /// the helper thread. Any entry it had on this worker is replaced.
+    fn arm(self: &Arc<Self>, state: &mut State, core: Option<&Core>, later: &mut Later) {
+        later.removed = Shared::disarm(state, core);
+        let deadline = state.deadline;
+        let inserted = core.and_then(|core| {
+            let mut timers = core.timers.try_borrow_mut().ok()?;
+            Some((core.id, timers.insert(deadline, Waker::from(self.clone()))))
+        });
+        state.armed = match inserted {
+            Some((worker, key)) => Armed::Worker { worker, key },
+            None => {
+                later.register = Some((deadline, state.generation, Arc::downgrade(self)));
+                Armed::Thread
+            }
+        };
+    }
+
+    /// Whether the sleep is armed, where `core` runs, for no later than its deadline.
+    fn is_armed_for(state: &State, core: Option<&Core>) -> bool {
+        match (state.armed, core) {
+            (Armed::Worker { worker, key }, Some(core)) => {
+                core.id == worker && key.0 <= state.deadline
+            }
+            (Armed::Thread, None) => true,
+            _ => false,
+        }
+    }
+
+    /// An entry of this sleep fired on this thread's worker. It may be stale (see the
+    /// module's docs): only the armed entry's deadline having come counts, and then the
+    /// sleep fires if due or is armed again for a deadline moved later.
+    fn on_timer(self: &Arc<Self>) {
+        let core = this_worker();
+        let mut state = lock(self);
+        let (worker, key) = match state.armed {
+            Armed::Worker { worker, key } => (worker, key),
+            _ => return, // fired, dropped, reset or armed elsewhere since
+        };
+        let Some(core) = core.filter(|core| core.id == worker) else {
+            return; // an entry of this sleep from a worker it has since left
+        };
+        let now = Instant::now();
+        if now < key.0 {
+            return; // stale: the armed entry is still to come, and will fire itself
+        }
+        let mut later = Later::default();
+        match fire_if_due(&mut state, now) {
+            Some(waker) => {
+                later.removed = Shared::disarm(&mut state, Some(&core));
+                later.wake = waker;
+            }
+            // Reset later since it was armed: arm again for the new deadline.
+            None => self.arm(&mut state, Some(&core), &mut later),
+        }
+        drop(state);
+        later.run();
+    }
+}
+
+impl Wake for Shared {
+    fn wake(self: Arc<Self>) {
+        self.on_timer();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.on_timer();
+    }
+}
+
 /// The `hyper::rt::Sleep` of [`HyperTimer`]: `Send + Sync`, unlike ring-rt's own timers.
 pub(crate) struct HyperSleep {
     shared: Arc<Shared>,
@@ -169,60 +291,43 @@ impl HyperSleep {
         let state = State {
             deadline,
             is_fired: false,
-            is_dropped: false,
             armed: Armed::No,
             generation: 0,
             waker: None,
-            timer_waker: None,
-            task_deadline: deadline,
         };
         HyperSleep {
-            shared: Arc::new(Mutex::new(state)),
+            shared: Arc::new(Shared {
+                state: Mutex::new(state),
+            }),
         }
     }
 
+    /// Moves the deadline. A later deadline keeps the entry where it is (it fires early and
+    /// re-arms, one wake per deadline, not per reset: hyper moves its timeout later on each
+    /// request). A sooner one moves the entry at once on its own worker's thread; from
+    /// elsewhere it wakes the sleep's task, whose next poll moves it (the old entry, still
+    /// armed, fires the sleep at the old deadline if no poll comes). On the helper thread a
+    /// new entry is queued.
     fn reset(&mut self, deadline: Instant) {
+        let core = this_worker();
         let mut state = lock(&self.shared);
         state.deadline = deadline;
         state.is_fired = false;
         state.generation += 1;
-        if state.armed == Armed::Task {
-            // The task keeps serving this sleep. hyper moves its header timeout later on
-            // each request: the task then finds the new deadline when its timer fires and
-            // re-arms, without a wake per request. A sooner deadline must wake it now.
-            if deadline < state.task_deadline {
-                let timer = state.timer_waker.take();
-                drop(state);
-                wake(timer);
+        let mut later = Later::default();
+        match state.armed {
+            Armed::No => {}
+            Armed::Worker { key, .. } if key.0 <= deadline => {}
+            Armed::Worker { worker, .. } if core.as_ref().is_some_and(|c| c.id == worker) => {
+                self.shared.arm(&mut state, core.as_deref(), &mut later);
             }
-        } else {
-            state.armed = Armed::No;
-        }
-    }
-
-    /// Hands the sleep to the current worker (a timer task) or, outside ring-rt, to the
-    /// helper thread. Called with the lock held and `armed == No`.
-    fn arm(&self, mut state: MutexGuard<'_, State>) {
-        let deadline = state.deadline;
-        match Core::current() {
-            Some(core) => {
-                state.armed = Armed::Task;
-                drop(state);
-                let task = TimerTask {
-                    shared: self.shared.clone(),
-                    sleep: crate::time::sleep_until(deadline),
-                    is_done: false,
-                };
-                // Detached: the task ends itself when the sleep fires or is dropped.
-                drop(core.spawn(task));
-            }
-            None => {
-                state.armed = Armed::Thread;
-                let generation = state.generation;
-                drop(state);
-                helper::register(deadline, generation, Arc::downgrade(&self.shared));
+            Armed::Worker { .. } => later.wake = state.waker.clone(),
+            Armed::Thread => {
+                later.register = Some((deadline, state.generation, Arc::downgrade(&self.shared)));
             }
         }
+        drop(state);
+        later.run();
     }
 }
 
@@ -230,17 +335,31 @@ impl Future for HyperSleep {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let core = this_worker();
         let mut state = lock(&self.shared);
-        if state.is_fired || fire_if_due(&mut state, Instant::now()).is_some() {
+        if state.is_fired {
+            return Poll::Ready(());
+        }
+        let mut later = Later::default();
+        if let Some(waker) = fire_if_due(&mut state, Instant::now()) {
+            // Due before its entry fired: the entry goes (here, or stale elsewhere).
+            // Its own poll sees it ready: no wake (a waker of an earlier poller is let go,
+            // as only the owner of the `&mut` polls a sleep).
+            later.removed = Shared::disarm(&mut state, core.as_deref());
+            later.dropped = waker;
+            drop(state);
+            later.run();
             return Poll::Ready(());
         }
         match &mut state.waker {
             Some(w) if w.will_wake(cx.waker()) => {}
-            slot => *slot = Some(cx.waker().clone()),
+            slot => later.dropped = slot.replace(cx.waker().clone()),
         }
-        if state.armed == Armed::No {
-            self.arm(state);
+        if !Shared::is_armed_for(&state, core.as_deref()) {
+            self.shared.arm(&mut state, core.as_deref(), &mut later);
         }
+        drop(state);
+        later.run();
         Poll::Pending
     }
 }
@@ -248,77 +367,18 @@ impl Future for HyperSleep {
 impl hyper::rt::Sleep for HyperSleep {}
 
 impl Drop for HyperSleep {
+    /// On the worker that armed it, its entry goes now; elsewhere the entry stays until its
+    /// deadline and then finds the sleep disarmed (a helper-thread entry fails to upgrade).
     fn drop(&mut self) {
+        let core = this_worker();
         let mut state = lock(&self.shared);
-        state.is_dropped = true;
-        let timer = state.timer_waker.take();
+        let later = Later {
+            removed: Shared::disarm(&mut state, core.as_deref()),
+            dropped: state.waker.take(),
+            ..Later::default()
+        };
         drop(state);
-        // The timer task wakes, sees the sleep gone and exits (a helper-thread entry just
-        // fails to upgrade when its deadline comes).
-        wake(timer);
-    }
-}
-
-/// The task that fires one sleep from a ring-rt timer on its worker.
-struct TimerTask {
-    shared: Arc<Shared>,
-    sleep: crate::time::Sleep,
-    /// It returned `Ready` and gave up the sleep, which a newer task may now hold.
-    is_done: bool,
-}
-
-impl Future for TimerTask {
-    type Output = ();
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let this = &mut *self;
-        loop {
-            let mut state = lock(&this.shared);
-            if state.is_dropped {
-                state.armed = Armed::No;
-                this.is_done = true;
-                return Poll::Ready(());
-            }
-            if let Some(waker) = fire_if_due(&mut state, Instant::now()) {
-                state.armed = Armed::No;
-                this.is_done = true;
-                drop(state);
-                wake(waker);
-                return Poll::Ready(());
-            }
-            match &mut state.timer_waker {
-                Some(w) if w.will_wake(cx.waker()) => {}
-                slot => *slot = Some(cx.waker().clone()),
-            }
-            let deadline = state.deadline;
-            state.task_deadline = deadline;
-            drop(state);
-            if this.sleep.deadline() != deadline {
-                this.sleep.reset(deadline);
-            }
-            // Ready means the deadline read above has passed: the next turn fires it.
-            if Pin::new(&mut this.sleep).poll(cx).is_pending() {
-                return Poll::Pending;
-            }
-        }
-    }
-}
-
-impl Drop for TimerTask {
-    /// Dropped unfinished (the runtime shut down): the sleep is re-armed at its next poll,
-    /// which is woken now so a waiter does not hang on a task that no longer exists.
-    fn drop(&mut self) {
-        if self.is_done {
-            return;
-        }
-        let mut state = lock(&self.shared);
-        if state.armed != Armed::Task {
-            return;
-        }
-        state.armed = Armed::No;
-        let waker = state.waker.take();
-        drop(state);
-        wake(waker);
+        later.run();
     }
 }
 

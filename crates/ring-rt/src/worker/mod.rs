@@ -26,7 +26,7 @@ pub(crate) use config::WorkerConfig;
 use context::CurrentGuard;
 use set::WorkerSet;
 pub(crate) use threads::Workers;
-pub(crate) use timers::{deadline_after, TimerEntry, Timers, FOREVER};
+pub(crate) use timers::{deadline_after, TimerEntry, TimerKey, Timers, FOREVER};
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -92,6 +92,16 @@ pub struct Core {
     /// Every worker of the runtime (set once they all started): what `Handle::current`
     /// gives on this worker's thread.
     pub(crate) set: Arc<OnceLock<Arc<WorkerSet>>>,
+    /// Unique in the process for its whole life (never reused, unlike the core's address):
+    /// how state shared across threads (a hyper sleep) names the worker whose timers hold
+    /// its entry.
+    pub(crate) id: u64,
+}
+
+/// A number no core had before (a `u64` counted up cannot wrap in a process's life).
+fn next_core_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 /// Work a drop could not do because the backend was busy.
@@ -131,6 +141,7 @@ impl Core {
             cancelled_elsewhere: RefCell::new(Vec::new()),
             drained: RefCell::default(),
             set,
+            id: next_core_id(),
         }
     }
 

@@ -42,7 +42,7 @@ impl Timers {
     }
 
     /// Removes timer `key`; its waker is returned, as for `replace`.
-    fn remove(&mut self, key: TimerKey) -> Option<Waker> {
+    pub(crate) fn remove(&mut self, key: TimerKey) -> Option<Waker> {
         self.map.remove(&key)
     }
 
