@@ -26,7 +26,9 @@ pub(crate) use config::WorkerConfig;
 use context::CurrentGuard;
 use set::WorkerSet;
 pub(crate) use threads::Workers;
-pub(crate) use timers::{deadline_after, TimerEntry, TimerKey, Timers, FOREVER};
+#[cfg(feature = "hyper")]
+pub(crate) use timers::TimerKey;
+pub(crate) use timers::{deadline_after, TimerEntry, Timers, FOREVER};
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -95,6 +97,7 @@ pub struct Core {
     /// Unique in the process for its whole life (never reused, unlike the core's address):
     /// how state shared across threads (a hyper sleep) names the worker whose timers hold
     /// its entry.
+    #[cfg_attr(not(feature = "hyper"), allow(dead_code))]
     pub(crate) id: u64,
 }
 
