@@ -14,6 +14,7 @@ mod example;
 use std::cell::RefCell;
 use std::io::{ErrorKind, Read, Write};
 use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::process::Command;
 use std::rc::Rc;
@@ -65,6 +66,14 @@ fn main() {
         (
             "hyper_sleep_moves_to_the_runtime_polling_it",
             hyper_sleep_moves_to_the_runtime_polling_it,
+        ),
+        (
+            "a_sleep_moving_back_and_forth_keeps_one_entry_per_worker",
+            a_sleep_moving_back_and_forth_keeps_one_entry_per_worker,
+        ),
+        (
+            "a_waker_panicking_in_drop_loses_no_wake",
+            a_waker_panicking_in_drop_loses_no_wake,
         ),
         (
             "pending_hyper_sleeps_arm_timers_not_tasks",
@@ -599,6 +608,87 @@ fn hyper_sleep_moves_to_the_runtime_polling_it(kind: BackendKind) -> Outcome {
         );
     }
     Ok(Completion::Completed)
+}
+
+/// A sleep polled back and forth between two runtimes, and between a runtime and a plain
+/// thread, keeps at most one entry in each worker's timers; dropped on a worker, it leaves
+/// none there (one left on another worker waits for its deadline).
+fn a_sleep_moving_back_and_forth_keeps_one_entry_per_worker(kind: BackendKind) -> Outcome {
+    const MOVES: usize = 100;
+    let a = runtime!(kind);
+    let b = runtime!(kind);
+    let timer = HyperTimer::new();
+    let mut sleep = timer.sleep(Duration::from_secs(30));
+    for round in 0..MOVES {
+        check!(
+            a.block_on(async { poll_once(&mut sleep) }).is_pending(),
+            "a 30 s sleep was ready"
+        );
+        let _ = b.block_on(async { poll_once(&mut sleep) });
+        let _ = poll_once(&mut sleep); // on this thread: the helper thread's
+        let (ta, tb) = (a.metrics().timers, b.metrics().timers);
+        check!(
+            ta <= 1 && tb <= 1,
+            "after {} moves: {ta} timers in one runtime, {tb} in the other",
+            3 * (round + 1)
+        );
+    }
+    a.block_on(async move {
+        let _ = poll_once(&mut sleep);
+        drop(sleep);
+    });
+    timers_are(&a, 0, "after the sleep was dropped on that worker")?;
+    Ok(Completion::Completed)
+}
+
+/// A poll that arms a sleep on the helper thread and then lets go of an old waker whose
+/// drop panics: the panic comes out of that poll, but the sleep is armed and its new waker
+/// is woken at the deadline.
+fn a_waker_panicking_in_drop_loses_no_wake(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let timer = HyperTimer::new();
+    let deadline = Instant::now() + Duration::from_millis(100);
+    let mut sleep = timer.sleep_until(deadline);
+    let polled = rt.block_on(async {
+        let waker = Waker::from(Arc::new(PanicsOnDrop));
+        sleep.as_mut().poll(&mut Context::from_waker(&waker))
+    });
+    if !support::pending_before(&polled, deadline, "a 100 ms sleep")? {
+        return Ok(Completion::Completed); // paused past it: nothing to test
+    }
+    let wakes = Arc::new(CountWakes::default());
+    let waker = Waker::from(wakes.clone());
+    let poll = || sleep.as_mut().poll(&mut Context::from_waker(&waker));
+    let out = support::expecting_panics(|| std::panic::catch_unwind(AssertUnwindSafe(poll)));
+    check!(
+        out.is_err(),
+        "the old waker's drop did not panic (nothing tested)"
+    );
+    let start = Instant::now();
+    while wakes.0.load(Ordering::SeqCst) == 0 {
+        check!(
+            start.elapsed() < Duration::from_secs(5),
+            "the sleep never woke its new waker"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    check!(Instant::now() >= deadline, "woken before the deadline");
+    Ok(Completion::Completed)
+}
+
+/// A waker whose drop panics (not while unwinding).
+struct PanicsOnDrop;
+
+impl Wake for PanicsOnDrop {
+    fn wake(self: Arc<Self>) {}
+}
+
+impl Drop for PanicsOnDrop {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            panic!("a waker panicking as it drops");
+        }
+    }
 }
 
 /// A pending sleep polled on a worker arms one timer there and spawns nothing (hyper makes

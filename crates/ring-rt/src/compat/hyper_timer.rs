@@ -7,19 +7,18 @@
 //! sleep fired and wakes hyper's task. No task is spawned: hyper 1.x makes a new
 //! header-read sleep for each request and drops it once the head is parsed, and a task per
 //! sleep cost a spawn per request (0.99 per request with 200 connections, BENCHMARKS.md,
-//! twelfth session). A drop on the worker removes the entry at once.
+//! twelfth session). A drop on the worker removes its entry there at once.
 //!
-//! The state is `Send`, the timers are not: only the worker's own thread touches its
-//! timers, and the state names that worker by its `Core::id` and the entry by its key.
-//! An entry can outlive what it was armed for (the sleep dropped or re-armed on another
-//! thread, or moved sooner from there): such a stale entry stays until its deadline and its
-//! firing is judged by the state alone (fire if due, else ignore or re-arm), so it can
-//! neither fire a sleep early nor leave one unarmed. A sleep polled where no ring-rt worker
-//! runs is armed on one process-wide helper thread instead (a heap of deadlines under a
-//! condvar).
+//! The state is `Send`, the timers are not: only a worker's own thread touches its timers,
+//! and the state names the worker by its `Core::id` and the entry by its key. A sleep
+//! dropped, moved or re-armed on another thread leaves its entry where it was, to fire
+//! stale at its deadline; the state keeps a record of it (at most one entry per worker),
+//! so the entry goes as soon as the sleep is armed or dropped on that worker again. A
+//! firing entry is judged by the state alone (fire if due, else ignore or re-arm), so none
+//! fires a sleep early or leaves one unarmed. A sleep polled where no ring-rt worker runs
+//! is armed on one process-wide helper thread instead (an ordered map of deadlines under a
+//! condvar, from which a dropped or moved sleep's entry is removed).
 
-use std::cmp::Ordering;
-use std::collections::BinaryHeap;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -35,10 +34,13 @@ use crate::worker::{Core, TimerKey};
 /// **What it costs**: each sleep is one allocation (its shared state) plus hyper's box.
 /// A sleep that is polled and not yet due is one entry in the timers of the worker that
 /// polled it, as a ring-rt [`Sleep`](crate::time::Sleep) is; no task. Dropped on that
-/// worker (hyper's case) it removes the entry at once; dropped on another thread, the
-/// entry (and the small shared state it keeps) stays until its deadline and then fires
-/// into nothing. [`Timer::reset`](hyper::rt::Timer::reset) moves a sleep in place. A sleep
-/// polled outside any ring-rt worker is served by one process-wide helper thread instead.
+/// worker (hyper's case) it removes the entry at once. A sleep dropped on another thread,
+/// or moved to another worker, leaves its entry (holding the small shared state) until its
+/// deadline, when it fires into nothing: at most one per worker the sleep was armed on,
+/// and one that comes back to a worker takes its old entry there out.
+/// [`Timer::reset`](hyper::rt::Timer::reset) moves a sleep in place; a `reset` that
+/// panics (a waker's `clone` did) leaves the deadline as it was. A sleep polled outside any
+/// ring-rt worker is served by one process-wide helper thread instead.
 ///
 /// # Examples
 ///
@@ -117,17 +119,25 @@ enum Armed {
     /// most the sleep's deadline. It is in that map until it fires, and its firing then
     /// comes to [`Shared::on_timer`] on that worker's thread.
     Worker { worker: u64, key: TimerKey },
-    /// The helper thread, through a heap entry of the current generation.
-    Thread,
+    /// The entry `key` in the helper thread's queue, set for the sleep's deadline.
+    Thread { key: helper::Key },
 }
+
+/// How many entries left on workers a sleep moved away from it keeps track of (see
+/// `State::left`). A sleep moves between workers only when a program moves it (hyper's stay
+/// on their connection's worker), and a record forgotten beyond this many only means its
+/// entry waits for its deadline instead of going when the sleep comes back.
+const LEFT_RECORDS: usize = 8;
 
 /// What a sleep and whoever fires it share.
 struct State {
     deadline: Instant,
     is_fired: bool,
     armed: Armed,
-    /// Bumped by each reset, so the helper thread ignores entries for an old deadline.
-    generation: u64,
+    /// Entries left in the timers of workers the sleep was armed on before it moved on: at
+    /// most one per worker (arming on a worker takes that worker's old entry out), each
+    /// gone when it fires there or when the sleep is armed or dropped there again.
+    left: Vec<(u64, TimerKey)>,
     /// The task that polled the sleep (hyper's connection), woken when it fires.
     waker: Option<Waker>,
 }
@@ -138,18 +148,11 @@ struct Shared {
     state: Mutex<State>,
 }
 
-/// Locks the state. A panic under this lock can leave no half-updated invariant (each
-/// critical section only stores fields and moves timer entries of its own thread's
-/// worker, whose map a panic leaves whole), so a poisoned lock is used as is.
+/// Locks the state. The only code not ours that runs under this lock is a waker's clone,
+/// and each critical section clones before it changes anything; so a panic there leaves
+/// the state as it was, and a poisoned lock is used as is.
 fn lock(shared: &Shared) -> MutexGuard<'_, State> {
     shared.state.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// Wakes `waker`, if any (called after the lock is released).
-fn wake(waker: Option<Waker>) {
-    if let Some(waker) = waker {
-        waker.wake();
-    }
 }
 
 /// Marks the sleep fired if its deadline has passed, and returns hyper's waker to wake.
@@ -169,52 +172,47 @@ fn this_worker() -> Option<Rc<Core>> {
     Core::current().filter(|core| !core.is_shut_down())
 }
 
-/// What to do once the state is unlocked and the timers unborrowed: wakers to drop or
-/// wake (code that is not ours runs under neither), and an entry for the helper thread
-/// (whose queue lock is never taken under a sleep's).
-#[derive(Default)]
-#[must_use]
-struct Later {
-    /// An entry taken out of the timers (the sleep's own state: only counted down).
-    removed: Option<Waker>,
-    /// hyper's waker, replaced by a newer one or let go by a sleep that is done.
-    dropped: Option<Waker>,
-    wake: Option<Waker>,
-    /// Queued after the state says `Armed::Thread`: an entry that fires before it is
-    /// queued cannot exist, and one queued after a newer reset has an old generation.
-    register: Option<(Instant, u64, Weak<Shared>)>,
-}
-
-impl Later {
-    fn run(self) {
-        drop(self.removed);
-        drop(self.dropped);
-        if let Some((deadline, generation, shared)) = self.register {
-            helper::register(deadline, generation, shared);
-        }
-        wake(self.wake);
+/// Takes entry `key` out of `core`'s timers (we are on its thread). Its waker is this
+/// sleep's own state, and the caller holds another reference to it: dropping it only
+/// counts down, so it is dropped here, under the lock. Timers already borrowed (never so
+/// for our callers, which run outside any borrow of them) leave the entry to fire stale.
+fn remove_entry(core: &Core, key: TimerKey) {
+    if let Ok(mut timers) = core.timers.try_borrow_mut() {
+        drop(timers.remove(key));
     }
 }
 
 impl Shared {
-    /// If the sleep's entry is in `core`'s timers, takes it out (the sleep is no longer
-    /// armed there). An entry on another worker stays, stale, until its deadline.
-    fn disarm(state: &mut State, core: Option<&Core>) -> Option<Waker> {
-        let armed = std::mem::replace(&mut state.armed, Armed::No);
-        match (armed, core) {
-            (Armed::Worker { worker, key }, Some(core)) if core.id == worker => {
-                // Busy timers (never so in our callers, which run outside any borrow of
-                // them): the entry stays and is stale.
-                core.timers.try_borrow_mut().ok()?.remove(key)
+    /// Takes the sleep's armed entry away: out of `core`'s timers when it is there, out of
+    /// the helper's queue, or (on another worker, whose timers only its thread may touch)
+    /// into `left`. `core`'s own left entry goes too.
+    fn disarm(state: &mut State, core: Option<&Core>) {
+        match std::mem::replace(&mut state.armed, Armed::No) {
+            Armed::No => {}
+            Armed::Worker { worker, key } if core.is_some_and(|c| c.id == worker) => {
+                if let Some(core) = core {
+                    remove_entry(core, key);
+                }
             }
-            _ => None,
+            Armed::Worker { worker, key } => {
+                if state.left.len() == LEFT_RECORDS {
+                    state.left.remove(0); // forgotten: it fires stale at its deadline
+                }
+                state.left.push((worker, key));
+            }
+            Armed::Thread { key } => helper::remove(key),
+        }
+        if let Some(core) = core {
+            if let Some(i) = state.left.iter().position(|&(w, _)| w == core.id) {
+                remove_entry(core, state.left.swap_remove(i).1);
+            }
         }
     }
 
     /// Arms the sleep for its deadline on `core` (this thread's worker) or, without one, on
-    /// the helper thread. Any entry it had on this worker is replaced.
-    fn arm(self: &Arc<Self>, state: &mut State, core: Option<&Core>, later: &mut Later) {
-        later.removed = Shared::disarm(state, core);
+    /// the helper thread, replacing what armed it before.
+    fn arm(self: &Arc<Self>, state: &mut State, core: Option<&Core>) {
+        Shared::disarm(state, core);
         let deadline = state.deadline;
         let inserted = core.and_then(|core| {
             let mut timers = core.timers.try_borrow_mut().ok()?;
@@ -222,10 +220,9 @@ impl Shared {
         });
         state.armed = match inserted {
             Some((worker, key)) => Armed::Worker { worker, key },
-            None => {
-                later.register = Some((deadline, state.generation, Arc::downgrade(self)));
-                Armed::Thread
-            }
+            None => Armed::Thread {
+                key: helper::insert(deadline, Arc::downgrade(self)),
+            },
         };
     }
 
@@ -235,39 +232,47 @@ impl Shared {
             (Armed::Worker { worker, key }, Some(core)) => {
                 core.id == worker && key.0 <= state.deadline
             }
-            (Armed::Thread, None) => true,
+            (Armed::Thread { .. }, None) => true,
             _ => false,
         }
     }
 
-    /// An entry of this sleep fired on this thread's worker. It may be stale (see the
-    /// module's docs): only the armed entry's deadline having come counts, and then the
-    /// sleep fires if due or is armed again for a deadline moved later.
+    /// An entry of this sleep fired on this thread's worker. It may be a left one, or the
+    /// armed one: only the armed entry's deadline having come counts, and then the sleep
+    /// fires if due or is armed again for a deadline moved later.
     fn on_timer(self: &Arc<Self>) {
-        let core = this_worker();
-        let mut state = lock(self);
-        let (worker, key) = match state.armed {
-            Armed::Worker { worker, key } => (worker, key),
-            _ => return, // fired, dropped, reset or armed elsewhere since
-        };
-        let Some(core) = core.filter(|core| core.id == worker) else {
-            return; // an entry of this sleep from a worker it has since left
+        let Some(core) = this_worker() else {
+            return; // entries fire on their worker's thread only
         };
         let now = Instant::now();
-        if now < key.0 {
-            return; // stale: the armed entry is still to come, and will fire itself
+        let mut state = lock(self);
+        // A left entry of this worker that was due has fired (or will, in this same turn).
+        if let Some(i) = state
+            .left
+            .iter()
+            .position(|&(w, key)| w == core.id && key.0 <= now)
+        {
+            remove_entry(&core, state.left.swap_remove(i).1);
         }
-        let mut later = Later::default();
-        match fire_if_due(&mut state, now) {
+        match state.armed {
+            Armed::Worker { worker, key } if worker == core.id && key.0 <= now => {}
+            _ => return, // fired, dropped, armed elsewhere, or its entry still to come
+        }
+        let waker = match fire_if_due(&mut state, now) {
             Some(waker) => {
-                later.removed = Shared::disarm(&mut state, Some(&core));
-                later.wake = waker;
+                Shared::disarm(&mut state, Some(&core));
+                waker
             }
             // Reset later since it was armed: arm again for the new deadline.
-            None => self.arm(&mut state, Some(&core), &mut later),
-        }
+            None => {
+                self.arm(&mut state, Some(&core));
+                None
+            }
+        };
         drop(state);
-        later.run();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
     }
 }
 
@@ -292,7 +297,7 @@ impl HyperSleep {
             deadline,
             is_fired: false,
             armed: Armed::No,
-            generation: 0,
+            left: Vec::new(),
             waker: None,
         };
         HyperSleep {
@@ -302,32 +307,40 @@ impl HyperSleep {
         }
     }
 
-    /// Moves the deadline. A later deadline keeps the entry where it is (it fires early and
-    /// re-arms, one wake per deadline, not per reset: hyper moves its timeout later on each
-    /// request). A sooner one moves the entry at once on its own worker's thread; from
-    /// elsewhere it wakes the sleep's task, whose next poll moves it (the old entry, still
-    /// armed, fires the sleep at the old deadline if no poll comes). On the helper thread a
-    /// new entry is queued.
+    /// Moves the deadline. A later deadline keeps a worker's entry where it is (it fires
+    /// early and re-arms, one wake per deadline, not per reset: hyper moves its timeout
+    /// later on each request). A sooner one moves the entry at once on its own worker's
+    /// thread; from elsewhere it wakes the sleep's task, whose next poll moves it (the old
+    /// entry, still armed, fires the sleep at the old deadline if no poll comes). The
+    /// helper thread's entry is moved in its queue.
     fn reset(&mut self, deadline: Instant) {
         let core = this_worker();
         let mut state = lock(&self.shared);
+        let is_away_sooner = match state.armed {
+            Armed::Worker { worker, key } => {
+                deadline < key.0 && core.as_ref().is_none_or(|c| c.id != worker)
+            }
+            _ => false,
+        };
+        // Cloned before anything changes (see `lock`).
+        let to_wake = if is_away_sooner {
+            state.waker.clone()
+        } else {
+            None
+        };
         state.deadline = deadline;
         state.is_fired = false;
-        state.generation += 1;
-        let mut later = Later::default();
         match state.armed {
+            Armed::Worker { key, .. } if key.0 <= deadline || is_away_sooner => {}
+            Armed::Worker { .. } => self.shared.arm(&mut state, core.as_deref()),
+            // Stays with the helper: its poller runs where no worker does.
+            Armed::Thread { .. } => self.shared.arm(&mut state, None),
             Armed::No => {}
-            Armed::Worker { key, .. } if key.0 <= deadline => {}
-            Armed::Worker { worker, .. } if core.as_ref().is_some_and(|c| c.id == worker) => {
-                self.shared.arm(&mut state, core.as_deref(), &mut later);
-            }
-            Armed::Worker { .. } => later.wake = state.waker.clone(),
-            Armed::Thread => {
-                later.register = Some((deadline, state.generation, Arc::downgrade(&self.shared)));
-            }
         }
         drop(state);
-        later.run();
+        if let Some(waker) = to_wake {
+            waker.wake();
+        }
     }
 }
 
@@ -340,26 +353,28 @@ impl Future for HyperSleep {
         if state.is_fired {
             return Poll::Ready(());
         }
-        let mut later = Later::default();
+        // Its own poll sees it ready: no wake (the waker of an earlier poll is let go, as
+        // only the owner of the `&mut` polls a sleep).
         if let Some(waker) = fire_if_due(&mut state, Instant::now()) {
-            // Due before its entry fired: the entry goes (here, or stale elsewhere).
-            // Its own poll sees it ready: no wake (a waker of an earlier poller is let go,
-            // as only the owner of the `&mut` polls a sleep).
-            later.removed = Shared::disarm(&mut state, core.as_deref());
-            later.dropped = waker;
+            Shared::disarm(&mut state, core.as_deref());
             drop(state);
-            later.run();
+            drop(waker);
             return Poll::Ready(());
         }
-        match &mut state.waker {
-            Some(w) if w.will_wake(cx.waker()) => {}
-            slot => later.dropped = slot.replace(cx.waker().clone()),
-        }
+        let replaced = match &state.waker {
+            Some(w) if w.will_wake(cx.waker()) => None,
+            _ => {
+                // Cloned before anything changes (see `lock`).
+                let waker = cx.waker().clone();
+                state.waker.replace(waker)
+            }
+        };
         if !Shared::is_armed_for(&state, core.as_deref()) {
-            self.shared.arm(&mut state, core.as_deref(), &mut later);
+            self.shared.arm(&mut state, core.as_deref());
         }
         drop(state);
-        later.run();
+        // Armed already: a panic in this drop loses no wake.
+        drop(replaced);
         Poll::Pending
     }
 }
@@ -367,112 +382,93 @@ impl Future for HyperSleep {
 impl hyper::rt::Sleep for HyperSleep {}
 
 impl Drop for HyperSleep {
-    /// On the worker that armed it, its entry goes now; elsewhere the entry stays until its
-    /// deadline and then finds the sleep disarmed (a helper-thread entry fails to upgrade).
+    /// On the worker that armed it, its entry goes now (and the helper thread's, from any
+    /// thread); entries on other workers stay until their deadline and then find the sleep
+    /// disarmed.
     fn drop(&mut self) {
         let core = this_worker();
         let mut state = lock(&self.shared);
-        let later = Later {
-            removed: Shared::disarm(&mut state, core.as_deref()),
-            dropped: state.waker.take(),
-            ..Later::default()
-        };
+        Shared::disarm(&mut state, core.as_deref());
+        let waker = state.waker.take();
         drop(state);
-        later.run();
+        drop(waker);
     }
 }
 
 /// The fallback for sleeps polled outside any ring-rt worker: one process-wide thread that
-/// sleeps on a condvar until the earliest deadline in a heap.
+/// sleeps on a condvar until the earliest deadline in an ordered map. A sleep's entry is
+/// removed when the sleep is dropped, moved or armed elsewhere, so the map holds at most
+/// one entry per sleep armed there.
 mod helper {
     use super::*;
+    use std::collections::BTreeMap;
 
-    /// One armed sleep. The heap holds a `Weak`, so a dropped sleep's state is freed at
-    /// once; its entry (a few words) stays until its deadline.
-    struct Entry {
-        deadline: Instant,
-        generation: u64,
-        shared: Weak<Shared>,
-    }
-
-    impl Entry {
-        fn key(&self) -> (Instant, u64) {
-            (self.deadline, self.generation)
-        }
-
-        fn fire(self) {
-            let Some(shared) = self.shared.upgrade() else {
-                return;
-            };
-            let mut state = lock(&shared);
-            if state.generation != self.generation || state.armed != Armed::Thread {
-                return; // reset since: a newer entry (or the next poll) covers it
-            }
-            state.armed = Armed::No;
-            // Due: this generation's deadline is the entry's, which has passed.
-            let waker = fire_if_due(&mut state, Instant::now()).flatten();
-            drop(state);
-            wake(waker);
-        }
-    }
-
-    impl PartialEq for Entry {
-        fn eq(&self, other: &Entry) -> bool {
-            self.key() == other.key()
-        }
-    }
-
-    impl Eq for Entry {}
-
-    impl PartialOrd for Entry {
-        fn partial_cmp(&self, other: &Entry) -> Option<Ordering> {
-            Some(self.cmp(other))
-        }
-    }
-
-    impl Ord for Entry {
-        /// Reversed, so `BinaryHeap` (a max-heap) pops the earliest deadline first.
-        fn cmp(&self, other: &Entry) -> Ordering {
-            other.key().cmp(&self.key())
-        }
-    }
+    /// An entry: its deadline, and a number that breaks ties between equal ones.
+    pub(super) type Key = (Instant, u64);
 
     struct Queue {
-        heap: BinaryHeap<Entry>,
+        entries: BTreeMap<Key, Weak<Shared>>,
+        next_id: u64,
         is_running: bool,
     }
 
     static QUEUE: Mutex<Queue> = Mutex::new(Queue {
-        heap: BinaryHeap::new(),
+        entries: BTreeMap::new(),
+        next_id: 0,
         is_running: false,
     });
     static CHANGED: Condvar = Condvar::new();
 
+    /// The queue, locked. Only our code runs under this lock (no waker, no sleep's lock),
+    /// so a poisoned one is used as is.
     fn queue() -> MutexGuard<'static, Queue> {
         QUEUE.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Fires `shared` at `deadline` unless it was reset (new generation) or dropped.
-    pub(super) fn register(deadline: Instant, generation: u64, shared: Weak<Shared>) {
+    /// Queues `shared` to fire at `deadline`. Called under the sleep's lock (the order is
+    /// always sleep, then queue; the thread takes a sleep's lock only without the queue's).
+    pub(super) fn insert(deadline: Instant, shared: Weak<Shared>) -> Key {
         let mut q = queue();
-        let is_earliest = q.heap.peek().is_none_or(|top| deadline < top.deadline);
-        q.heap.push(Entry {
-            deadline,
-            generation,
-            shared,
-        });
+        let key = (deadline, q.next_id);
+        q.next_id += 1;
+        let is_earliest = q.entries.first_key_value().is_none_or(|(k, _)| key < *k);
+        q.entries.insert(key, shared);
         if !q.is_running {
             let spawned = std::thread::Builder::new()
                 .name("ring-rt-hyper-timer".into())
                 .spawn(run);
             match spawned {
                 Ok(_) => q.is_running = true,
-                // The entry stays queued; the next registration tries to start it again.
+                // The entry stays queued; the next one tries to start the thread again.
                 Err(err) => tracing::error!(target: "ring_rt", error = %err,
                     "HyperTimer: cannot start the helper thread for sleeps outside ring-rt"),
             }
         } else if is_earliest {
             CHANGED.notify_one();
+        }
+        key
+    }
+
+    /// Takes entry `key` out (a no-op once it fired).
+    pub(super) fn remove(key: Key) {
+        drop(queue().entries.remove(&key));
+    }
+
+    /// Fires the sleep of entry `key`, unless it was dropped or armed anew since.
+    fn fire(key: Key, shared: &Weak<Shared>) {
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let mut state = lock(&shared);
+        if state.armed != (Armed::Thread { key }) {
+            return;
+        }
+        state.armed = Armed::No;
+        // Due: the armed entry's deadline is the sleep's, and it has passed.
+        let waker = fire_if_due(&mut state, Instant::now()).flatten();
+        drop(state);
+        if let Some(waker) = waker {
+            waker.wake();
         }
     }
 
@@ -483,17 +479,31 @@ mod helper {
         loop {
             let now = Instant::now();
             let mut due = Vec::new();
-            while q.heap.peek().is_some_and(|top| top.deadline <= now) {
-                due.extend(q.heap.pop());
+            while let Some(entry) = q.entries.first_entry() {
+                if entry.key().0 > now {
+                    break;
+                }
+                let key = *entry.key();
+                due.push((key, entry.remove()));
             }
             if !due.is_empty() {
-                // Fired without the queue lock: waking may run arbitrary waker code.
+                // Fired without the queue lock: waking runs code that is not ours, and a
+                // panic in it must not end the thread every sleep outside ring-rt needs.
                 drop(q);
-                due.into_iter().for_each(Entry::fire);
+                for (key, shared) in due {
+                    let fired = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        fire(key, &shared);
+                        drop(shared);
+                    }));
+                    if fired.is_err() {
+                        tracing::error!(target: "ring_rt",
+                            "HyperTimer: a sleep's waker panicked on the helper thread");
+                    }
+                }
                 q = queue();
                 continue;
             }
-            q = match q.heap.peek().map(|top| top.deadline - now) {
+            q = match q.entries.first_key_value().map(|(k, _)| k.0 - now) {
                 None => CHANGED.wait(q).unwrap_or_else(PoisonError::into_inner),
                 Some(wait) => match CHANGED.wait_timeout(q, wait) {
                     Ok((q, _)) => q,
