@@ -12,6 +12,7 @@ mod support;
 mod example;
 
 use std::cell::RefCell;
+use std::future::{Future, IntoFuture};
 use std::io::{ErrorKind, Read, Write};
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
@@ -74,6 +75,18 @@ fn main() {
         (
             "a_waker_panicking_in_drop_loses_no_wake",
             a_waker_panicking_in_drop_loses_no_wake,
+        ),
+        (
+            "the_helper_thread_survives_a_payload_panicking_in_drop",
+            the_helper_thread_survives_a_payload_panicking_in_drop,
+        ),
+        (
+            "a_timer_wake_run_outside_its_worker_still_fires",
+            a_timer_wake_run_outside_its_worker_still_fires,
+        ),
+        (
+            "a_sleep_polled_while_its_runtime_drops_still_fires",
+            a_sleep_polled_while_its_runtime_drops_still_fires,
         ),
         (
             "pending_hyper_sleeps_arm_timers_not_tasks",
@@ -610,35 +623,178 @@ fn hyper_sleep_moves_to_the_runtime_polling_it(kind: BackendKind) -> Outcome {
     Ok(Completion::Completed)
 }
 
-/// A sleep polled back and forth between two runtimes, and between a runtime and a plain
-/// thread, keeps at most one entry in each worker's timers; dropped on a worker, it leaves
-/// none there (one left on another worker waits for its deadline).
+/// A sleep polled round and round ten runtimes (more workers than a sleep could keep a
+/// short list of), and between them on a plain thread, keeps at most one entry in each
+/// worker's timers; dropped on a worker, it leaves none there (one left on another worker
+/// waits for its deadline).
 fn a_sleep_moving_back_and_forth_keeps_one_entry_per_worker(kind: BackendKind) -> Outcome {
-    const MOVES: usize = 100;
-    let a = runtime!(kind);
-    let b = runtime!(kind);
+    const ROUNDS: usize = 30;
+    let mut rts = Vec::new();
+    for _ in 0..10 {
+        rts.push(runtime!(kind));
+    }
     let timer = HyperTimer::new();
     let mut sleep = timer.sleep(Duration::from_secs(30));
-    for round in 0..MOVES {
-        check!(
-            a.block_on(async { poll_once(&mut sleep) }).is_pending(),
-            "a 30 s sleep was ready"
-        );
-        let _ = b.block_on(async { poll_once(&mut sleep) });
+    for round in 0..ROUNDS {
+        for rt in &rts {
+            check!(
+                rt.block_on(async { poll_once(&mut sleep) }).is_pending(),
+                "a 30 s sleep was ready"
+            );
+        }
         let _ = poll_once(&mut sleep); // on this thread: the helper thread's
-        let (ta, tb) = (a.metrics().timers, b.metrics().timers);
+        let timers: Vec<u64> = rts.iter().map(|rt| rt.metrics().timers).collect();
         check!(
-            ta <= 1 && tb <= 1,
-            "after {} moves: {ta} timers in one runtime, {tb} in the other",
-            3 * (round + 1)
+            timers.iter().all(|&t| t <= 1),
+            "timers per runtime after {} rounds: {timers:?}",
+            round + 1
         );
     }
-    a.block_on(async move {
+    rts[0].block_on(async move {
         let _ = poll_once(&mut sleep);
         drop(sleep);
     });
-    timers_are(&a, 0, "after the sleep was dropped on that worker")?;
+    timers_are(&rts[0], 0, "after the sleep was dropped on that worker")?;
     Ok(Completion::Completed)
+}
+
+/// A helper-thread sleep whose waker panics with a payload that panics again as it drops:
+/// the helper thread survives, and a later sleep outside any runtime still fires.
+fn the_helper_thread_survives_a_payload_panicking_in_drop(_kind: BackendKind) -> Outcome {
+    let timer = HyperTimer::new();
+    let mut bomb = timer.sleep(Duration::from_millis(10));
+    let waker = Waker::from(Arc::new(PanicsWithABomb));
+    let _ = bomb.as_mut().poll(&mut Context::from_waker(&waker));
+    support::expecting_panics(|| std::thread::sleep(Duration::from_millis(200)));
+    let mut later = timer.sleep(Duration::from_millis(20));
+    let wakes = Arc::new(CountWakes::default());
+    let _ = later
+        .as_mut()
+        .poll(&mut Context::from_waker(&Waker::from(wakes.clone())));
+    check!(
+        woken_within(&wakes, Duration::from_secs(5)),
+        "a sleep outside any runtime never fired after the helper's waker panicked"
+    );
+    Ok(Completion::Completed)
+}
+
+/// A wake a panicking waker left queued runs later from a poll outside the runtime's
+/// `block_on` (an op polled elsewhere runs the queue), where its worker is not current:
+/// the sleep, reset later meanwhile, still fires at its new deadline.
+fn a_timer_wake_run_outside_its_worker_still_fires(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let timer = HyperTimer::new();
+    let (a, b) = rt.block_on(async { ring_rt::net::UnixStream::pair() })?;
+    let mut read = Box::pin(b.read(vec![0u8; 8]).into_future());
+    let deadline = Instant::now() + Duration::from_millis(50);
+    let mut bomb = timer.sleep_until(deadline);
+    let mut sleep = timer.sleep_until(deadline);
+    let panicked = support::expecting_panics(|| {
+        std::panic::catch_unwind(AssertUnwindSafe(|| {
+            rt.block_on(async {
+                let _ = std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await;
+                let waker = Waker::from(Arc::new(PanicsOnWake));
+                let _ = bomb.as_mut().poll(&mut Context::from_waker(&waker));
+                let _ = std::future::poll_fn(|cx| Poll::Ready(sleep.as_mut().poll(cx))).await;
+                ring_rt::time::sleep(Duration::from_millis(200)).await;
+            })
+        }))
+    });
+    check!(panicked.is_err(), "the waker did not panic out of block_on");
+    // Outside `block_on`: runs the worker's queue, with the sleep's wake in it (io_uring).
+    let _ = read.as_mut().poll(&mut Context::from_waker(Waker::noop()));
+    drop(read);
+    let later = Instant::now() + Duration::from_millis(100);
+    timer.reset(&mut sleep, later);
+    let fired = rt.block_on(ring_rt::time::timeout(Duration::from_secs(10), &mut sleep));
+    // `timeout` polls the sleep before its own timer: only an early finish shows a
+    // timer fired it.
+    let late = Instant::now().saturating_duration_since(later);
+    drop(a);
+    check!(
+        fired.is_ok() && late < Duration::from_secs(5),
+        "a sleep whose wake ran outside its worker fired {late:?} late"
+    );
+    Ok(Completion::Completed)
+}
+
+/// A task's destructor, run while its runtime drops, polls a sleep for a waiter on another
+/// thread: the sleep is armed where a turn will come (the helper thread), not on the
+/// worker being dropped, and the waiter is woken.
+fn a_sleep_polled_while_its_runtime_drops_still_fires(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let timer = HyperTimer::new();
+    let slot = Arc::new(std::sync::Mutex::new(Some(
+        timer.sleep(Duration::from_millis(50)),
+    )));
+    let wakes = Arc::new(CountWakes::default());
+    let guard = PollOnDrop(slot.clone(), Waker::from(wakes.clone()));
+    rt.block_on(async {
+        let _task = ring_rt::spawn(async move {
+            let _guard = guard;
+            std::future::pending::<()>().await;
+        });
+        ring_rt::yield_now().await;
+    });
+    drop(rt);
+    check!(
+        woken_within(&wakes, Duration::from_secs(5)),
+        "a sleep polled while its runtime dropped never woke its waiter"
+    );
+    Ok(Completion::Completed)
+}
+
+/// A hyper sleep, as `Timer::sleep` makes it.
+type HyperSleep = Pin<Box<dyn hyper::rt::Sleep>>;
+
+/// Polls its sleep as it drops.
+struct PollOnDrop(Arc<std::sync::Mutex<Option<HyperSleep>>>, Waker);
+
+impl Drop for PollOnDrop {
+    fn drop(&mut self) {
+        let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(sleep) = slot.as_mut() {
+            let _ = sleep.as_mut().poll(&mut Context::from_waker(&self.1));
+        }
+    }
+}
+
+/// Whether `wakes` counts a wake within `limit` (checked every 5 ms).
+fn woken_within(wakes: &CountWakes, limit: Duration) -> bool {
+    let start = Instant::now();
+    while wakes.0.load(Ordering::SeqCst) == 0 {
+        if start.elapsed() > limit {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    true
+}
+
+/// A waker whose wake panics.
+struct PanicsOnWake;
+
+impl Wake for PanicsOnWake {
+    fn wake(self: Arc<Self>) {
+        panic!("a waker panicking as it wakes");
+    }
+}
+
+/// A waker whose wake panics with a payload that panics again as it drops.
+struct PanicsWithABomb;
+
+impl Wake for PanicsWithABomb {
+    fn wake(self: Arc<Self>) {
+        std::panic::panic_any(Bomb);
+    }
+}
+
+struct Bomb;
+
+impl Drop for Bomb {
+    fn drop(&mut self) {
+        panic!("a panic payload panicking as it drops");
+    }
 }
 
 /// A poll that arms a sleep on the helper thread and then lets go of an old waker whose

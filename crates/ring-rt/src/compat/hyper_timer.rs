@@ -38,9 +38,9 @@ use crate::worker::{Core, TimerKey};
 /// or moved to another worker, leaves its entry (holding the small shared state) until its
 /// deadline, when it fires into nothing: at most one per worker the sleep was armed on,
 /// and one that comes back to a worker takes its old entry there out.
-/// [`Timer::reset`](hyper::rt::Timer::reset) moves a sleep in place; a `reset` that
-/// panics (a waker's `clone` did) leaves the deadline as it was. A sleep polled outside any
-/// ring-rt worker is served by one process-wide helper thread instead.
+/// [`Timer::reset`](hyper::rt::Timer::reset) moves a sleep in place. A sleep polled
+/// outside any ring-rt worker (or while its runtime shuts down) is served by one
+/// process-wide helper thread instead.
 ///
 /// # Examples
 ///
@@ -117,17 +117,12 @@ enum Armed {
     No,
     /// The entry `key` in the timers of the worker whose `Core::id` is `worker`, set for at
     /// most the sleep's deadline. It is in that map until it fires, and its firing then
-    /// comes to [`Shared::on_timer`] on that worker's thread.
+    /// comes to [`Shared::on_timer`] on that worker's thread (as a rule with that worker
+    /// current; see there for when not).
     Worker { worker: u64, key: TimerKey },
     /// The entry `key` in the helper thread's queue, set for the sleep's deadline.
     Thread { key: helper::Key },
 }
-
-/// How many entries left on workers a sleep moved away from it keeps track of (see
-/// `State::left`). A sleep moves between workers only when a program moves it (hyper's stay
-/// on their connection's worker), and a record forgotten beyond this many only means its
-/// entry waits for its deadline instead of going when the sleep comes back.
-const LEFT_RECORDS: usize = 8;
 
 /// What a sleep and whoever fires it share.
 struct State {
@@ -136,7 +131,9 @@ struct State {
     armed: Armed,
     /// Entries left in the timers of workers the sleep was armed on before it moved on: at
     /// most one per worker (arming on a worker takes that worker's old entry out), each
-    /// gone when it fires there or when the sleep is armed or dropped there again.
+    /// gone when it fires there or when the sleep is armed or dropped there again. A record
+    /// (24 B) stays until then, or until the sleep goes: a sleep moves between workers only
+    /// when a program moves it (hyper's stay on their connection's worker).
     left: Vec<(u64, TimerKey)>,
     /// The task that polled the sleep (hyper's connection), woken when it fires.
     waker: Option<Waker>,
@@ -148,9 +145,10 @@ struct Shared {
     state: Mutex<State>,
 }
 
-/// Locks the state. The only code not ours that runs under this lock is a waker's clone,
-/// and each critical section clones before it changes anything; so a panic there leaves
-/// the state as it was, and a poisoned lock is used as is.
+/// Locks the state. No code that is not ours runs under this lock (wakers are cloned,
+/// woken and dropped outside it; the one exception is a `tracing` event if the helper
+/// thread cannot start), so nothing can block the helper thread on it or leave a
+/// half-updated state behind, and a poisoned lock is used as is.
 fn lock(shared: &Shared) -> MutexGuard<'_, State> {
     shared.state.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -167,9 +165,10 @@ fn fire_if_due(state: &mut State, now: Instant) -> Option<Option<Waker>> {
     Some(state.waker.take())
 }
 
-/// This thread's worker, if one runs here and can take a timer.
+/// This thread's worker, if one runs here and will turn again (a timer set on a worker
+/// whose shutdown began would never fire).
 fn this_worker() -> Option<Rc<Core>> {
-    Core::current().filter(|core| !core.is_shut_down())
+    Core::current().filter(|core| !core.is_stopping())
 }
 
 /// Takes entry `key` out of `core`'s timers (we are on its thread). Its waker is this
@@ -194,12 +193,7 @@ impl Shared {
                     remove_entry(core, key);
                 }
             }
-            Armed::Worker { worker, key } => {
-                if state.left.len() == LEFT_RECORDS {
-                    state.left.remove(0); // forgotten: it fires stale at its deadline
-                }
-                state.left.push((worker, key));
-            }
+            Armed::Worker { worker, key } => state.left.push((worker, key)),
             Armed::Thread { key } => helper::remove(key),
         }
         if let Some(core) = core {
@@ -237,40 +231,43 @@ impl Shared {
         }
     }
 
-    /// An entry of this sleep fired on this thread's worker. It may be a left one, or the
-    /// armed one: only the armed entry's deadline having come counts, and then the sleep
-    /// fires if due or is armed again for a deadline moved later.
+    /// An entry of this sleep fired. It may be a left one, or the armed one: only the armed
+    /// entry's deadline having come counts, and then the sleep fires if due or is armed
+    /// again for a deadline moved later. The wake normally runs on the entry's worker with
+    /// that worker current; it can also run where none is (a wake a panic left queued, run
+    /// by a poll outside the runtime's `block_on`), and is then judged by the state alone.
     fn on_timer(self: &Arc<Self>) {
-        let Some(core) = this_worker() else {
-            return; // entries fire on their worker's thread only
-        };
+        let core = this_worker();
         let now = Instant::now();
         let mut state = lock(self);
         // A left entry of this worker that was due has fired (or will, in this same turn).
-        if let Some(i) = state
-            .left
-            .iter()
-            .position(|&(w, key)| w == core.id && key.0 <= now)
-        {
-            remove_entry(&core, state.left.swap_remove(i).1);
+        if let Some(core) = &core {
+            let due_here = |&(w, key): &(u64, TimerKey)| w == core.id && key.0 <= now;
+            if let Some(i) = state.left.iter().position(due_here) {
+                remove_entry(core, state.left.swap_remove(i).1);
+            }
         }
-        match state.armed {
-            Armed::Worker { worker, key } if worker == core.id && key.0 <= now => {}
+        let worker = match state.armed {
+            Armed::Worker { worker, key } if key.0 <= now => worker,
             _ => return, // fired, dropped, armed elsewhere, or its entry still to come
-        }
-        let waker = match fire_if_due(&mut state, now) {
-            Some(waker) => {
-                Shared::disarm(&mut state, Some(&core));
-                waker
-            }
-            // Reset later since it was armed: arm again for the new deadline.
-            None => {
-                self.arm(&mut state, Some(&core));
-                None
-            }
+        };
+        // The armed entry has fired (or fires in this same turn, and then finds it done).
+        state.armed = Armed::No;
+        let here = core.filter(|core| core.id == worker);
+        let to_wake = match fire_if_due(&mut state, now) {
+            Some(waker) => waker,
+            // Reset later since it was armed: armed again for the new deadline on its
+            // worker; elsewhere its task is woken, and its next poll arms it where it runs.
+            None => match here {
+                Some(core) => {
+                    self.arm(&mut state, Some(&core));
+                    None
+                }
+                None => state.waker.take(),
+            },
         };
         drop(state);
-        if let Some(waker) = waker {
+        if let Some(waker) = to_wake {
             waker.wake();
         }
     }
@@ -322,9 +319,9 @@ impl HyperSleep {
             }
             _ => false,
         };
-        // Cloned before anything changes (see `lock`).
+        // Woken by reference outside the lock, then put back (see `lock`).
         let to_wake = if is_away_sooner {
-            state.waker.clone()
+            state.waker.take()
         } else {
             None
         };
@@ -339,7 +336,18 @@ impl HyperSleep {
         }
         drop(state);
         if let Some(waker) = to_wake {
-            waker.wake();
+            waker.wake_by_ref();
+            // Kept for the old entry, which fires the sleep at the old deadline if no poll
+            // comes; unless a poll since brought a newer waker, or the sleep fired.
+            let mut state = lock(&self.shared);
+            let unneeded = if state.waker.is_none() && !state.is_fired {
+                state.waker = Some(waker);
+                None
+            } else {
+                Some(waker)
+            };
+            drop(state);
+            drop(unneeded);
         }
     }
 }
@@ -349,33 +357,43 @@ impl Future for HyperSleep {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let core = this_worker();
-        let mut state = lock(&self.shared);
-        if state.is_fired {
-            return Poll::Ready(());
-        }
-        // Its own poll sees it ready: no wake (the waker of an earlier poll is let go, as
-        // only the owner of the `&mut` polls a sleep).
-        if let Some(waker) = fire_if_due(&mut state, Instant::now()) {
-            Shared::disarm(&mut state, core.as_deref());
-            drop(state);
-            drop(waker);
-            return Poll::Ready(());
-        }
-        let replaced = match &state.waker {
-            Some(w) if w.will_wake(cx.waker()) => None,
-            _ => {
-                // Cloned before anything changes (see `lock`).
-                let waker = cx.waker().clone();
-                state.waker.replace(waker)
+        // A new waker is cloned outside the lock (see `lock`): the first pass finds out
+        // whether one is needed, the second stores it.
+        let mut fresh = None;
+        loop {
+            let mut state = lock(&self.shared);
+            if state.is_fired {
+                return Poll::Ready(());
             }
-        };
-        if !Shared::is_armed_for(&state, core.as_deref()) {
-            self.shared.arm(&mut state, core.as_deref());
+            // Its own poll sees it ready: no wake (the waker of an earlier poll is let go,
+            // as only the owner of the `&mut` polls a sleep).
+            if let Some(waker) = fire_if_due(&mut state, Instant::now()) {
+                Shared::disarm(&mut state, core.as_deref());
+                drop(state);
+                drop(waker);
+                return Poll::Ready(());
+            }
+            let is_same = state
+                .waker
+                .as_ref()
+                .is_some_and(|w| w.will_wake(cx.waker()));
+            let replaced = match (is_same, fresh.take()) {
+                (true, unused) => unused,
+                (false, Some(waker)) => state.waker.replace(waker),
+                (false, None) => {
+                    drop(state);
+                    fresh = Some(cx.waker().clone());
+                    continue;
+                }
+            };
+            if !Shared::is_armed_for(&state, core.as_deref()) {
+                self.shared.arm(&mut state, core.as_deref());
+            }
+            drop(state);
+            // Armed already: a panic in this drop loses no wake.
+            drop(replaced);
+            return Poll::Pending;
         }
-        drop(state);
-        // Armed already: a panic in this drop loses no wake.
-        drop(replaced);
-        Poll::Pending
     }
 }
 
@@ -495,9 +513,11 @@ mod helper {
                         fire(key, &shared);
                         drop(shared);
                     }));
-                    if fired.is_err() {
+                    if let Err(payload) = fired {
                         tracing::error!(target: "ring_rt",
                             "HyperTimer: a sleep's waker panicked on the helper thread");
+                        // Its payload may panic as it drops, too.
+                        crate::executor::task::discard_payload(payload);
                     }
                 }
                 q = queue();

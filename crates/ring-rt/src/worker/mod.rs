@@ -85,6 +85,9 @@ pub struct Core {
     is_running: Cell<bool>,
     /// The runtime was dropped: no op starts, fds close at once (no turn will come).
     is_shut_down: Cell<bool>,
+    /// Its shutdown began (tasks are being dropped, the ring drained): no loop turn will
+    /// come, though the core is still current and not yet shut down.
+    is_stopping: Cell<bool>,
     /// Ops polled while this runtime did not run, and cancelled for that (see
     /// `elsewhere.rs`), until their final completion.
     cancelled_elsewhere: RefCell<Vec<OpId>>,
@@ -141,6 +144,7 @@ impl Core {
             is_running_deferred: Cell::new(false),
             is_running: Cell::new(false),
             is_shut_down: Cell::new(false),
+            is_stopping: Cell::new(false),
             cancelled_elsewhere: RefCell::new(Vec::new()),
             drained: RefCell::default(),
             set,
@@ -195,6 +199,13 @@ impl Core {
     /// True once the runtime was dropped: nothing drives this core any more.
     pub(crate) fn is_shut_down(&self) -> bool {
         self.is_shut_down.get()
+    }
+
+    /// True from the start of its shutdown: no loop turn will come (a timer set now would
+    /// never fire), though tasks and wakes may still run while they are dropped.
+    #[cfg_attr(not(feature = "hyper"), allow(dead_code))]
+    pub(crate) fn is_stopping(&self) -> bool {
+        self.is_stopping.get()
     }
 
     /// Starts `op` on this worker's backend. Refused once the runtime was dropped, and
@@ -538,6 +549,7 @@ impl Core {
     /// and may block, and a drain given a deadline that passed meanwhile waits for nothing.
     pub(crate) fn shutdown(self: &Rc<Core>, deadline: impl FnOnce() -> Instant) {
         let _current = CurrentGuard::set(self.clone());
+        self.is_stopping.set(true);
         // Handles that outlive the runtime keep the eventfd, not this ring.
         self.executor.shared.unparker.clear_ring();
         self.executor.shutdown();
