@@ -77,6 +77,14 @@ fn main() {
             a_waker_panicking_in_drop_loses_no_wake,
         ),
         (
+            "a_worker_that_does_not_turn_holds_one_entry_of_a_sleep",
+            a_worker_that_does_not_turn_holds_one_entry_of_a_sleep,
+        ),
+        (
+            "a_sleep_dropped_on_its_workers_thread_leaves_no_entry",
+            a_sleep_dropped_on_its_workers_thread_leaves_no_entry,
+        ),
+        (
             "the_helper_thread_survives_a_payload_panicking_in_drop",
             the_helper_thread_survives_a_payload_panicking_in_drop,
         ),
@@ -655,6 +663,72 @@ fn a_sleep_moving_back_and_forth_keeps_one_entry_per_worker(kind: BackendKind) -
         drop(sleep);
     });
     timers_are(&rts[0], 0, "after the sleep was dropped on that worker")?;
+    Ok(Completion::Completed)
+}
+
+/// A sleep armed on a runtime that does not turn (its `block_on` returned), then on a second
+/// one that fires it early and re-arms it: the idle runtime keeps one entry of it, not one
+/// per round (the second runtime forgot the idle one's entry before).
+fn a_worker_that_does_not_turn_holds_one_entry_of_a_sleep(kind: BackendKind) -> Outcome {
+    const ROUNDS: usize = 50;
+    let a = runtime!(kind);
+    let b = runtime!(kind);
+    let timer = HyperTimer::new();
+    let mut sleep = timer.sleep(Duration::from_secs(60));
+    for _ in 0..ROUNDS {
+        let now = Instant::now();
+        timer.reset(&mut sleep, now + Duration::from_millis(3));
+        let _ = a.block_on(async { poll_once(&mut sleep) }); // armed on a
+        let _ = b.block_on(async {
+            timer.reset(&mut sleep, now + Duration::from_millis(4));
+            poll_once(&mut sleep) // armed on b, which does not turn again this round
+        });
+        std::thread::sleep(Duration::from_millis(6));
+        timer.reset(&mut sleep, Instant::now() + Duration::from_secs(60));
+        // a turns: its old entry fires and finds b's armed entry due (not yet fired).
+        a.block_on(ring_rt::time::sleep(Duration::from_millis(2)));
+    }
+    let on_b = b.metrics().timers;
+    check!(
+        on_b <= 1,
+        "{ROUNDS} rounds left {on_b} entries on the idle runtime"
+    );
+    Ok(Completion::Completed)
+}
+
+/// A sleep dropped on its worker's thread while that worker is not the current one (after
+/// its `block_on` returned, or inside it while another runtime drops the task holding the
+/// sleep) still takes its entry out: none waits out its deadline (30 years here).
+fn a_sleep_dropped_on_its_workers_thread_leaves_no_entry(kind: BackendKind) -> Outcome {
+    const SLEEPS: usize = 20;
+    let rt = runtime!(kind);
+    let timer = HyperTimer::new();
+    for _ in 0..SLEEPS {
+        let mut sleep = timer.sleep(Duration::MAX);
+        let _ = rt.block_on(async { poll_once(&mut sleep) });
+        drop(sleep);
+    }
+    timers_are(&rt, 0, "after sleeps were dropped outside block_on")?;
+    let inner_dropped = rt.block_on(async {
+        for _ in 0..SLEEPS {
+            let mut sleep = timer.sleep(Duration::MAX);
+            let _ = poll_once(&mut sleep);
+            let inner = support::runtime(kind)?;
+            drop(inner.spawn(async move {
+                let _sleep = sleep;
+                std::future::pending::<()>().await;
+            }));
+            drop(inner); // drops the task, and the sleep, here
+        }
+        Ok::<_, Completion>(rt.metrics().timers)
+    });
+    match inner_dropped {
+        Ok(timers) => check!(
+            timers == 0,
+            "{timers} timers after sleeps were dropped by another runtime's drop"
+        ),
+        Err(skip) => return Ok(skip),
+    }
     Ok(Completion::Completed)
 }
 

@@ -7,17 +7,19 @@
 //! sleep fired and wakes hyper's task. No task is spawned: hyper 1.x makes a new
 //! header-read sleep for each request and drops it once the head is parsed, and a task per
 //! sleep cost a spawn per request (0.99 per request with 200 connections, BENCHMARKS.md,
-//! twelfth session). A drop on the worker removes its entry there at once.
+//! twelfth session). A drop on the worker's thread removes its entry at once.
 //!
 //! The state is `Send`, the timers are not: only a worker's own thread touches its timers,
 //! and the state names the worker by its `Core::id` and the entry by its key. A sleep
 //! dropped, moved or re-armed on another thread leaves its entry where it was, to fire
 //! stale at its deadline; the state keeps a record of it (at most one entry per worker),
-//! so the entry goes as soon as the sleep is armed or dropped on that worker again. A
-//! firing entry is judged by the state alone (fire if due, else ignore or re-arm), so none
-//! fires a sleep early or leaves one unarmed. A sleep polled where no ring-rt worker runs
-//! is armed on one process-wide helper thread instead (an ordered map of deadlines under a
-//! condvar, from which a dropped or moved sleep's entry is removed).
+//! so the entry goes as soon as the sleep is armed or dropped on that worker's thread
+//! again. A firing entry is judged by the state alone (fire if due, else ignore or re-arm),
+//! so none fires a sleep early. A sleep polled where no ring-rt worker runs (or while its
+//! runtime shuts down) is armed on one process-wide helper thread instead (an ordered map
+//! of deadlines under a condvar, from which a dropped or moved sleep's entry is removed).
+//! One limit, shared with ring-rt's own timers: a sleep armed on a runtime that is then
+//! dropped wakes nobody until it is polled again (its entry goes with the worker).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -34,10 +36,11 @@ use crate::worker::{Core, TimerKey};
 /// **What it costs**: each sleep is one allocation (its shared state) plus hyper's box.
 /// A sleep that is polled and not yet due is one entry in the timers of the worker that
 /// polled it, as a ring-rt [`Sleep`](crate::time::Sleep) is; no task. Dropped on that
-/// worker (hyper's case) it removes the entry at once. A sleep dropped on another thread,
-/// or moved to another worker, leaves its entry (holding the small shared state) until its
-/// deadline, when it fires into nothing: at most one per worker the sleep was armed on,
-/// and one that comes back to a worker takes its old entry there out.
+/// worker's thread (hyper drops it in the connection's task) it removes the entry at once.
+/// A sleep dropped on another thread, or moved to another worker, leaves its entry
+/// (holding the small shared state) until its deadline, when it fires into nothing: at
+/// most one per worker the sleep was armed on, and one that comes back to a worker takes
+/// its old entry there out.
 /// [`Timer::reset`](hyper::rt::Timer::reset) moves a sleep in place. A sleep polled
 /// outside any ring-rt worker (or while its runtime shuts down) is served by one
 /// process-wide helper thread instead.
@@ -131,7 +134,8 @@ struct State {
     armed: Armed,
     /// Entries left in the timers of workers the sleep was armed on before it moved on: at
     /// most one per worker (arming on a worker takes that worker's old entry out), each
-    /// gone when it fires there or when the sleep is armed or dropped there again. A record
+    /// gone when it fires there or when the sleep is armed or dropped on that worker's
+    /// thread again. A record
     /// (24 B) stays until then, or until the sleep goes: a sleep moves between workers only
     /// when a program moves it (hyper's stay on their connection's worker).
     left: Vec<(u64, TimerKey)>,
@@ -181,36 +185,87 @@ fn remove_entry(core: &Core, key: TimerKey) {
     }
 }
 
+thread_local! {
+    /// The workers living on this thread that sleeps were armed on here: a sleep dropped or
+    /// moved on this thread while another (or no) worker is current can still take its
+    /// entry out of their timers.
+    static WORKERS_HERE: std::cell::RefCell<Vec<std::rc::Weak<Core>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Remembers that `core` (the current worker, so one living on this thread) holds entries.
+fn note_worker(core: &Rc<Core>) {
+    let _ = WORKERS_HERE.try_with(|workers| {
+        let Ok(mut workers) = workers.try_borrow_mut() else {
+            return;
+        };
+        if workers
+            .iter()
+            .any(|w| std::ptr::eq(w.as_ptr(), Rc::as_ptr(core)))
+        {
+            return;
+        }
+        workers.retain(|w| w.strong_count() > 0);
+        workers.push(Rc::downgrade(core));
+    });
+}
+
+/// Worker `id`, if it lives on this thread: `current` when it is that one, else one
+/// [`note_worker`] remembered and still alive.
+fn worker_here(current: Option<&Rc<Core>>, id: u64) -> Option<Rc<Core>> {
+    if let Some(core) = current.filter(|core| core.id == id) {
+        return Some(core.clone());
+    }
+    WORKERS_HERE
+        .try_with(|workers| {
+            let workers = workers.try_borrow().ok()?;
+            workers
+                .iter()
+                .filter_map(|w| w.upgrade())
+                .find(|c| c.id == id)
+        })
+        .ok()
+        .flatten()
+}
+
 impl Shared {
-    /// Takes the sleep's armed entry away: out of `core`'s timers when it is there, out of
-    /// the helper's queue, or (on another worker, whose timers only its thread may touch)
-    /// into `left`. `core`'s own left entry goes too.
-    fn disarm(state: &mut State, core: Option<&Core>) {
+    /// Takes the sleep's armed entry away: out of its worker's timers when that worker lives
+    /// on this thread (`core`, or one it is not the current one of: outside its `block_on`,
+    /// or inside another runtime's), out of the helper's queue, or (on another thread's
+    /// worker, whose timers only that thread may touch) into `left`. Left entries of
+    /// workers on this thread go too.
+    fn disarm(state: &mut State, core: Option<&Rc<Core>>) {
         match std::mem::replace(&mut state.armed, Armed::No) {
             Armed::No => {}
-            Armed::Worker { worker, key } if core.is_some_and(|c| c.id == worker) => {
-                if let Some(core) = core {
-                    remove_entry(core, key);
-                }
-            }
-            Armed::Worker { worker, key } => state.left.push((worker, key)),
+            Armed::Worker { worker, key } => match worker_here(core, worker) {
+                Some(here) => remove_entry(&here, key),
+                None => state.left.push((worker, key)),
+            },
             Armed::Thread { key } => helper::remove(key),
         }
-        if let Some(core) = core {
-            if let Some(i) = state.left.iter().position(|&(w, _)| w == core.id) {
-                remove_entry(core, state.left.swap_remove(i).1);
+        let mut i = 0;
+        while i < state.left.len() {
+            let (worker, key) = state.left[i];
+            match worker_here(core, worker) {
+                Some(here) => {
+                    remove_entry(&here, key);
+                    state.left.swap_remove(i);
+                }
+                None => i += 1,
             }
         }
     }
 
     /// Arms the sleep for its deadline on `core` (this thread's worker) or, without one, on
     /// the helper thread, replacing what armed it before.
-    fn arm(self: &Arc<Self>, state: &mut State, core: Option<&Core>) {
+    fn arm(self: &Arc<Self>, state: &mut State, core: Option<&Rc<Core>>) {
         Shared::disarm(state, core);
         let deadline = state.deadline;
         let inserted = core.and_then(|core| {
             let mut timers = core.timers.try_borrow_mut().ok()?;
-            Some((core.id, timers.insert(deadline, Waker::from(self.clone()))))
+            let key = timers.insert(deadline, Waker::from(self.clone()));
+            note_worker(core);
+            Some((core.id, key))
         });
         state.armed = match inserted {
             Some((worker, key)) => Armed::Worker { worker, key },
@@ -221,7 +276,7 @@ impl Shared {
     }
 
     /// Whether the sleep is armed, where `core` runs, for no later than its deadline.
-    fn is_armed_for(state: &State, core: Option<&Core>) -> bool {
+    fn is_armed_for(state: &State, core: Option<&Rc<Core>>) -> bool {
         match (state.armed, core) {
             (Armed::Worker { worker, key }, Some(core)) => {
                 core.id == worker && key.0 <= state.deadline
@@ -251,8 +306,10 @@ impl Shared {
             Armed::Worker { worker, key } if key.0 <= now => worker,
             _ => return, // fired, dropped, armed elsewhere, or its entry still to come
         };
-        // The armed entry has fired (or fires in this same turn, and then finds it done).
-        state.armed = Armed::No;
+        // The armed entry's deadline has come: it fired, or fires in this same turn (and
+        // then finds the sleep disarmed), or waits in the timers of a worker that has not
+        // turned since, recorded in `left` until that worker takes it out.
+        Shared::disarm(&mut state, core.as_ref());
         let here = core.filter(|core| core.id == worker);
         let to_wake = match fire_if_due(&mut state, now) {
             Some(waker) => waker,
@@ -329,7 +386,7 @@ impl HyperSleep {
         state.is_fired = false;
         match state.armed {
             Armed::Worker { key, .. } if key.0 <= deadline || is_away_sooner => {}
-            Armed::Worker { .. } => self.shared.arm(&mut state, core.as_deref()),
+            Armed::Worker { .. } => self.shared.arm(&mut state, core.as_ref()),
             // Stays with the helper: its poller runs where no worker does.
             Armed::Thread { .. } => self.shared.arm(&mut state, None),
             Armed::No => {}
@@ -368,7 +425,7 @@ impl Future for HyperSleep {
             // Its own poll sees it ready: no wake (the waker of an earlier poll is let go,
             // as only the owner of the `&mut` polls a sleep).
             if let Some(waker) = fire_if_due(&mut state, Instant::now()) {
-                Shared::disarm(&mut state, core.as_deref());
+                Shared::disarm(&mut state, core.as_ref());
                 drop(state);
                 drop(waker);
                 return Poll::Ready(());
@@ -386,8 +443,8 @@ impl Future for HyperSleep {
                     continue;
                 }
             };
-            if !Shared::is_armed_for(&state, core.as_deref()) {
-                self.shared.arm(&mut state, core.as_deref());
+            if !Shared::is_armed_for(&state, core.as_ref()) {
+                self.shared.arm(&mut state, core.as_ref());
             }
             drop(state);
             // Armed already: a panic in this drop loses no wake.
@@ -400,13 +457,13 @@ impl Future for HyperSleep {
 impl hyper::rt::Sleep for HyperSleep {}
 
 impl Drop for HyperSleep {
-    /// On the worker that armed it, its entry goes now (and the helper thread's, from any
-    /// thread); entries on other workers stay until their deadline and then find the sleep
-    /// disarmed.
+    /// On the thread of the worker that armed it, its entry goes now (and the helper
+    /// thread's, from any thread); entries on other threads' workers stay until their
+    /// deadline and then find the sleep disarmed.
     fn drop(&mut self) {
         let core = this_worker();
         let mut state = lock(&self.shared);
-        Shared::disarm(&mut state, core.as_deref());
+        Shared::disarm(&mut state, core.as_ref());
         let waker = state.waker.take();
         drop(state);
         drop(waker);
