@@ -37,10 +37,10 @@ use crate::worker::{Core, TimerKey};
 /// A sleep that is polled and not yet due is one entry in the timers of the worker that
 /// polled it, as a ring-rt [`Sleep`](crate::time::Sleep) is; no task. Dropped on that
 /// worker's thread (hyper drops it in the connection's task) it removes the entry at once.
-/// A sleep dropped on another thread, or moved to another worker, leaves its entry
-/// (holding the small shared state) until its deadline, when it fires into nothing: at
-/// most one per worker the sleep was armed on, and one that comes back to a worker takes
-/// its old entry there out.
+/// A sleep dropped on another thread, or moved to a worker of another thread, leaves its
+/// entry (holding the small shared state) until its deadline, when it fires into nothing:
+/// at most one per worker the sleep was armed on, and one that comes back to a worker
+/// takes its old entry there out.
 /// [`Timer::reset`](hyper::rt::Timer::reset) moves a sleep in place. A sleep polled
 /// outside any ring-rt worker (or while its runtime shuts down) is served by one
 /// process-wide helper thread instead.
@@ -134,8 +134,9 @@ struct State {
     armed: Armed,
     /// Entries left in the timers of workers the sleep was armed on before it moved on: at
     /// most one per worker (arming on a worker takes that worker's old entry out), each
-    /// gone when it fires there or when the sleep is armed or dropped on that worker's
-    /// thread again. A record
+    /// taken out when the sleep is armed, disarmed or dropped on that worker's thread
+    /// again, or when it fires there with its worker current; a record of a worker that is
+    /// gone stays until the sleep goes. A record
     /// (24 B) stays until then, or until the sleep goes: a sleep moves between workers only
     /// when a program moves it (hyper's stay on their connection's worker).
     left: Vec<(u64, TimerKey)>,
@@ -228,6 +229,18 @@ fn worker_here(current: Option<&Rc<Core>>, id: u64) -> Option<Rc<Core>> {
         .flatten()
 }
 
+/// Every worker living on this thread that is known here: `current` and those
+/// [`note_worker`] remembered and still alive.
+fn workers_here(current: Option<&Rc<Core>>) -> Vec<Rc<Core>> {
+    let mut here: Vec<Rc<Core>> = current.into_iter().cloned().collect();
+    let _ = WORKERS_HERE.try_with(|workers| {
+        if let Ok(workers) = workers.try_borrow() {
+            here.extend(workers.iter().filter_map(|w| w.upgrade()));
+        }
+    });
+    here
+}
+
 impl Shared {
     /// Takes the sleep's armed entry away: out of its worker's timers when that worker lives
     /// on this thread (`core`, or one it is not the current one of: outside its `block_on`,
@@ -243,17 +256,19 @@ impl Shared {
             },
             Armed::Thread { key } => helper::remove(key),
         }
-        let mut i = 0;
-        while i < state.left.len() {
-            let (worker, key) = state.left[i];
-            match worker_here(core, worker) {
-                Some(here) => {
-                    remove_entry(&here, key);
-                    state.left.swap_remove(i);
-                }
-                None => i += 1,
-            }
+        if state.left.is_empty() {
+            return; // the rule: a sleep that never moved
         }
+        // The thread's workers looked up once, not per record (a sleep that visited many
+        // runtimes since dropped keeps a record of each).
+        let here = workers_here(core);
+        state.left.retain(|&(worker, key)| {
+            let Some(core) = here.iter().find(|core| core.id == worker) else {
+                return true;
+            };
+            remove_entry(core, key);
+            false
+        });
     }
 
     /// Arms the sleep for its deadline on `core` (this thread's worker) or, without one, on
