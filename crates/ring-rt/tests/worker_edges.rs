@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use libtest_mimic::Completion;
 use ring_rt::buf::IoBuf;
 use ring_rt::{BackendKind, Builder, Runtime};
-use support::Outcome;
+use support::{Outcome, PanicsAgain, WakePanicsTwice};
 
 fn main() {
     support::run(&[
@@ -726,15 +726,6 @@ fn a_waker_panicking_in_the_shutdown_drain_is_not_raised(kind: BackendKind) -> O
     Ok(Completion::Completed)
 }
 
-/// Panics as it is dropped: a panic payload whose own drop panics.
-struct PanicsAgain;
-
-impl Drop for PanicsAgain {
-    fn drop(&mut self) {
-        panic!("the panic's payload panicked as it was dropped");
-    }
-}
-
 /// A waker that does nothing, and whose drop panics with a `PanicsAgain` payload.
 struct DropPanicsTwice;
 
@@ -935,15 +926,6 @@ fn a_handle_dropped_while_its_blocking_job_finishes_lets_no_panic_out(
 fn spin(n: u32) {
     for i in 0..n {
         std::hint::black_box(i);
-    }
-}
-
-/// A waker whose wake panics with a `PanicsAgain` payload.
-struct WakePanicsTwice;
-
-impl Wake for WakePanicsTwice {
-    fn wake(self: Arc<Self>) {
-        std::panic::panic_any(PanicsAgain);
     }
 }
 

@@ -165,6 +165,24 @@ pub fn pending_before<T>(
     Err(format!("{what} was ready before its deadline").into())
 }
 
+/// Panics as it is dropped: a panic payload whose own drop panics.
+pub struct PanicsAgain;
+
+impl Drop for PanicsAgain {
+    fn drop(&mut self) {
+        panic!("the panic's payload panicked as it was dropped");
+    }
+}
+
+/// A waker whose wake panics with a `PanicsAgain` payload.
+pub struct WakePanicsTwice;
+
+impl std::task::Wake for WakePanicsTwice {
+    fn wake(self: std::sync::Arc<Self>) {
+        std::panic::panic_any(PanicsAgain);
+    }
+}
+
 /// Bounds a whole test body: a hang becomes a failure, not a stuck CI.
 pub async fn bounded<T>(
     limit: Duration,
