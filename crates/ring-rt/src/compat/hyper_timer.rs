@@ -135,10 +135,9 @@ struct State {
     /// Entries left in the timers of workers the sleep was armed on before it moved on: at
     /// most one per worker (arming on a worker takes that worker's old entry out), each
     /// taken out when the sleep is armed, disarmed or dropped on that worker's thread
-    /// again, or when it fires there with its worker current; a record of a worker that is
-    /// gone stays until the sleep goes. A record
-    /// (24 B) stays until then, or until the sleep goes: a sleep moves between workers only
-    /// when a program moves it (hyper's stay on their connection's worker).
+    /// again, or when it fires there with its worker current; a record (24 B) of a worker
+    /// that is gone stays until the sleep goes. A sleep moves between workers only when a
+    /// program moves it (hyper's stay on their connection's worker).
     left: Vec<(u64, TimerKey)>,
     /// The task that polled the sleep (hyper's connection), woken when it fires.
     waker: Option<Waker>,
@@ -170,8 +169,8 @@ fn fire_if_due(state: &mut State, now: Instant) -> Option<Option<Waker>> {
     Some(state.waker.take())
 }
 
-/// This thread's worker, if one runs here and will turn again (a timer set on a worker
-/// whose shutdown began would never fire).
+/// This thread's worker, if one runs here and is not being shut down (a timer set on a
+/// worker whose shutdown began might never fire).
 fn this_worker() -> Option<Rc<Core>> {
     Core::current().filter(|core| !core.is_stopping())
 }

@@ -85,9 +85,6 @@ pub struct Core {
     is_running: Cell<bool>,
     /// The runtime was dropped: no op starts, fds close at once (no turn will come).
     is_shut_down: Cell<bool>,
-    /// Its shutdown began (tasks are being dropped, the ring drained): no loop turn will
-    /// come, though the core is still current and not yet shut down.
-    is_stopping: Cell<bool>,
     /// Ops polled while this runtime did not run, and cancelled for that (see
     /// `elsewhere.rs`), until their final completion.
     cancelled_elsewhere: RefCell<Vec<OpId>>,
@@ -144,7 +141,6 @@ impl Core {
             is_running_deferred: Cell::new(false),
             is_running: Cell::new(false),
             is_shut_down: Cell::new(false),
-            is_stopping: Cell::new(false),
             cancelled_elsewhere: RefCell::new(Vec::new()),
             drained: RefCell::default(),
             set,
@@ -201,11 +197,12 @@ impl Core {
         self.is_shut_down.get()
     }
 
-    /// True from the start of its shutdown: no loop turn will come (a timer set now would
-    /// never fire), though tasks and wakes may still run while they are dropped.
+    /// True from the start of its shutdown (the executor's flag that refuses spawns): no
+    /// loop turn may come (a timer set now might never fire), though tasks and wakes still
+    /// run while they are dropped.
     #[cfg_attr(not(feature = "hyper"), allow(dead_code))]
     pub(crate) fn is_stopping(&self) -> bool {
-        self.is_stopping.get()
+        self.executor.shared.is_stopping()
     }
 
     /// Starts `op` on this worker's backend. Refused once the runtime was dropped, and
@@ -549,7 +546,9 @@ impl Core {
     /// and may block, and a drain given a deadline that passed meanwhile waits for nothing.
     pub(crate) fn shutdown(self: &Rc<Core>, deadline: impl FnOnce() -> Instant) {
         let _current = CurrentGuard::set(self.clone());
-        self.is_stopping.set(true);
+        // Worker 0's flag (the others' was raised by `Workers::shutdown`): what
+        // `is_stopping` reads while this core's tasks are dropped.
+        self.executor.shared.stop_taking_spawns();
         // Handles that outlive the runtime keep the eventfd, not this ring.
         self.executor.shared.unparker.clear_ring();
         self.executor.shutdown();
