@@ -24,8 +24,9 @@
 //!   the bytes accepted behind it are dropped.
 //!
 //! **What it costs**: one `memcpy` through the internal buffer for reads and for the
-//! writes that take an op, one boxed future per op, at most one op in flight per
-//! direction, and up to two write buffers. Over loopback TCP
+//! writes that take an op, one boxed future per op on a file (a stream's ops are held
+//! inline), at most one op in flight per direction, and up to two write buffers. Over
+//! loopback TCP
 //! (`examples/compat-bench.rs`, numbers in its header), with buffers as large as the
 //! transfers (64 KiB to 1 MiB) the adapter moved 5-20% fewer MB/s than ring-rt's own
 //! owned-buffer `read`/`write_all`, and the copy cost about 20-40 µs of CPU per MiB on
@@ -133,15 +134,16 @@ mod source;
 mod tokio_io;
 
 use std::fmt;
+use std::future::Future;
 use std::io::{Error, ErrorKind, IoSlice, Result};
 use std::mem;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{ready, Context, Poll};
 
 #[cfg(feature = "hyper")]
 pub use self::hyper_timer::HyperTimer;
 pub use self::source::CompatIo;
-use self::source::{ReadOp, WriteOp};
 
 /// Default size of each direction's internal buffer.
 ///
@@ -153,20 +155,20 @@ use self::source::{ReadOp, WriteOp};
 pub const DEFAULT_BUF_LEN: usize = 64 * 1024;
 
 /// The read direction.
-enum ReadState {
+enum ReadState<S: CompatIo> {
     /// No read in flight. `buf[at..]` was read but not yet handed out; for a file it starts
     /// at the cursor.
     Idle { buf: Vec<u8>, at: usize },
     /// A read into the adapter's buffer; the op owns the buffer (and an `Rc` of the object).
-    InFlight(ReadOp),
+    InFlight(S::ReadOp),
 }
 
 /// The write direction.
-enum WriteState {
+enum WriteState<S: CompatIo> {
     /// No write in flight; the buffer is kept for reuse.
     Idle(Vec<u8>),
     /// A write-all of bytes `poll_write` already reported as written.
-    InFlight(WriteOp),
+    InFlight(S::WriteOp),
 }
 
 /// A ring-rt [`TcpStream`](crate::net::TcpStream), [`UnixStream`](crate::net::UnixStream)
@@ -211,8 +213,8 @@ enum WriteState {
 /// # fn main() {}
 /// ```
 pub struct Compat<S: CompatIo> {
-    read: ReadState,
-    write: WriteState,
+    read: ReadState<S>,
+    write: WriteState<S>,
     io: Rc<S>,
     /// Files: the cursor, where the caller has read or written up to. Streams: unused.
     pos: u64,
@@ -455,7 +457,7 @@ impl<S: CompatIo> Compat<S> {
                     }
                 }
                 ReadState::InFlight(op) => {
-                    let (res, mut buf) = ready!(op.as_mut().poll(cx));
+                    let (res, mut buf) = ready!(Pin::new(op).poll(cx));
                     if mem::take(&mut self.read_is_stale) {
                         // Read at the old cursor: dropped, with its error, and read again.
                         buf.clear();
@@ -529,7 +531,7 @@ impl<S: CompatIo> Compat<S> {
     /// Waits for the write in flight, if any, and returns its result.
     fn poll_in_flight(&mut self, cx: &mut Context<'_>) -> Poll<Result<()>> {
         if let WriteState::InFlight(op) = &mut self.write {
-            let (res, buf) = ready!(op.as_mut().poll(cx));
+            let (res, buf) = ready!(Pin::new(op).poll(cx));
             self.write = WriteState::Idle(buf);
             if res.is_err() {
                 // What was accepted behind a failed write is not written either.
@@ -588,7 +590,7 @@ impl<S: CompatIo> Compat<S> {
     fn poll_read_settled(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         if let ReadState::InFlight(op) = &mut self.read {
             // Nobody waits for this read any more: its bytes and its error are dropped.
-            let (_, buf) = ready!(op.as_mut().poll(cx));
+            let (_, buf) = ready!(Pin::new(op).poll(cx));
             self.read = ReadState::Idle { buf, at: 0 };
             self.read_is_stale = false;
         }
@@ -657,7 +659,7 @@ impl<S: CompatIo> Compat<S> {
     /// now and this task is woken when it completes.
     fn start_write_at(&mut self, cx: &mut Context<'_>, buf: Vec<u8>, at: u64) -> Poll<Result<()>> {
         let mut op = self.io.clone().write_all_owned(buf, at);
-        let res = match op.as_mut().poll(cx) {
+        let res = match Pin::new(&mut op).poll(cx) {
             Poll::Ready((res, buf)) => {
                 self.write = WriteState::Idle(buf);
                 res

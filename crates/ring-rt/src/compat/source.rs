@@ -6,15 +6,55 @@ use std::io::{self, IoSlice};
 use std::net::Shutdown;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::task::{Context, Poll};
 
 use crate::fs::File;
-use crate::net::{TcpStream, UnixStream};
+use crate::net::{TcpStream, UnixStream, WriteAll};
+use crate::op::net::Recv;
+use crate::op::Op;
 
-/// A read in flight: the count (0 at end of stream) and the buffer, filled from its start.
-pub(super) type ReadOp = Pin<Box<dyn Future<Output = (io::Result<usize>, Vec<u8>)>>>;
+/// A file's read in flight: the count (0 at end of file) and the buffer, filled from its
+/// start. Boxed: a file op is large next to the copy it does, and the box is one per op.
+pub(super) type BoxedRead = Pin<Box<dyn Future<Output = (io::Result<usize>, Vec<u8>)>>>;
 
-/// A write-all in flight: the result and the buffer.
-pub(super) type WriteOp = Pin<Box<dyn Future<Output = (io::Result<()>, Vec<u8>)>>>;
+/// A file's write-all in flight: the result and the buffer.
+pub(super) type BoxedWrite = Pin<Box<dyn Future<Output = (io::Result<()>, Vec<u8>)>>>;
+
+/// A stream's read in flight, with the stream kept open beside it: not boxed, as a
+/// stream's adapter starts a read (and a write) per request of a protocol like HTTP,
+/// where a box each was two of the ten allocations per request (hyper, BENCHMARKS.md).
+#[doc(hidden)]
+pub struct StreamRead<S> {
+    /// Declared first, so dropped first: the op names the stream's fd, and `_io` keeps
+    /// the stream (and so the fd) open for as long as the op exists.
+    op: Op<Recv<Vec<u8>>>,
+    _io: Rc<S>,
+}
+
+impl<S> Future for StreamRead<S> {
+    type Output = (io::Result<usize>, Vec<u8>);
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.op).poll(cx)
+    }
+}
+
+/// A stream's write-all in flight, with the stream kept open beside it (see
+/// [`StreamRead`]).
+#[doc(hidden)]
+pub struct StreamWrite<S> {
+    /// Declared first, so dropped first (see [`StreamRead`]).
+    op: WriteAll<'static, Vec<u8>>,
+    _io: Rc<S>,
+}
+
+impl<S> Future for StreamWrite<S> {
+    type Output = (io::Result<()>, Vec<u8>);
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.op).poll(cx)
+    }
+}
 
 mod sealed {
     pub trait Sealed {}
@@ -47,13 +87,22 @@ pub trait CompatIo: sealed::Sealed + 'static {
     #[doc(hidden)]
     const IS_POSITIONED: bool;
 
+    /// A read in flight: the count (0 at end of stream) and the buffer, filled from its
+    /// start.
+    #[doc(hidden)]
+    type ReadOp: Future<Output = (io::Result<usize>, Vec<u8>)> + Unpin;
+
+    /// A write-all in flight: the result and the buffer.
+    #[doc(hidden)]
+    type WriteOp: Future<Output = (io::Result<()>, Vec<u8>)> + Unpin;
+
     /// Reads into `buf`'s capacity (from its start) at `pos` (ignored by streams).
     #[doc(hidden)]
-    fn read_owned(self: Rc<Self>, buf: Vec<u8>, pos: u64) -> ReadOp;
+    fn read_owned(self: Rc<Self>, buf: Vec<u8>, pos: u64) -> Self::ReadOp;
 
     /// Writes all of `buf` at `pos` (ignored by streams).
     #[doc(hidden)]
-    fn write_all_owned(self: Rc<Self>, buf: Vec<u8>, pos: u64) -> WriteOp;
+    fn write_all_owned(self: Rc<Self>, buf: Vec<u8>, pos: u64) -> Self::WriteOp;
 
     /// Ends the write direction (a socket's `shutdown(SHUT_WR)`; nothing for a file).
     #[doc(hidden)]
@@ -88,13 +137,21 @@ macro_rules! stream_compat_io {
 
         impl CompatIo for $stream {
             const IS_POSITIONED: bool = false;
+            type ReadOp = StreamRead<$stream>;
+            type WriteOp = StreamWrite<$stream>;
 
-            fn read_owned(self: Rc<Self>, buf: Vec<u8>, _pos: u64) -> ReadOp {
-                Box::pin(async move { self.read(buf).await })
+            fn read_owned(self: Rc<Self>, buf: Vec<u8>, _pos: u64) -> StreamRead<$stream> {
+                StreamRead {
+                    op: self.read_unbound(buf),
+                    _io: self,
+                }
             }
 
-            fn write_all_owned(self: Rc<Self>, buf: Vec<u8>, _pos: u64) -> WriteOp {
-                Box::pin(async move { self.write_all(buf).await })
+            fn write_all_owned(self: Rc<Self>, buf: Vec<u8>, _pos: u64) -> StreamWrite<$stream> {
+                StreamWrite {
+                    op: self.write_all_unbound(buf),
+                    _io: self,
+                }
             }
 
             fn shutdown_write(&self) -> io::Result<()> {
@@ -122,12 +179,14 @@ impl sealed::Sealed for File {}
 
 impl CompatIo for File {
     const IS_POSITIONED: bool = true;
+    type ReadOp = BoxedRead;
+    type WriteOp = BoxedWrite;
 
-    fn read_owned(self: Rc<Self>, buf: Vec<u8>, pos: u64) -> ReadOp {
+    fn read_owned(self: Rc<Self>, buf: Vec<u8>, pos: u64) -> BoxedRead {
         Box::pin(async move { self.read_at(buf, pos).await })
     }
 
-    fn write_all_owned(self: Rc<Self>, buf: Vec<u8>, pos: u64) -> WriteOp {
+    fn write_all_owned(self: Rc<Self>, buf: Vec<u8>, pos: u64) -> BoxedWrite {
         Box::pin(async move { self.write_all_at(buf, pos).await })
     }
 

@@ -14,6 +14,8 @@ pub use recv_stream::{RecvNext, RecvStream};
 pub use tcp::{Incoming, IncomingNext, TcpListener, TcpStream};
 pub use udp::UdpSocket;
 pub use unix::{UnixListener, UnixStream};
+#[cfg(any(feature = "tokio-io", feature = "futures-io"))]
+pub(crate) use write_all::WriteAll;
 
 /// What every idle connection holds, type by type (the idle-memory test counts the whole):
 /// a field added to one of these is paid once per connection, so it should be a choice.

@@ -177,6 +177,21 @@ impl Socket {
         self.recv_op(buf, true)
     }
 
+    /// A read on a stream socket that borrows nothing, for a caller that keeps this
+    /// socket open beside the op for as long as the op exists (an adapter holding the
+    /// stream's `Rc` next to it): the op names the socket's fd, whose number a closed
+    /// socket would let something else take.
+    #[cfg(any(feature = "tokio-io", feature = "futures-io"))]
+    pub(crate) fn read_unbound(&self, buf: Vec<u8>) -> Op<Recv<Vec<u8>>> {
+        self.read(buf).into_op()
+    }
+
+    /// A write-all that borrows nothing, on the terms of [`read_unbound`](Self::read_unbound).
+    #[cfg(any(feature = "tokio-io", feature = "futures-io"))]
+    pub(crate) fn write_all_unbound(&self, buf: Vec<u8>) -> WriteAll<'static, Vec<u8>> {
+        WriteAll::unbound(self, buf)
+    }
+
     /// One datagram.
     pub(crate) fn read_datagram<B: IoBufMut>(&self, buf: B) -> Pending<'_, Recv<B>> {
         self.recv_op(buf, false)
@@ -364,6 +379,25 @@ macro_rules! stream_methods {
                 // A read holding the turn waits for newer bytes: it comes back for these.
                 self.socket.core.recall_receive(self.socket.fd(), op);
             }
+        }
+
+        /// A read that borrows nothing, for an adapter that keeps this stream (its `Rc`)
+        /// beside the op for as long as the op exists: the op names the stream's fd.
+        #[cfg(any(feature = "tokio-io", feature = "futures-io"))]
+        pub(crate) fn read_unbound(
+            &self,
+            buf: Vec<u8>,
+        ) -> crate::op::Op<crate::op::net::Recv<Vec<u8>>> {
+            self.socket.read_unbound(buf)
+        }
+
+        /// A write-all that borrows nothing, on the terms of `read_unbound`.
+        #[cfg(any(feature = "tokio-io", feature = "futures-io"))]
+        pub(crate) fn write_all_unbound(
+            &self,
+            buf: Vec<u8>,
+        ) -> crate::net::WriteAll<'static, Vec<u8>> {
+            self.socket.write_all_unbound(buf)
         }
 
         /// Sends what of `bufs` the socket's buffer takes now, from the caller's memory

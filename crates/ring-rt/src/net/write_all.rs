@@ -32,11 +32,27 @@ pub(crate) enum WriteAll<'a, B: IoBuf> {
 
 impl<'a, B: IoBuf> WriteAll<'a, B> {
     pub(crate) fn new(socket: &'a Socket, buf: B) -> WriteAll<'a, B> {
+        WriteAll::over(socket, buf)
+    }
+
+    /// The future over `socket`'s fd, for as long as the caller says (see `unbound`).
+    fn over(socket: &Socket, buf: B) -> WriteAll<'a, B> {
         let total = buf.bytes_init();
         if total == 0 {
             return WriteAll::Empty(Some(buf), PhantomData);
         }
         WriteAll::Sending(send(socket.core.clone(), socket.fd(), buf.slice(..total)))
+    }
+}
+
+impl<B: IoBuf> WriteAll<'static, B> {
+    /// A write-all that borrows nothing, for a caller that keeps `socket` open beside it
+    /// for as long as the future exists (an adapter holding the stream's `Rc` next to
+    /// it): the sends it makes name the socket's fd, whose number a closed socket would
+    /// let something else take.
+    #[cfg(any(feature = "tokio-io", feature = "futures-io"))]
+    pub(crate) fn unbound(socket: &Socket, buf: B) -> WriteAll<'static, B> {
+        WriteAll::over(socket, buf)
     }
 }
 

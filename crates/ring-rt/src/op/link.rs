@@ -884,13 +884,21 @@ impl<'a, T: OpDef> Pending<'a, T> {
     }
 }
 
+impl<T: OpDef> Pending<'_, T> {
+    /// The op, unstarted, without the borrow of its owner: for a caller that keeps the
+    /// owner alive beside it (see `Socket::read_unbound`).
+    pub(crate) fn into_op(self) -> Op<T> {
+        Op::new(self.core, self.def)
+    }
+}
+
 impl<'a, T: OpDef> IntoFuture for Pending<'a, T> {
     type Output = T::Output;
     type IntoFuture = OpFuture<'a, T>;
 
     fn into_future(self) -> OpFuture<'a, T> {
         OpFuture {
-            op: Op::new(self.core, self.def),
+            op: self.into_op(),
             _owner: PhantomData,
         }
     }
