@@ -78,9 +78,14 @@ pub(crate) struct Unclaimed {
     /// How many times the waiters were woken (wrapping): a waiter whose waker's clone made
     /// a wake go out before that waker was parked sees it change (see `wait`).
     wakes: Cell<u32>,
-    /// A receive of this socket holds the turn (a live one, a dropped one finishing, or a
-    /// receive stream between two `next` calls).
-    turn_held: Cell<bool>,
+    /// How many hold the turn: 0 when it is free; else the receives of one linked chain
+    /// sharing it, each counted (a live one, a dropped one finishing), or a receive stream
+    /// between two `next` calls (one).
+    ///
+    /// A `u16` keeps an idle connection's `Unclaimed` at 96 B (a `u32` made it 104): a
+    /// chain is a tuple of `link` calls in the program's text, so its receives of one
+    /// socket do not reach 65,535 (the count saturates there).
+    turn_holders: Cell<u16>,
     /// The receive stream holding the turn, which another receive takes it from: the
     /// number of its hold (`None`: no stream holds the turn). The hold's parts are `Cell`s
     /// of their own, the ones read on every chunk plain copies.
@@ -141,13 +146,26 @@ impl Drop for TurnTicket {
 }
 
 /// The socket's receive turn: one receive in the kernel at a time. Dropping it (the op
-/// completed, or its orphan was dropped after the final completion) hands the turn on.
+/// completed, or its orphan was dropped after the final completion) hands the turn on,
+/// once no other holder of it is left ([`share`](Self::share)).
 pub(crate) struct RecvTurn(Option<Rc<Unclaimed>>);
+
+impl RecvTurn {
+    /// The turn for one more holder (a later receive of the same linked chain): counted
+    /// in the socket, not boxed, as a one-shot read takes a turn per call.
+    fn share(&self) -> RecvTurn {
+        if let Some(unclaimed) = &self.0 {
+            let holders = unclaimed.turn_holders.get();
+            unclaimed.turn_holders.set(holders.saturating_add(1));
+        }
+        RecvTurn(self.0.clone())
+    }
+}
 
 impl Drop for RecvTurn {
     fn drop(&mut self) {
         if let Some(unclaimed) = self.0.take() {
-            unclaimed.release_turn();
+            unclaimed.drop_turn_holder();
         }
     }
 }
@@ -158,7 +176,7 @@ impl Drop for RecvTurn {
 /// once the last of them lets go.
 #[derive(Default)]
 pub(crate) struct TurnSlot {
-    turn: Option<Rc<RecvTurn>>,
+    turn: Option<RecvTurn>,
     ticket: Option<TurnTicket>,
 }
 
@@ -167,20 +185,25 @@ pub(crate) struct TurnSlot {
 /// would wait for the chain itself) and the socket's receives stay in chain order.
 #[doc(hidden)]
 #[derive(Default)]
-pub struct ChainTurns(RefCell<Vec<(Rc<Unclaimed>, Rc<RecvTurn>)>>);
+pub struct ChainTurns(RefCell<Vec<(Rc<Unclaimed>, RecvTurn)>>);
 
 impl ChainTurns {
-    fn find(&self, unclaimed: &Rc<Unclaimed>) -> Option<Rc<RecvTurn>> {
+    fn find(&self, unclaimed: &Rc<Unclaimed>) -> Option<RecvTurn> {
         self.0
             .borrow()
             .iter()
             .find(|(u, _)| Rc::ptr_eq(u, unclaimed))
-            .map(|(_, turn)| turn.clone())
+            .map(|(_, turn)| turn.share())
     }
 
-    fn add(&self, unclaimed: &Rc<Unclaimed>, turn: &Rc<RecvTurn>) {
-        if self.find(unclaimed).is_none() {
-            self.0.borrow_mut().push((unclaimed.clone(), turn.clone()));
+    fn add(&self, unclaimed: &Rc<Unclaimed>, turn: &RecvTurn) {
+        let known = self
+            .0
+            .borrow()
+            .iter()
+            .any(|(u, _)| Rc::ptr_eq(u, unclaimed));
+        if !known {
+            self.0.borrow_mut().push((unclaimed.clone(), turn.share()));
         }
     }
 }
@@ -194,7 +217,7 @@ impl TurnSlot {
         }
         let turn = std::task::ready!(unclaimed.poll_turn(&mut self.ticket, cx));
         let granted = turn.is_some();
-        self.turn = turn.map(Rc::new);
+        self.turn = turn;
         Poll::Ready(granted)
     }
 
@@ -211,7 +234,7 @@ impl TurnSlot {
     /// Takes the turn at once, for a receive going into a kernel-linked chain.
     pub(crate) fn claim(&mut self, unclaimed: &Rc<Unclaimed>) {
         if self.turn.is_none() {
-            self.turn = unclaimed.try_turn().map(Rc::new);
+            self.turn = unclaimed.try_turn();
         }
     }
 
@@ -336,7 +359,7 @@ impl Unclaimed {
     pub(crate) fn busy_reason(&self) -> Option<&'static str> {
         if self.has_items() {
             Some("a dropped receive's data is queued on the socket: read it first")
-        } else if self.turn_held.get() || self.pending.get() > 0 {
+        } else if self.turn_holders.get() > 0 || self.pending.get() > 0 {
             Some("a dropped receive is still finishing: try again after the runtime runs a turn (yield_now)")
         } else {
             None
@@ -346,7 +369,7 @@ impl Unclaimed {
     /// True when a receive could go to the kernel now: nothing is queued here, no
     /// receive holds the turn, none waits for it.
     pub(crate) fn turn_is_free(&self) -> bool {
-        !self.turn_held.get() && self.with_lines(|lines| lines.is_none())
+        self.turn_holders.get() == 0 && self.with_lines(|lines| lines.is_none())
     }
 
     /// The turn, if [`turn_is_free`](Self::turn_is_free).
@@ -354,8 +377,14 @@ impl Unclaimed {
         if !self.turn_is_free() {
             return None;
         }
-        self.turn_held.set(true);
-        Some(RecvTurn(Some(self.clone())))
+        Some(self.take_free_turn())
+    }
+
+    /// The turn, which is free: its first holder.
+    fn take_free_turn(self: &Rc<Self>) -> RecvTurn {
+        debug_assert_eq!(self.turn_holders.get(), 0, "the turn is taken");
+        self.turn_holders.set(1);
+        RecvTurn(Some(self.clone()))
     }
 
     /// A receive's way in, in the order receives asked (its place kept in `ticket`):
@@ -370,8 +399,7 @@ impl Unclaimed {
         if ticket.is_none() && self.turn_is_free() {
             // Nobody is in line, nothing is queued: the turn, without a place in line
             // (whose box an idle connection would otherwise keep).
-            self.turn_held.set(true);
-            return Poll::Ready(Some(RecvTurn(Some(self.clone()))));
+            return Poll::Ready(Some(self.take_free_turn()));
         }
         let number = ticket.get_or_insert_with(|| self.join_queue()).number;
         if self.first_in_line() == Some(number) {
@@ -379,10 +407,9 @@ impl Unclaimed {
                 *ticket = None;
                 return Poll::Ready(None);
             }
-            if !self.turn_held.get() {
+            if self.turn_holders.get() == 0 {
                 *ticket = None;
-                self.turn_held.set(true);
-                return Poll::Ready(Some(RecvTurn(Some(self.clone()))));
+                return Poll::Ready(Some(self.take_free_turn()));
             }
         }
         self.wait(number, cx);
@@ -459,7 +486,7 @@ impl Unclaimed {
         core: Rc<Core>,
         group: BufGroup,
     ) -> NonZeroU64 {
-        // The flag stays set: the hold now stands for the turn.
+        // The count stays: the hold now stands for this holder of the turn.
         turn.0 = None;
         let number = self.next_number();
         self.hold.set(Some(number));
@@ -498,7 +525,7 @@ impl Unclaimed {
     pub(crate) fn end_stream(&self, number: NonZeroU64) {
         if self.stream_holds(number) {
             drop(self.clear_hold());
-            self.release_turn();
+            self.drop_turn_holder();
         }
     }
 
@@ -537,7 +564,7 @@ impl Unclaimed {
     /// A one-shot receive (not a receive stream) holds the turn: a live read, or a dropped
     /// one's orphan.
     fn one_shot_holds_turn(&self) -> bool {
-        self.turn_held.get() && self.hold.get().is_none()
+        self.turn_holders.get() > 0 && self.hold.get().is_none()
     }
 
     /// A one-shot receive holding the turn went to the kernel as op `id`: bytes put back
@@ -557,10 +584,14 @@ impl Unclaimed {
         self.turn_op.take()
     }
 
-    fn release_turn(&self) {
-        self.turn_held.set(false);
-        self.turn_op.set(None);
-        self.wake_all();
+    /// One holder of the turn lets it go; the last hands it on.
+    fn drop_turn_holder(&self) {
+        let holders = self.turn_holders.get().saturating_sub(1);
+        self.turn_holders.set(holders);
+        if holders == 0 {
+            self.turn_op.set(None);
+            self.wake_all();
+        }
     }
 
     /// Waiter `number` waits here too: a receive stream holding the turn (by its hold's
@@ -724,5 +755,43 @@ fn at_safe_point(work: impl FnOnce(&mut Deferred)) {
             work(&mut deferred);
             deferred.run();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ChainTurns, TurnSlot, Unclaimed};
+
+    /// The receives of one chain share the turn: it stays taken until the last of them
+    /// lets go, and is free after (a count off by one either way hands the turn to a
+    /// receive outside the chain too early, or never).
+    #[test]
+    fn a_shared_turn_is_free_only_after_its_last_holder() {
+        let unclaimed = Unclaimed::new();
+        let turns = ChainTurns::default();
+        let mut first = TurnSlot::default();
+        first.claim(&unclaimed);
+        assert!(first.holds() && !unclaimed.turn_is_free());
+        first.share(&unclaimed, &turns);
+        let mut second = TurnSlot::default();
+        second.adopt(&unclaimed, &turns);
+        let mut third = TurnSlot::default();
+        third.adopt(&unclaimed, &turns);
+        assert!(second.holds() && third.holds());
+        drop(turns);
+        drop(first);
+        drop(second);
+        assert!(
+            !unclaimed.turn_is_free(),
+            "freed while a receive of the chain holds it"
+        );
+        drop(third);
+        assert!(
+            unclaimed.turn_is_free(),
+            "still taken after its last holder"
+        );
+        let mut next = TurnSlot::default();
+        next.claim(&unclaimed);
+        assert!(next.holds(), "the next receive did not get the free turn");
     }
 }
