@@ -42,6 +42,10 @@ fn main() {
             a_dropped_chain_of_two_reads_gives_the_bytes_back_in_order,
         ),
         (
+            "a_chain_served_from_queued_bytes_reads_them_back_to_back",
+            a_chain_served_from_queued_bytes_reads_them_back_to_back,
+        ),
+        (
             "a_chain_longer_than_the_sq_runs_op_by_op",
             a_chain_longer_than_the_sq_runs_op_by_op,
         ),
@@ -366,6 +370,56 @@ fn a_dropped_chain_of_two_reads_gives_the_bytes_back_in_order(kind: BackendKind)
         a.write_all(b"CCCC".to_vec()).await.0?;
         let got = read_until(&b, 12).await?;
         check!(got == b"AAAABBBBCCCC", "the next reads got {got:?}");
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// A chain of two reads whose first is served from bytes a dropped read left queued on the
+/// socket (it takes no turn), with a plain read asking in between: the chain's reads get
+/// consecutive bytes, as they do in the kernel. The chain's second read lined up behind
+/// the plain read, which took bytes from the middle (io_uring; found by review BQ).
+fn a_chain_served_from_queued_bytes_reads_them_back_to_back(kind: BackendKind) -> Outcome {
+    use std::future::{poll_fn, Future, IntoFuture};
+    use std::task::Poll;
+    let rt = runtime!(kind);
+    rt.block_on(support::bounded(Duration::from_secs(20), async {
+        let (a, b) = UnixStream::pair()?;
+        let b = std::rc::Rc::new(b);
+        // A read in the kernel, dropped once its bytes are in: they are queued on `b`.
+        let mut first = Box::pin(b.read(Vec::with_capacity(16)).into_future());
+        let pending = poll_fn(|cx| Poll::Ready(first.as_mut().poll(cx).is_pending())).await;
+        check!(pending, "the first read finished at once");
+        let chained = b.clone();
+        let chain = ring_rt::spawn(async move {
+            let ((r1, x), (r2, y)) = chained
+                .read(Vec::with_capacity(2))
+                .link(chained.read(Vec::with_capacity(2)))
+                .await;
+            (r1.map(|n| x[..n].to_vec()), r2.map(|n| y[..n].to_vec()))
+        });
+        ring_rt::yield_now().await;
+        let plain = b.clone();
+        let plain = ring_rt::spawn(async move {
+            let (r, x) = plain.read(Vec::with_capacity(2)).await;
+            r.map(|n| x[..n].to_vec())
+        });
+        ring_rt::yield_now().await;
+        a.write_all(b"ABCDEF".to_vec()).await.0?;
+        ring_rt::time::sleep(Duration::from_millis(5)).await;
+        drop(first);
+        let (c1, c2) = ring_rt::time::timeout(Duration::from_secs(3), chain)
+            .await
+            .map_err(|_| "the chain never finished")?
+            .map_err(|e| format!("the chain's task: {e:?}"))?;
+        let p = ring_rt::time::timeout(Duration::from_secs(3), plain)
+            .await
+            .map_err(|_| "the plain read never finished")?
+            .map_err(|e| format!("the plain read's task: {e:?}"))??;
+        let (c1, c2) = (c1?, c2?);
+        check!(
+            c1 == b"AB" && c2 == b"CD" && p == b"EF",
+            "the chain (asked first) got {c1:?} then {c2:?}, the plain read {p:?}"
+        );
         Ok(Completion::Completed)
     }))?
 }

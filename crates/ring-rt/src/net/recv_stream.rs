@@ -240,6 +240,8 @@ impl<'a> RecvStream<'a> {
                 let Some(turn) = turn else {
                     // Queued data comes first (a stream socket queues only bytes). It took
                     // no returned buffer: a woken turn passes on (dropped with `starved`).
+                    // Its place in line goes: a stream's next chunk asks again.
+                    self.ticket = None;
                     self.starved = None;
                     return Poll::Ready(match unclaimed.take_chunk(group.buf_len()) {
                         Some(chunk) => Ok(Some(chunk)),

@@ -175,7 +175,7 @@ impl<T: OpDef> OpDef for Raw<T> {
     fn adopt_turn(&mut self, turns: &ChainTurns) {
         self.0.adopt_turn(turns);
     }
-    fn share_turn(&self, turns: &ChainTurns) {
+    fn share_turn(&mut self, turns: &ChainTurns) {
         self.0.share_turn(turns);
     }
     fn give_back(self, cqe: &Cqe, deferred: &mut Deferred) {
@@ -234,7 +234,8 @@ impl<T: OpDef> Chain for Single<T> {
                 return (Ran::new(self.0, cancelled(), core), true);
             }
             self.0.adopt_turn(&turns);
-            let (op, cqe) = Op::new(core.clone(), Raw(self.0)).await;
+            turns.let_places_go();
+            let (mut op, cqe) = Op::new(core.clone(), Raw(self.0)).await;
             op.share_turn(&turns);
             let failed = op.breaks_link(&cqe);
             (Ran::new(op, cqe, core), failed)

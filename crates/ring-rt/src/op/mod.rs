@@ -98,7 +98,7 @@ pub trait OpDef: Operation + Unpin + 'static {
 
     /// In a chain, once the op holds what it needs: a receive offers its socket's turn
     /// to the later ops of the chain.
-    fn share_turn(&self, _turns: &ChainTurns) {}
+    fn share_turn(&mut self, _turns: &ChainTurns) {}
 
     /// An op that ended in a chain dropped before the chain ended: what its final CQE
     /// brought is released as an orphan's would be (an fd closed, a buffer returned), or

@@ -453,7 +453,7 @@ impl<B: IoBufMut> OpDef for Recv<B> {
         self.turn.adopt(&self.unclaimed, turns);
     }
 
-    fn share_turn(&self, turns: &ChainTurns) {
+    fn share_turn(&mut self, turns: &ChainTurns) {
         self.turn.share(&self.unclaimed, turns);
     }
 
@@ -1045,7 +1045,7 @@ impl<B: IoBufMut> OpDef for RecvMsg<B> {
         self.turn.adopt(&self.unclaimed, turns);
     }
 
-    fn share_turn(&self, turns: &ChainTurns) {
+    fn share_turn(&mut self, turns: &ChainTurns) {
         self.turn.share(&self.unclaimed, turns);
     }
 

@@ -182,14 +182,21 @@ pub(crate) struct TurnSlot {
 
 /// The receive turns the ops of one linked chain hold, so that a later receive of the
 /// chain on the same socket goes on with the turn an earlier one took (waiting for it
-/// would wait for the chain itself) and the socket's receives stay in chain order.
+/// would wait for the chain itself) and the socket's receives stay in chain order. Also
+/// the places in line of a chain's receives served from bytes queued on their socket
+/// (they took no turn): the chain's next receive of that socket takes the place over,
+/// so no receive that asked in between takes bytes from the middle of the chain's (as
+/// none can when the chain runs in the kernel, or holds the turn).
 #[doc(hidden)]
 #[derive(Default)]
-pub struct ChainTurns(RefCell<Vec<(Rc<Unclaimed>, RecvTurn)>>);
+pub struct ChainTurns {
+    turns: RefCell<Vec<(Rc<Unclaimed>, RecvTurn)>>,
+    places: RefCell<Vec<TurnTicket>>,
+}
 
 impl ChainTurns {
     fn find(&self, unclaimed: &Rc<Unclaimed>) -> Option<RecvTurn> {
-        self.0
+        self.turns
             .borrow()
             .iter()
             .find(|(u, _)| Rc::ptr_eq(u, unclaimed))
@@ -198,19 +205,46 @@ impl ChainTurns {
 
     fn add(&self, unclaimed: &Rc<Unclaimed>, turn: &RecvTurn) {
         let known = self
-            .0
+            .turns
             .borrow()
             .iter()
             .any(|(u, _)| Rc::ptr_eq(u, unclaimed));
         if !known {
-            self.0.borrow_mut().push((unclaimed.clone(), turn.share()));
+            self.turns
+                .borrow_mut()
+                .push((unclaimed.clone(), turn.share()));
         }
+    }
+
+    /// The place in line an earlier receive of the chain left on this socket.
+    fn take_place(&self, unclaimed: &Rc<Unclaimed>) -> Option<TurnTicket> {
+        let mut places = self.places.borrow_mut();
+        let at = places
+            .iter()
+            .position(|t| Rc::ptr_eq(&t.unclaimed, unclaimed))?;
+        Some(places.swap_remove(at))
+    }
+
+    /// Keeps a receive's place in line for the chain's next op, if it receives from the
+    /// same socket. A chain's ops run one after another, so there is at most one.
+    fn keep_place(&self, ticket: TurnTicket) {
+        self.places.borrow_mut().push(ticket);
+    }
+
+    /// The places the op starting now did not take over go: a socket's other receives
+    /// wait for a chain's receives only while they follow each other (a chain waiting on
+    /// another socket keeps nobody waiting here).
+    pub(crate) fn let_places_go(&self) {
+        let places = std::mem::take(&mut *self.places.borrow_mut());
+        // Dropped outside the borrow: leaving the line wakes the next in it.
+        drop(places);
     }
 }
 
 impl TurnSlot {
     /// `Ready(true)`: the receive holds the turn and goes to the kernel; `Ready(false)`: data
-    /// is queued on the socket, to be taken first (see [`Unclaimed::poll_turn`]).
+    /// is queued on the socket, to be taken first (see [`Unclaimed::poll_turn`]); the slot
+    /// keeps the place in line (first) until it is dropped or shared.
     pub(crate) fn poll(&mut self, unclaimed: &Rc<Unclaimed>, cx: &mut Context<'_>) -> Poll<bool> {
         if self.turn.is_some() {
             return Poll::Ready(true);
@@ -238,17 +272,24 @@ impl TurnSlot {
         }
     }
 
-    /// Goes on with the turn an earlier op of the same chain holds on this socket.
+    /// Goes on with the turn an earlier op of the same chain holds on this socket, or
+    /// from the place in line it left there.
     pub(crate) fn adopt(&mut self, unclaimed: &Rc<Unclaimed>, turns: &ChainTurns) {
         if self.turn.is_none() {
             self.turn = turns.find(unclaimed);
         }
+        if self.turn.is_none() && self.ticket.is_none() {
+            self.ticket = turns.take_place(unclaimed);
+        }
     }
 
-    /// Offers the turn this op holds to the later ops of its chain.
-    pub(crate) fn share(&self, unclaimed: &Rc<Unclaimed>, turns: &ChainTurns) {
+    /// Offers the turn this op holds to the later ops of its chain; an op served from
+    /// queued bytes hands them its place in line instead.
+    pub(crate) fn share(&mut self, unclaimed: &Rc<Unclaimed>, turns: &ChainTurns) {
         if let Some(turn) = &self.turn {
             turns.add(unclaimed, turn);
+        } else if let Some(ticket) = self.ticket.take() {
+            turns.keep_place(ticket);
         }
     }
 }
@@ -388,7 +429,8 @@ impl Unclaimed {
     }
 
     /// A receive's way in, in the order receives asked (its place kept in `ticket`):
-    /// `Ready(None)` when data is queued here (take it: it comes first), `Ready(Some(turn))`
+    /// `Ready(None)` when data is queued here (take it: it comes first; `ticket` keeps the
+    /// place, first in line, until the caller drops it), `Ready(Some(turn))`
     /// to go to the kernel, `Pending` while it is not this receive's turn (a receive
     /// stream holding the turn is made to give it up).
     pub(crate) fn poll_turn(
@@ -404,7 +446,6 @@ impl Unclaimed {
         let number = ticket.get_or_insert_with(|| self.join_queue()).number;
         if self.first_in_line() == Some(number) {
             if self.has_items() {
-                *ticket = None;
                 return Poll::Ready(None);
             }
             if self.turn_holders.get() == 0 {
