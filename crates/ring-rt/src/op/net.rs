@@ -1018,7 +1018,9 @@ impl<B: IoBufMut> OpDef for RecvMsg<B> {
             return Poll::Ready(None);
         }
         let Some((data, from)) = self.unclaimed.take_datagram() else {
-            // Something else is queued (never on a datagram socket): receive anew.
+            // Something else is queued (never on a datagram socket): receive anew, out of
+            // line, as before the place was kept for chains (review BR).
+            self.turn.let_place_go();
             return Poll::Ready(None);
         };
         let n = data.len().min(self.buf.bytes_total());

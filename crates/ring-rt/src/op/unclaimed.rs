@@ -255,6 +255,11 @@ impl TurnSlot {
         Poll::Ready(granted)
     }
 
+    /// Leaves the place in line kept after being served from queued data.
+    pub(crate) fn let_place_go(&mut self) {
+        self.ticket = None;
+    }
+
     /// Whether the receive holds its socket's turn (it went, or goes, to the kernel).
     pub(crate) fn holds(&self) -> bool {
         self.turn.is_some()
