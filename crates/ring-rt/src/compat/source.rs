@@ -23,6 +23,9 @@ pub(super) type BoxedWrite = Pin<Box<dyn Future<Output = (io::Result<()>, Vec<u8
 /// A stream's read in flight, with the stream kept open beside it: not boxed, as a
 /// stream's adapter starts a read (and a write) per request of a protocol like HTTP,
 /// where a box each was two of the ten allocations per request (hyper, BENCHMARKS.md).
+/// This and [`StreamWrite`] are two types, not one generic over its op: the op types are
+/// crate-private, and an associated type of the public `CompatIo` may not name them
+/// (E0446), where a field may.
 #[doc(hidden)]
 pub struct StreamRead<S> {
     /// Declared first, so dropped first: the op names the stream's fd, and `_io` keeps
