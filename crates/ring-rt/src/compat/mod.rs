@@ -656,20 +656,15 @@ impl<S: CompatIo> Compat<S> {
     }
 
     /// Starts the write-all of `buf` at `at` (files) and polls it once, so it is submitted
-    /// now and this task is woken when it completes.
+    /// now and this task is woken when it completes. The op is the adapter's before that
+    /// poll: a waker whose clone panics in it leaves the op, and the accepted bytes it
+    /// holds, for the next flush (a local op went with the unwind, and its bytes with it).
     fn start_write_at(&mut self, cx: &mut Context<'_>, buf: Vec<u8>, at: u64) -> Poll<Result<()>> {
-        let mut op = self.io.clone().write_all_owned(buf, at);
-        let res = match Pin::new(&mut op).poll(cx) {
-            Poll::Ready((res, buf)) => {
-                self.write = WriteState::Idle(buf);
-                res
-            }
-            Poll::Pending => {
-                self.write = WriteState::InFlight(op);
-                Ok(())
-            }
-        };
-        Poll::Ready(res)
+        self.write = WriteState::InFlight(self.io.clone().write_all_owned(buf, at));
+        match self.poll_in_flight(cx) {
+            Poll::Ready(res) => Poll::Ready(res),
+            Poll::Pending => Poll::Ready(Ok(())),
+        }
     }
 
     fn poll_flush_write(&mut self, cx: &mut Context<'_>) -> Poll<Result<()>> {

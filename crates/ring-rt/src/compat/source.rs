@@ -6,19 +6,14 @@ use std::io::{self, IoSlice};
 use std::net::Shutdown;
 use std::pin::Pin;
 use std::rc::Rc;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 
+use crate::buf::{advance, write_zero, IoBuf, Slice};
 use crate::fs::File;
 use crate::net::{TcpStream, UnixStream, WriteAll};
+use crate::op::fs::{ReadAt, WriteAt};
 use crate::op::net::Recv;
 use crate::op::Op;
-
-/// A file's read in flight: the count (0 at end of file) and the buffer, filled from its
-/// start. Boxed: a file op is large next to the copy it does, and the box is one per op.
-pub(super) type BoxedRead = Pin<Box<dyn Future<Output = (io::Result<usize>, Vec<u8>)>>>;
-
-/// A file's write-all in flight: the result and the buffer.
-pub(super) type BoxedWrite = Pin<Box<dyn Future<Output = (io::Result<()>, Vec<u8>)>>>;
 
 /// A stream's read in flight, with the stream kept open beside it: not boxed, as a
 /// stream's adapter starts a read (and a write) per request of a protocol like HTTP,
@@ -56,6 +51,68 @@ impl<S> Future for StreamWrite<S> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         Pin::new(&mut self.op).poll(cx)
+    }
+}
+
+/// A file's read in flight at a position, with the file kept open beside it: the count
+/// (0 at end of file) and the buffer, filled from its start. A plain op, not an `async`
+/// block: polled again after a poll that panicked (a waker whose clone panics), it goes
+/// on where an `async` block panics with "resumed after panicking".
+#[doc(hidden)]
+pub struct FileRead {
+    /// Declared first, so dropped first (see [`StreamRead`]).
+    op: Op<ReadAt<Vec<u8>>>,
+    _file: Rc<File>,
+}
+
+impl Future for FileRead {
+    type Output = (io::Result<usize>, Vec<u8>);
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.op).poll(cx)
+    }
+}
+
+/// A file's write-all in flight from a position, with the file kept open beside it: one
+/// write of the unwritten tail at a time, as [`WriteAll`] sends on a stream (the slice in
+/// flight carries the progress). Hand-written for the reason [`FileRead`] is.
+#[doc(hidden)]
+pub struct FileWrite {
+    /// Declared first, so dropped first (see [`StreamRead`]). `None` for an empty buffer,
+    /// which goes straight back (a write of nothing would end as `WriteZero`).
+    op: Option<Op<WriteAt<Slice<Vec<u8>>>>>,
+    empty: Option<Vec<u8>>,
+    /// Where the buffer's first byte goes.
+    at: u64,
+    file: Rc<File>,
+}
+
+impl Future for FileWrite {
+    type Output = (io::Result<()>, Vec<u8>);
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let Some(op) = &mut this.op else {
+            let buf = this
+                .empty
+                .take()
+                .expect("write_all polled after it completed");
+            return Poll::Ready((Ok(()), buf));
+        };
+        loop {
+            let (res, slice) = ready!(Pin::new(&mut *op).poll(cx));
+            let (done, total) = (slice.begin(), slice.end());
+            let buf = slice.into_inner();
+            let done = match advance(res, done, total, write_zero) {
+                Ok(moved) => moved,
+                Err(e) => return Poll::Ready((Err(e), buf)),
+            };
+            if done >= total {
+                return Poll::Ready((Ok(()), buf));
+            }
+            let at = this.at.saturating_add(done as u64);
+            *op = this.file.write_at_unbound(buf.slice(done..total), at);
+        }
     }
 }
 
@@ -182,15 +239,28 @@ impl sealed::Sealed for File {}
 
 impl CompatIo for File {
     const IS_POSITIONED: bool = true;
-    type ReadOp = BoxedRead;
-    type WriteOp = BoxedWrite;
+    type ReadOp = FileRead;
+    type WriteOp = FileWrite;
 
-    fn read_owned(self: Rc<Self>, buf: Vec<u8>, pos: u64) -> BoxedRead {
-        Box::pin(async move { self.read_at(buf, pos).await })
+    fn read_owned(self: Rc<Self>, buf: Vec<u8>, pos: u64) -> FileRead {
+        FileRead {
+            op: self.read_at_unbound(buf, pos),
+            _file: self,
+        }
     }
 
-    fn write_all_owned(self: Rc<Self>, buf: Vec<u8>, pos: u64) -> BoxedWrite {
-        Box::pin(async move { self.write_all_at(buf, pos).await })
+    fn write_all_owned(self: Rc<Self>, buf: Vec<u8>, pos: u64) -> FileWrite {
+        let total = buf.bytes_init();
+        let (op, empty) = match total {
+            0 => (None, Some(buf)),
+            _ => (Some(self.write_at_unbound(buf.slice(..total), pos)), None),
+        };
+        FileWrite {
+            op,
+            empty,
+            at: pos,
+            file: self,
+        }
     }
 
     /// A file has no write direction to end; durability is `sync_all`'s business.

@@ -9,6 +9,8 @@ use std::rc::Rc;
 
 use super::metadata::{Metadata, STATX_MASK};
 use super::OpenOptions;
+#[cfg(any(feature = "tokio-io", feature = "futures-io"))]
+use crate::buf::Slice;
 use crate::buf::{transfer_all, write_zero, IoBuf, IoBufMut};
 use crate::op::fs::{
     Close, Fallocate, Fsync, Ftruncate, ReadAt, ReadvAt, Statx, WriteAt, WritevAt,
@@ -281,8 +283,19 @@ impl File {
         buf: B,
         pos: u64,
     ) -> Pending<'_, impl OpDef<Output = (io::Result<usize>, B)>> {
+        Pending::new(self.core.clone(), self.read_at_def(buf, pos))
+    }
+
+    /// [`read_at`](Self::read_at)'s op, not bound to `self`: for a caller that keeps the
+    /// file open beside it (the adapter's read, `compat::FileRead`).
+    #[cfg(any(feature = "tokio-io", feature = "futures-io"))]
+    pub(crate) fn read_at_unbound(&self, buf: Vec<u8>, pos: u64) -> Op<ReadAt<Vec<u8>>> {
+        Op::new(self.core.clone(), self.read_at_def(buf, pos))
+    }
+
+    fn read_at_def<B: IoBufMut>(&self, buf: B, pos: u64) -> ReadAt<B> {
         let fixed = self.fixed_index(&buf);
-        let op = ReadAt {
+        ReadAt {
             fd: self.fd,
             buf,
             pos: kernel_pos(pos),
@@ -290,8 +303,7 @@ impl File {
             unpositioned: self.unpositioned,
             at_once: self.is_direct,
             fixed,
-        };
-        Pending::new(self.core.clone(), op)
+        }
     }
 
     /// Writes `buf`'s data at `pos` (ignored under `append`); may write less. Linkable
@@ -316,16 +328,30 @@ impl File {
         buf: B,
         pos: u64,
     ) -> Pending<'_, impl OpDef<Output = (io::Result<usize>, B)>> {
+        Pending::new(self.core.clone(), self.write_at_def(buf, pos))
+    }
+
+    /// [`write_at`](Self::write_at)'s op, not bound to `self`: for a caller that keeps
+    /// the file open beside it (the adapter's write-all, `compat::FileWrite`).
+    #[cfg(any(feature = "tokio-io", feature = "futures-io"))]
+    pub(crate) fn write_at_unbound(
+        &self,
+        buf: Slice<Vec<u8>>,
+        pos: u64,
+    ) -> Op<WriteAt<Slice<Vec<u8>>>> {
+        Op::new(self.core.clone(), self.write_at_def(buf, pos))
+    }
+
+    fn write_at_def<B: IoBuf>(&self, buf: B, pos: u64) -> WriteAt<B> {
         let fixed = self.fixed_index(&buf);
-        let op = WriteAt {
+        WriteAt {
             fd: self.fd,
             buf,
             pos: kernel_pos(pos),
             unpositioned: self.unpositioned,
             at_once: self.is_direct,
             fixed,
-        };
-        Pending::new(self.core.clone(), op)
+        }
     }
 
     /// The registered index `buf` goes to the kernel by on this file's worker: a chunk of
