@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Counts what noise cannot move for the hyper example (examples/hyper.rs) and tokio's
-# (src/bin/tokio-hyper.rs) under wrk on `/`: user-space instructions per request
+# (src/bin/tokio-hyper.rs) under wrk on `/` (or URL_PATH): user-space instructions per request
 # (cachegrind, Ir only) and, with SPAWNS=1, tasks spawned per request (a uprobe on every
 # monomorphized `ring_rt::executor::Executor::spawn`; needs perf and root). Each server runs
 # one thread on CPU 0, `wrk -t1` on CPU 1. Instructions per request are (Ir of a run under
@@ -8,6 +8,7 @@
 # count.
 #
 # ROUNDS=2 SECS=10 CONNS="50 200" SPAWNS=1 crates/ring-bench/scripts/hyper-count.sh
+# URL_PATH='/big?n=16777216' CONNS=50 crates/ring-bench/scripts/hyper-count.sh
 #
 # BASELINE_HYPER=path/to/another/build/examples/hyper adds that build's uring and epoll
 # servers beside this one's, as in wrk-hyper.sh.
@@ -20,6 +21,7 @@ ROUNDS=${ROUNDS:-2}
 SECS=${SECS:-10}
 CONNS=${CONNS:-"50 200"}
 SPAWNS=${SPAWNS:-0}
+URL_PATH=${URL_PATH:-/}
 PORT=${PORT:-18600}
 target=${CARGO_TARGET_DIR:-$root/target}
 hyper=$target/release/examples/hyper
@@ -64,7 +66,7 @@ wait_listening() {
 # load CONNS SECS PORT: wrk's request count (0 when SECS is 0).
 load() {
     [[ $2 == 0 ]] && { echo 0; return; }
-    taskset -c 1 wrk -t1 -c"$1" -d"$2"s "http://127.0.0.1:$3/" | awk '/requests in/ {print $1}'
+    taskset -c 1 wrk -t1 -c"$1" -d"$2"s "http://127.0.0.1:$3$URL_PATH" | awk '/requests in/ {print $1}'
 }
 
 # instructions CONNS SECS SERVER...: "Ir requests" of one run under cachegrind.

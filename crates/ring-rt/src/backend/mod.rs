@@ -104,6 +104,13 @@ pub unsafe trait Operation {
         false
     }
 
+    /// For a readiness-only op: the readiness is the whole op (a wait for room, with no
+    /// syscall after it), so io_uring completes it with the `POLL_ADD`'s own completion
+    /// instead of trying [`try_syscall`](Self::try_syscall) too.
+    fn is_wait_only(&self) -> bool {
+        false
+    }
+
     /// The fd the op names, if any: a kernel-linked chain keeps the numbers its later links
     /// name taken until they are issued (see `UringBackend::start_chain`).
     fn fd(&self) -> Option<RawFd> {

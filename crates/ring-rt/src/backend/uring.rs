@@ -162,7 +162,7 @@ impl UringBackend {
             if let ReadyWait::Poll(id) = *wait {
                 let cqe = std::task::ready!(self.driver.poll_op(id, waker))?;
                 *wait = ReadyWait::Idle;
-                if cqe.res < 0 {
+                if cqe.res < 0 || op.is_wait_only() {
                     return Poll::Ready(Ok(cqe));
                 }
                 let cqe = op.try_syscall();

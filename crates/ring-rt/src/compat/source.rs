@@ -12,7 +12,7 @@ use crate::buf::{advance, write_zero, IoBuf, Slice};
 use crate::fs::File;
 use crate::net::{TcpStream, UnixStream, WriteAll};
 use crate::op::fs::{ReadAt, WriteAt};
-use crate::op::net::Recv;
+use crate::op::net::{Recv, Writable};
 use crate::op::Op;
 
 /// A stream's read in flight, with the stream kept open beside it: not boxed, as a
@@ -179,6 +179,26 @@ pub trait CompatIo: sealed::Sealed + 'static {
     /// full); files always take the op's way.
     #[doc(hidden)]
     fn write_now(&self, bufs: &[IoSlice<'_>]) -> Option<io::Result<usize>>;
+
+    /// After a [`write_now`](Self::write_now) that met a full buffer: a wait until the
+    /// object takes data, so the adapter sends the caller's bytes again then instead of
+    /// copying them into a write op; `None` to take the op's way.
+    #[doc(hidden)]
+    fn wait_for_room(&self) -> Option<RoomWait>;
+}
+
+/// A wait until a stream takes data (see [`CompatIo::wait_for_room`]): `Ok` once it does,
+/// or has an error its next send reports. It owns no memory and names the stream's fd,
+/// which the adapter holding it keeps open.
+#[doc(hidden)]
+pub struct RoomWait(Op<Writable>);
+
+impl Future for RoomWait {
+    type Output = io::Result<()>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.0).poll(cx)
+    }
 }
 
 /// From how many bytes a stream's adapter sends borrowed bytes with a syscall of their
@@ -229,6 +249,10 @@ macro_rules! stream_compat_io {
                 }
                 Some(self.send_now(bufs))
             }
+
+            fn wait_for_room(&self) -> Option<RoomWait> {
+                self.writable_unbound().map(RoomWait)
+            }
         }
     )+};
 }
@@ -273,6 +297,11 @@ impl CompatIo for File {
     /// A file write takes the op's way: a buffered write may block (ext4 refuses
     /// `RWF_NOWAIT` for buffered writes), and it must stay ordered with the adapter's reads.
     fn write_now(&self, _bufs: &[IoSlice<'_>]) -> Option<io::Result<usize>> {
+        None
+    }
+
+    /// Never asked: a file never sends from the caller's memory.
+    fn wait_for_room(&self) -> Option<RoomWait> {
         None
     }
 }

@@ -16,6 +16,8 @@ use crate::backend::direct::{encode, slot_of};
 use crate::backend::Capability;
 use crate::buf::{IoBuf, IoBufMut};
 use crate::op::link::Pending;
+#[cfg(any(feature = "tokio-io", feature = "futures-io"))]
+use crate::op::net::Writable;
 use crate::op::net::{Connect, Recv, Send, SendZc};
 use crate::op::unclaimed::{TurnSlot, Unclaimed};
 use crate::op::Op;
@@ -190,6 +192,16 @@ impl Socket {
     #[cfg(any(feature = "tokio-io", feature = "futures-io"))]
     pub(crate) fn write_all_unbound(&self, buf: Vec<u8>) -> WriteAll<'static, Vec<u8>> {
         WriteAll::unbound(self, buf)
+    }
+
+    /// A wait until the socket takes data, on the terms of
+    /// [`read_unbound`](Self::read_unbound), for a caller whose [`send_now`](Self::send_now)
+    /// met a full buffer; `None` for a direct descriptor with no fd yet, whose `send_now`
+    /// never tried.
+    #[cfg(any(feature = "tokio-io", feature = "futures-io"))]
+    pub(crate) fn writable_unbound(&self) -> Option<Op<Writable>> {
+        self.os_fd_now()?;
+        Some(Op::new(self.core.clone(), Writable { fd: self.fd }))
     }
 
     /// One datagram.
@@ -406,6 +418,13 @@ macro_rules! stream_methods {
         #[cfg(any(feature = "tokio-io", feature = "futures-io"))]
         pub(crate) fn send_now(&self, bufs: &[std::io::IoSlice<'_>]) -> io::Result<usize> {
             self.socket.send_now(bufs)
+        }
+
+        /// A wait until the stream takes data, for an adapter whose `send_now` met a full
+        /// buffer (see `Socket::writable_unbound`).
+        #[cfg(any(feature = "tokio-io", feature = "futures-io"))]
+        pub(crate) fn writable_unbound(&self) -> Option<crate::op::Op<crate::op::net::Writable>> {
+            self.socket.writable_unbound()
         }
 
         /// Whether this stream's sends go to the kernel in batches (see

@@ -1137,6 +1137,72 @@ pub(crate) fn recv_into_group(fd: RawFd, group: &BufGroup) -> Cqe {
     Cqe::new(0, res, Cqe::buffer_flags(bid))
 }
 
+/// Waits until a stream socket takes data (`POLLOUT`), sending nothing: for a caller that
+/// sends borrowed bytes itself (the adapter's direct send, which met a full buffer) and so
+/// need not copy them into a send op. Readiness only on both backends; on io_uring the
+/// `POLL_ADD`'s completion is the op's (see [`Operation::is_wait_only`]).
+#[cfg(any(feature = "tokio-io", feature = "futures-io"))]
+pub(crate) struct Writable {
+    pub(crate) fd: RawFd,
+}
+
+#[cfg(any(feature = "tokio-io", feature = "futures-io"))]
+// SAFETY: the SQE (a `POLL_ADD`, unused: the op is readiness-only) points at no memory;
+// `try_syscall`'s `poll(2)` reads and writes one `pollfd` on its own stack.
+unsafe impl Operation for Writable {
+    fn fd(&self) -> Option<RawFd> {
+        Some(self.fd)
+    }
+
+    fn emulate(&mut self) -> Emulation {
+        writable(self.fd)
+    }
+
+    /// epoll: whether the socket takes data now (`EAGAIN` if not), by a `poll(2)` that
+    /// never blocks.
+    fn try_syscall(&mut self) -> Cqe {
+        let mut pfd = libc::pollfd {
+            fd: self.fd,
+            events: libc::POLLOUT,
+            revents: 0,
+        };
+        // SAFETY: one valid `pollfd` for the call's duration; a zero timeout never blocks.
+        let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+        match n {
+            0 => Cqe::new(0, -libc::EAGAIN, 0),
+            n if n < 0 => Cqe::new(0, sys::res(n as isize), 0),
+            _ => Cqe::new(0, i32::from(pfd.revents), 0),
+        }
+    }
+
+    fn sqe(&mut self) -> squeue::Entry {
+        sqe_on!(self.fd, |t| opcode::PollAdd::new(t, libc::POLLOUT as u32)
+            .build())
+    }
+
+    fn is_readiness_only(&self) -> bool {
+        true
+    }
+
+    fn is_wait_only(&self) -> bool {
+        true
+    }
+}
+
+#[cfg(any(feature = "tokio-io", feature = "futures-io"))]
+impl OpDef for Writable {
+    /// `Ok` once the socket takes data, or has an error or hang-up that its next send
+    /// reports.
+    type Output = io::Result<()>;
+
+    fn complete(self, cqe: Cqe) -> io::Result<()> {
+        match cqe.res {
+            res if res < 0 => Err(io::Error::from_raw_os_error(-res)),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// `read(2)` on a pollable non-socket fd (a signalfd): readiness, then the read inside the
 /// poll that returns it, on both backends. Never a kernel `READ`: a dropped future whose
 /// read the kernel had completed would take what it read (a signal) with it.
