@@ -13,6 +13,10 @@ use support::{pattern, Outcome};
 
 fn main() {
     support::run(&[
+        (
+            "a_chain_polled_again_after_a_panicking_waker_clone_completes",
+            a_chain_polled_again_after_a_panicking_waker_clone_completes,
+        ),
         ("write_fsync_read_chain", write_fsync_read_chain),
         ("failed_op_cancels_the_rest", failed_op_cancels_the_rest),
         (
@@ -461,5 +465,53 @@ fn a_chain_longer_than_the_sq_runs_op_by_op(kind: BackendKind) -> Outcome {
         let got = read_until(&b, 3).await?;
         check!(got == b"123", "the chain's writes arrived as {got:?}");
         Ok(Completion::Completed)
+    }))?
+}
+
+fn clone_panics() {
+    panic!("this waker's clone panics");
+}
+
+/// Review BS (2): a chain whose poll met a waker whose clone panics, polled again with a
+/// good waker, goes on and completes in order (run op by op, it panicked again with
+/// "`async fn` resumed after panicking"). A chain of two reads and one of a write and a
+/// read, each polled once with such a waker before anything is there to read.
+fn a_chain_polled_again_after_a_panicking_waker_clone_completes(kind: BackendKind) -> Outcome {
+    use std::future::{poll_fn, Future, IntoFuture};
+    let rt = runtime!(kind);
+    rt.block_on(support::bounded(Duration::from_secs(20), async {
+        let (a, b) = UnixStream::pair()?;
+        let mut chain = Box::pin(
+            b.read(Vec::with_capacity(3))
+                .link(b.read(Vec::with_capacity(3)))
+                .into_future(),
+        );
+        let waker = support::waker_calling_on_clone(clone_panics);
+        let mut cx = std::task::Context::from_waker(&waker);
+        let panicked = support::expecting_panics(|| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                chain.as_mut().poll(&mut cx).is_ready()
+            }))
+        });
+        a.write_all(b"abcdef".to_vec()).await.0?;
+        let ((r1, x), (r2, y)) = ring_rt::time::timeout(
+            Duration::from_secs(3),
+            poll_fn(|cx| chain.as_mut().poll(cx)),
+        )
+        .await
+        .map_err(|_| "the chain never finished")?;
+        let (n1, n2) = (r1?, r2?);
+        check!(
+            x[..n1] == *b"abc" && y[..n2] == *b"def",
+            "the chain read {:?} then {:?}",
+            &x[..n1],
+            &y[..n2]
+        );
+        match panicked {
+            Err(_) => Ok(Completion::Completed),
+            Ok(ready) => Ok(Completion::ignored_with(format!(
+                "the chain's first poll cloned no waker (ready: {ready})"
+            ))),
+        }
     }))?
 }

@@ -28,8 +28,6 @@ use super::ChainTurns;
 use super::{error_cqe, Emulation, Op, OpDef, Operation};
 use crate::worker::{deadline_after, Core, TimerEntry, FOREVER};
 
-type Boxed<T> = Pin<Box<dyn Future<Output = T>>>;
-
 /// Ops that can run as one linked chain: a single op, or a chain followed by an op.
 ///
 /// Implemented by ring-rt's chain types only; it shows in signatures as
@@ -73,14 +71,14 @@ pub trait Chain: Unpin + 'static {
     /// What running the chain op by op gives before it is turned into the output: each
     /// op with its final CQE, which a chain dropped before it ends reaps like an orphan.
     #[doc(hidden)]
-    type Ran;
+    type Ran: Unpin;
+    /// The chain running op by op: each op with its final CQE, and whether the chain
+    /// broke. A plain future, not an `async` block: polled again after a poll that
+    /// panicked (a waker whose clone panics), it goes on where it stopped.
     #[doc(hidden)]
-    fn run_in_order(
-        self,
-        core: Rc<Core>,
-        failed: bool,
-        turns: Rc<ChainTurns>,
-    ) -> Boxed<(Self::Ran, bool)>;
+    type InOrder: Future<Output = (Self::Ran, bool)> + Unpin;
+    #[doc(hidden)]
+    fn run_in_order(self, core: Rc<Core>, failed: bool, turns: Rc<ChainTurns>) -> Self::InOrder;
     #[doc(hidden)]
     fn output(ran: Self::Ran) -> Self::Output;
 }
@@ -222,24 +220,14 @@ impl<T: OpDef> Chain for Single<T> {
     }
 
     type Ran = Ran<T>;
+    type InOrder = SingleInOrder<T>;
 
-    fn run_in_order(
-        mut self,
-        core: Rc<Core>,
-        failed: bool,
-        turns: Rc<ChainTurns>,
-    ) -> Boxed<(Ran<T>, bool)> {
-        Box::pin(async move {
-            if failed {
-                return (Ran::new(self.0, cancelled(), core), true);
-            }
-            self.0.adopt_turn(&turns);
-            turns.let_places_go();
-            let (mut op, cqe) = Op::new(core.clone(), Raw(self.0)).await;
-            op.share_turn(&turns);
-            let failed = op.breaks_link(&cqe);
-            (Ran::new(op, cqe, core), failed)
-        })
+    fn run_in_order(self, core: Rc<Core>, failed: bool, turns: Rc<ChainTurns>) -> SingleInOrder<T> {
+        SingleInOrder {
+            state: SingleState::Unstarted(self.0, failed),
+            core,
+            turns,
+        }
     }
 
     fn output(mut ran: Ran<T>) -> T::Output {
@@ -247,6 +235,52 @@ impl<T: OpDef> Chain for Single<T> {
             unreachable!("a Ran op is taken only here or by its drop")
         };
         op.complete(ran.cqe)
+    }
+}
+
+/// One op of a chain running op by op (see [`Chain::InOrder`]).
+#[doc(hidden)]
+pub struct SingleInOrder<T: OpDef> {
+    state: SingleState<T>,
+    core: Rc<Core>,
+    turns: Rc<ChainTurns>,
+}
+
+enum SingleState<T: OpDef> {
+    /// Not started; `true` if an earlier op broke the chain (it completes as cancelled).
+    Unstarted(T, bool),
+    Running(Op<Raw<T>>),
+    Done,
+}
+
+impl<T: OpDef> Future for SingleInOrder<T> {
+    type Output = (Ran<T>, bool);
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<(Ran<T>, bool)> {
+        let this = &mut *self;
+        if let SingleState::Unstarted(..) = this.state {
+            let SingleState::Unstarted(mut def, failed) =
+                std::mem::replace(&mut this.state, SingleState::Done)
+            else {
+                unreachable!("checked just above")
+            };
+            if failed {
+                return Poll::Ready((Ran::new(def, cancelled(), this.core.clone()), true));
+            }
+            def.adopt_turn(&this.turns);
+            // Running before the places go: letting them go wakes the ops waiting behind
+            // them, and a wake that panics leaves this op to go on when polled again.
+            this.state = SingleState::Running(Op::new(this.core.clone(), Raw(def)));
+            this.turns.let_places_go();
+        }
+        let SingleState::Running(op) = &mut this.state else {
+            panic!("ring-rt link polled after it completed")
+        };
+        let (mut def, cqe) = std::task::ready!(Pin::new(op).poll(cx));
+        this.state = SingleState::Done;
+        def.share_turn(&this.turns);
+        let failed = def.breaks_link(&cqe);
+        Poll::Ready((Ran::new(def, cqe, this.core.clone()), failed))
     }
 }
 
@@ -323,25 +357,81 @@ impl<A: Chain, B: Chain> Chain for (A, B) {
     }
 
     type Ran = RanPair<A::Ran, B::Ran>;
+    type InOrder = PairInOrder<A, B>;
 
     fn run_in_order(
         self,
         core: Rc<Core>,
         failed: bool,
         turns: Rc<ChainTurns>,
-    ) -> Boxed<(Self::Ran, bool)> {
-        Box::pin(async move {
-            let (earlier, failed) = self
-                .0
-                .run_in_order(core.clone(), failed, turns.clone())
-                .await;
-            let (later, failed) = self.1.run_in_order(core, failed, turns).await;
-            (RanPair { later, earlier }, failed)
-        })
+    ) -> PairInOrder<A, B> {
+        let earlier = self.0.run_in_order(core.clone(), failed, turns.clone());
+        PairInOrder {
+            state: PairState::Earlier {
+                earlier,
+                later: Some(self.1),
+                core,
+                turns,
+            },
+        }
     }
 
     fn output(ran: Self::Ran) -> Self::Output {
         (A::output(ran.earlier), B::output(ran.later))
+    }
+}
+
+/// Two parts of a chain running op by op, the earlier first (see [`Chain::InOrder`]).
+#[doc(hidden)]
+pub struct PairInOrder<A: Chain, B: Chain> {
+    state: PairState<A, B>,
+}
+
+enum PairState<A: Chain, B: Chain> {
+    Earlier {
+        earlier: A::InOrder,
+        later: Option<B>,
+        core: Rc<Core>,
+        turns: Rc<ChainTurns>,
+    },
+    /// Field order is drop order: the later part goes first (see [`RanPair`]).
+    Later {
+        later: B::InOrder,
+        earlier: A::Ran,
+    },
+    Done,
+}
+
+impl<A: Chain, B: Chain> Future for PairInOrder<A, B> {
+    type Output = (RanPair<A::Ran, B::Ran>, bool);
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        if let PairState::Earlier { earlier, .. } = &mut this.state {
+            let (ran, failed) = std::task::ready!(Pin::new(earlier).poll(cx));
+            let PairState::Earlier {
+                later, core, turns, ..
+            } = std::mem::replace(&mut this.state, PairState::Done)
+            else {
+                unreachable!("checked just above")
+            };
+            let Some(later) = later else {
+                unreachable!("the later part starts once")
+            };
+            this.state = PairState::Later {
+                later: later.run_in_order(core, failed, turns),
+                earlier: ran,
+            };
+        }
+        let PairState::Later { later, .. } = &mut this.state else {
+            panic!("ring-rt link polled after it completed")
+        };
+        let (later, failed) = std::task::ready!(Pin::new(later).poll(cx));
+        let PairState::Later { earlier, .. } = std::mem::replace(&mut this.state, PairState::Done)
+        else {
+            unreachable!("checked just above")
+        };
+        Poll::Ready((RanPair { later, earlier }, failed))
     }
 }
 
@@ -555,7 +645,7 @@ enum LinkState<C: Chain> {
     Mixed(C),
     InKernel(InKernel<C>),
     /// The ops running one after another.
-    InOrder(Boxed<(C::Ran, bool)>),
+    InOrder(C::InOrder),
     Done,
 }
 
@@ -603,7 +693,7 @@ impl<C: Chain> Future for LinkFuture<'_, C> {
         }
         let out = match &mut this.state {
             LinkState::InKernel(running) => std::task::ready!(running.poll(cx)),
-            LinkState::InOrder(fut) => C::output(std::task::ready!(fut.as_mut().poll(cx)).0),
+            LinkState::InOrder(fut) => C::output(std::task::ready!(Pin::new(fut).poll(cx)).0),
             LinkState::Unstarted(..) | LinkState::Mixed(..) | LinkState::Done => {
                 panic!("ring-rt link polled after it completed")
             }
