@@ -13,7 +13,10 @@
 //!   socket's. On io_uring only writes of 64 KiB and more go this way (smaller ones cost
 //!   less copied into an op that joins the loop's next batched submission than sent with a
 //!   syscall of their own: measured with hyper, 16 KiB responses took 19% more CPU sent
-//!   directly). Otherwise (a file, a full socket buffer, a small write on io_uring) it
+//!   directly). A send that meets a full socket buffer waits until the socket takes data
+//!   and sends from the caller's bytes again (the write is pending meanwhile), as a
+//!   poll-based runtime does. Otherwise (a file, a small write on io_uring, a buffer full
+//!   again at once after its room came) it
 //!   copies up to `write_cap` bytes (64 KiB by default) into the adapter's buffer, starts
 //!   a write-all of it and returns at once. While that write is in flight, `poll_write`
 //!   copies up to `write_cap` more bytes into a second buffer and returns at once, and
@@ -24,8 +27,8 @@
 //!   the bytes accepted behind it are dropped.
 //!
 //! **What it costs**: one `memcpy` through the internal buffer for reads and for the
-//! writes that take an op, one boxed future per op on a file (a stream's ops are held
-//! inline), at most one op in flight per direction, and up to two write buffers. Over
+//! writes that take an op (the ops themselves are held inline, not boxed), at most one op
+//! in flight per direction, and up to two write buffers. Over
 //! loopback TCP
 //! (`examples/compat-bench.rs`, numbers in its header), with buffers as large as the
 //! transfers (64 KiB to 1 MiB) the adapter moved 5-20% fewer MB/s than ring-rt's own
