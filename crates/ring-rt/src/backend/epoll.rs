@@ -301,8 +301,17 @@ impl EpollBackend {
     }
 
     /// Runs `job` on the blocking pool as op `id` of the op table.
-    fn submit_blocking(&mut self, job: BlockingJob, returns_fd: bool) -> io::Result<OpId> {
-        let id = self.ops.insert()?;
+    /// Hands `job` to the blocking pool as op `id`, already waiting with `waker`: the
+    /// waker is cloned (code that is not ours, which may panic) before the job is handed
+    /// over, so an unwinding first poll leaves nothing running (a write the caller never
+    /// saw reported was done anyway: review BT).
+    fn submit_blocking(
+        &mut self,
+        job: BlockingJob,
+        returns_fd: bool,
+        waker: &Waker,
+    ) -> io::Result<OpId> {
+        let id = self.ops.insert_waiting(waker)?;
         if let Err(err) = self.pool.submit(id, job, returns_fd) {
             // No thread could start and none is alive: the job was taken back, unrun.
             let res = -err.raw_os_error().unwrap_or(libc::EAGAIN);
@@ -521,8 +530,9 @@ impl Mechanism for EpollBackend {
 
     /// Starts `op`: a read the page cache serves is done at once; a socket op waits for
     /// readiness (tried on its first poll); anything else goes to the blocking pool.
-    /// The waker is left to the first poll, which registers readiness interest too.
-    fn start(&mut self, op: &mut dyn Operation, _waker: &Waker) -> io::Result<Start> {
+    /// A socket op's waker is left to its first poll, which registers readiness interest
+    /// too; a pool job's waits from the start.
+    fn start(&mut self, op: &mut dyn Operation, waker: &Waker) -> io::Result<Start> {
         if let Some(cqe) = op.try_inline() {
             return Ok(Start::Done(cqe));
         }
@@ -534,8 +544,8 @@ impl Mechanism for EpollBackend {
             })),
             Emulation::Blocking(job) => {
                 let returns_fd = op.returns_fd();
-                Ok(Start::Token(Token::InFlight(
-                    self.submit_blocking(job, returns_fd)?,
+                Ok(Start::Waiting(Token::InFlight(
+                    self.submit_blocking(job, returns_fd, waker)?,
                 )))
             }
         }

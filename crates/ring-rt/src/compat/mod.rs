@@ -559,7 +559,7 @@ impl<S: CompatIo> Compat<S> {
         };
         let buf = mem::replace(&mut self.pending, spare);
         self.pending.clear();
-        self.start_write_at(cx, buf, self.pending_at)
+        self.start_write_at(cx, buf, self.pending_at, true)
     }
 
     /// With a write in flight: takes up to `write_cap` bytes behind it, for the next op;
@@ -650,7 +650,7 @@ impl<S: CompatIo> Compat<S> {
             buf.extend_from_slice(&b[..room.min(b.len())]);
         }
         let n = buf.len();
-        ready!(self.start_write_at(cx, buf, self.pos))?;
+        ready!(self.start_write_at(cx, buf, self.pos, false))?;
         if S::IS_POSITIONED {
             self.pos += n as u64;
         }
@@ -673,7 +673,9 @@ impl<S: CompatIo> Compat<S> {
         let mut waited = false;
         loop {
             if let WriteState::AwaitingRoom(room, _) = &mut self.write {
-                // Its error is the socket's, which the send below reports.
+                // Its error is ignored: a socket's error the send below reports; a
+                // refusal (polled outside the runtime) leads to the op's way, which
+                // reports it.
                 let _ = ready!(Pin::new(room).poll(cx));
                 self.write = match mem::replace(&mut self.write, WriteState::Idle(Vec::new())) {
                     WriteState::AwaitingRoom(_, buf) => WriteState::Idle(buf),
@@ -704,15 +706,42 @@ impl<S: CompatIo> Compat<S> {
     }
 
     /// Starts the write-all of `buf` at `at` (files) and polls it once, so it is submitted
-    /// now and this task is woken when it completes. The op is the adapter's before that
-    /// poll: a waker whose clone panics in it leaves the op, and the accepted bytes it
-    /// holds, for the next flush (a local op went with the unwind, and its bytes with it).
-    fn start_write_at(&mut self, cx: &mut Context<'_>, buf: Vec<u8>, at: u64) -> Poll<Result<()>> {
-        self.write = WriteState::InFlight(self.io.clone().write_all_owned(buf, at));
-        match self.poll_in_flight(cx) {
-            Poll::Ready(res) => Poll::Ready(res),
-            Poll::Pending => Poll::Ready(Ok(())),
+    /// now and this task is woken when it completes.
+    ///
+    /// A waker whose clone panics in that poll unwinds out of it, with nothing of the op
+    /// submitted yet (the clone comes first). Bytes `poll_write` already `accepted` (they
+    /// waited behind a write) must still be written: the op is the adapter's before the
+    /// poll, and the next flush goes on with it (a local op went with the unwind, and those
+    /// bytes with it: review BS). Bytes of the `poll_write` that panicked were never
+    /// reported written, so they go with the unwind: kept, they were written after the
+    /// caller had written others, or the same again (review BT).
+    fn start_write_at(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: Vec<u8>,
+        at: u64,
+        accepted: bool,
+    ) -> Poll<Result<()>> {
+        let op = self.io.clone().write_all_owned(buf, at);
+        if accepted {
+            self.write = WriteState::InFlight(op);
+            return match self.poll_in_flight(cx) {
+                Poll::Ready(res) => Poll::Ready(res),
+                Poll::Pending => Poll::Ready(Ok(())),
+            };
         }
+        let mut op = op;
+        let res = match Pin::new(&mut op).poll(cx) {
+            Poll::Ready((res, buf)) => {
+                self.write = WriteState::Idle(buf);
+                res
+            }
+            Poll::Pending => {
+                self.write = WriteState::InFlight(op);
+                Ok(())
+            }
+        };
+        Poll::Ready(res)
     }
 
     fn poll_flush_write(&mut self, cx: &mut Context<'_>) -> Poll<Result<()>> {

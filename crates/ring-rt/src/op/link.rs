@@ -136,6 +136,9 @@ unsafe impl<T: OpDef> Operation for Raw<T> {
     fn is_readiness_only(&self) -> bool {
         self.0.is_readiness_only()
     }
+    fn is_wait_only(&self) -> bool {
+        self.0.is_wait_only()
+    }
     fn breaks_link(&self, cqe: &Cqe) -> bool {
         self.0.breaks_link(cqe)
     }
