@@ -1022,6 +1022,27 @@ fn clone_panics() {
     panic!("this waker's clone panics");
 }
 
+/// Completed when `panics` happened; else ignored: no `what` cloned the waker on this
+/// backend, so the path under test was not taken.
+fn completed_if_any_panicked(panics: usize, what: &str) -> Completion {
+    match panics {
+        0 => Completion::ignored_with(format!("no {what} cloned the waker on this backend")),
+        _ => Completion::Completed,
+    }
+}
+
+/// Reads `b` to its end, with a receive of up to 256 KiB at a time.
+async fn read_to_end(b: UnixStream) -> std::io::Result<Vec<u8>> {
+    let mut got = Vec::new();
+    loop {
+        let (n, buf) = b.read(Vec::with_capacity(256 << 10)).await;
+        if n? == 0 {
+            return Ok(got);
+        }
+        got.extend_from_slice(&buf);
+    }
+}
+
 /// Polls `f` once with a waker whose clone panics: `None` when it panicked.
 fn poll_with_a_panicking_clone<T>(f: impl FnOnce(&mut std::task::Context<'_>) -> T) -> Option<T> {
     let waker = support::waker_calling_on_clone(clone_panics);
@@ -1067,16 +1088,7 @@ fn accepted_bytes_survive_a_panicking_waker_clone_in_flush(kind: BackendKind) ->
             let mut io = Compat::new(a).with_capacity(1000, 1000);
             // The peer reads nothing yet: the socket's buffer fills, then the adapter's.
             let mut accepted = accept_until_full(&mut io, &data, 0, 5000).await?;
-            let reader = ring_rt::spawn(async move {
-                let mut got = Vec::new();
-                loop {
-                    let (n, buf) = b.read(Vec::with_capacity(256 << 10)).await;
-                    if n? == 0 {
-                        return std::io::Result::Ok(got);
-                    }
-                    got.extend_from_slice(&buf);
-                }
-            });
+            let reader = ring_rt::spawn(read_to_end(b));
             if reader_first {
                 // The write in flight ends; the flush starts the one behind it.
                 sleep(Duration::from_millis(50)).await;
@@ -1112,12 +1124,7 @@ fn accepted_bytes_survive_a_panicking_waker_clone_in_flush(kind: BackendKind) ->
                 }
             );
         }
-        if panics == 0 {
-            return Ok(Completion::ignored_with(
-                "no flush cloned the waker on this backend",
-            ));
-        }
-        Ok(Completion::Completed)
+        Ok(completed_if_any_panicked(panics, "flush"))
     }))?
 }
 
@@ -1163,12 +1170,7 @@ fn a_files_flush_after_a_panicking_waker_clone_writes_everything(kind: BackendKi
                 ""
             }
         );
-        if panics == 0 {
-            return Ok(Completion::ignored_with(
-                "no flush cloned the waker on this backend",
-            ));
-        }
-        Ok(Completion::Completed)
+        Ok(completed_if_any_panicked(panics, "flush"))
     }));
     let _ = std::fs::remove_file(&path);
     outcome?
@@ -1233,12 +1235,7 @@ fn a_read_after_a_panicking_waker_clone_reads_on(kind: BackendKind) -> Outcome {
             got == pattern(23, 64 << 10),
             "the stream's bytes after the panic differ"
         );
-        if panics == 0 {
-            return Ok(Completion::ignored_with(
-                "no read cloned the waker on this backend",
-            ));
-        }
-        Ok(Completion::Completed)
+        Ok(completed_if_any_panicked(panics, "read"))
     }));
     let _ = std::fs::remove_file(&path);
     outcome?
@@ -1270,16 +1267,7 @@ fn a_large_write_into_a_full_socket_waits_for_room_without_copying(kind: Backend
             matches!(flushed, std::task::Poll::Ready(Ok(()))),
             "a flush after the adapter stopped taking bytes: {flushed:?}"
         );
-        let reader = ring_rt::spawn(async move {
-            let mut got = Vec::new();
-            loop {
-                let (n, buf) = b.read(Vec::with_capacity(256 << 10)).await;
-                if n? == 0 {
-                    return std::io::Result::Ok(got);
-                }
-                got.extend_from_slice(&buf);
-            }
-        });
+        let reader = ring_rt::spawn(read_to_end(b));
         io.write_all(&data[accepted..]).await?;
         io.shutdown().await?;
         drop(io);
@@ -1338,16 +1326,7 @@ fn a_poll_write_that_panicked_writes_nothing(kind: BackendKind) -> Outcome {
         // A stream: small writes (an op each on io_uring), each first polled with the
         // panicking waker and, when that panicked, written again with a good one.
         let (a, b) = UnixStream::pair()?;
-        let reader = ring_rt::spawn(async move {
-            let mut got = Vec::new();
-            loop {
-                let (n, buf) = b.read(Vec::with_capacity(64 << 10)).await;
-                if n? == 0 {
-                    return std::io::Result::Ok(got);
-                }
-                got.extend_from_slice(&buf);
-            }
-        });
+        let reader = ring_rt::spawn(read_to_end(b));
         let mut io = Compat::new(a).with_capacity(1000, 1000);
         let data = pattern(31, 40_000);
         let mut at = 0;
@@ -1380,12 +1359,7 @@ fn a_poll_write_that_panicked_writes_nothing(kind: BackendKind) -> Outcome {
                 ""
             }
         );
-        if panics == 0 {
-            return Ok(Completion::ignored_with(
-                "no write cloned the waker on this backend",
-            ));
-        }
-        Ok(Completion::Completed)
+        Ok(completed_if_any_panicked(panics, "write"))
     }));
     let _ = std::fs::remove_file(&path);
     outcome?

@@ -6,9 +6,9 @@ use std::io::{self, IoSlice};
 use std::net::Shutdown;
 use std::pin::Pin;
 use std::rc::Rc;
-use std::task::{ready, Context, Poll};
+use std::task::{Context, Poll};
 
-use crate::buf::{advance, write_zero, IoBuf, Slice};
+use crate::buf::{IoBuf, Slice};
 use crate::fs::File;
 use crate::net::{TcpStream, UnixStream, WriteAll};
 use crate::op::fs::{ReadAt, WriteAt};
@@ -91,28 +91,20 @@ impl Future for FileWrite {
     type Output = (io::Result<()>, Vec<u8>);
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.get_mut();
-        let Some(op) = &mut this.op else {
-            let buf = this
-                .empty
-                .take()
-                .expect("write_all polled after it completed");
+        let FileWrite {
+            op,
+            empty,
+            at,
+            file,
+            ..
+        } = self.get_mut();
+        let Some(op) = op else {
+            let buf = empty.take().expect("write_all polled after it completed");
             return Poll::Ready((Ok(()), buf));
         };
-        loop {
-            let (res, slice) = ready!(Pin::new(&mut *op).poll(cx));
-            let (done, total) = (slice.begin(), slice.end());
-            let buf = slice.into_inner();
-            let done = match advance(res, done, total, write_zero) {
-                Ok(moved) => moved,
-                Err(e) => return Poll::Ready((Err(e), buf)),
-            };
-            if done >= total {
-                return Poll::Ready((Ok(()), buf));
-            }
-            let at = this.at.saturating_add(done as u64);
-            *op = this.file.write_at_unbound(buf.slice(done..total), at);
-        }
+        op.poll_write_all(cx, |_, rest, done| {
+            file.write_at_unbound(rest, at.saturating_add(done as u64))
+        })
     }
 }
 

@@ -13,10 +13,10 @@ use std::marker::PhantomData;
 use std::os::fd::RawFd;
 use std::pin::Pin;
 use std::rc::Rc;
-use std::task::{ready, Context, Poll};
+use std::task::{Context, Poll};
 
 use super::socket::Socket;
-use crate::buf::{advance, write_zero, IoBuf, Slice};
+use crate::buf::{IoBuf, Slice};
 use crate::op::net::Send;
 use crate::op::Op;
 use crate::worker::Core;
@@ -78,27 +78,11 @@ impl<B: IoBuf> Future for WriteAll<'_, B> {
                 return Poll::Ready((Ok(()), buf));
             }
         };
-        loop {
-            // The socket's fd, for a send of the rest: the completion takes the send.
-            let fd = op.def().map(|send| send.fd);
-            let (res, slice) = ready!(Pin::new(&mut *op).poll(cx));
-            let (done, total) = (slice.begin(), slice.end());
-            let buf = slice.into_inner();
-            let done = match advance(res, done, total, write_zero) {
-                Ok(moved) => moved,
-                Err(e) => return Poll::Ready((Err(e), buf)),
-            };
-            if done >= total {
-                return Poll::Ready((Ok(()), buf));
-            }
-            let Some(fd) = fd else {
-                // Only an op that completed has no send, and polling it again panicked above.
-                return Poll::Ready((
-                    Err(io::Error::other("write_all polled after it completed")),
-                    buf,
-                ));
-            };
-            *op = send(op.core().clone(), fd, buf.slice(done..total));
-        }
+        // The socket's fd, for a send of the rest: the completion takes the send. Only an
+        // op that completed has none, and polling it panics.
+        let Some(fd) = op.def().map(|send| send.fd) else {
+            panic!("write_all polled after it completed")
+        };
+        op.poll_write_all(cx, |core, rest, _| send(core.clone(), fd, rest))
     }
 }

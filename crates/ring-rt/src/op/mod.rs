@@ -18,6 +18,8 @@ use std::task::{Context, Poll};
 
 use ring_core::cqe::Cqe;
 use ring_core::lifecycle::{Deferred, Orphan};
+
+use crate::buf::{advance, write_zero, IoBuf, Slice};
 use ring_core::release::Keep;
 use ring_core::user_data::OpId;
 
@@ -136,10 +138,32 @@ impl<T: OpDef> Op<T> {
         }
     }
 
-    /// The worker the op runs on.
-    #[inline]
-    pub(crate) fn core(&self) -> &Rc<Core> {
-        &self.core
+    /// Polls a write-all's op, whose slice carries its progress (`begin` is what was
+    /// written, `end` the total): after a short write `next` makes the op for the rest
+    /// (from the op's worker, the unwritten slice, and how much was written), until every
+    /// byte is; `WriteZero` if a write moves nothing, `EINTR` goes on. The buffer always
+    /// comes back. Shared by a stream's `write_all` and the adapter's file write-all.
+    pub(crate) fn poll_write_all<B: IoBuf>(
+        &mut self,
+        cx: &mut Context<'_>,
+        mut next: impl FnMut(&Rc<Core>, Slice<B>, usize) -> Op<T>,
+    ) -> Poll<(io::Result<()>, B)>
+    where
+        T: OpDef<Output = (io::Result<usize>, Slice<B>)>,
+    {
+        loop {
+            let (res, slice) = std::task::ready!(Pin::new(&mut *self).poll(cx));
+            let (done, total) = (slice.begin(), slice.end());
+            let buf = slice.into_inner();
+            let done = match advance(res, done, total, write_zero) {
+                Ok(moved) => moved,
+                Err(e) => return Poll::Ready((Err(e), buf)),
+            };
+            if done >= total {
+                return Poll::Ready((Ok(()), buf));
+            }
+            *self = next(&self.core, buf.slice(done..total), done);
+        }
     }
 
     /// The op's definition, until its completion takes it.
