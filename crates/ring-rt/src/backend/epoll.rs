@@ -300,7 +300,6 @@ impl EpollBackend {
             .is_some_and(|reg| reg.unready & events == events)
     }
 
-    /// Runs `job` on the blocking pool as op `id` of the op table.
     /// Hands `job` to the blocking pool as op `id`, already waiting with `waker`: the
     /// waker is cloned (code that is not ours, which may panic) before the job is handed
     /// over, so an unwinding first poll leaves nothing running (a write the caller never

@@ -210,7 +210,8 @@ pub(crate) enum Start {
     /// Running: poll this.
     Token(Token),
     /// Running, and the starter's waker already waits for its first completion: poll it
-    /// once woken (io_uring, which saves the poll that would only register the waker).
+    /// once woken (io_uring, which saves the poll that would only register the waker; a
+    /// job on epoll's blocking pool, whose waker is cloned before the job is handed over).
     Waiting(Token),
     /// Done already (a read of cached data on epoll, an op run inline): its CQE.
     Done(Cqe),

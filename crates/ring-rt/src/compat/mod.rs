@@ -708,8 +708,11 @@ impl<S: CompatIo> Compat<S> {
     /// Starts the write-all of `buf` at `at` (files) and polls it once, so it is submitted
     /// now and this task is woken when it completes.
     ///
-    /// A waker whose clone panics in that poll unwinds out of it, with nothing of the op
-    /// submitted yet (the clone comes first). Bytes `poll_write` already `accepted` (they
+    /// A waker whose clone panics in that poll unwinds out of it, nearly always with
+    /// nothing of the op submitted yet: io_uring and epoll's blocking pool clone it first.
+    /// (On epoll a stream's send is tried before its waker is parked; it meets the full
+    /// buffer the direct send met just before, unless the peer read in between.) Bytes
+    /// `poll_write` already `accepted` (they
     /// waited behind a write) must still be written: the op is the adapter's before the
     /// poll, and the next flush goes on with it (a local op went with the unwind, and those
     /// bytes with it: review BS). Bytes of the `poll_write` that panicked were never

@@ -457,6 +457,10 @@ impl<B: IoBufMut> OpDef for Recv<B> {
         self.turn.share(&self.unclaimed, turns);
     }
 
+    fn pass_turn(&mut self, turns: &ChainTurns) {
+        self.turn.pass(&self.unclaimed, turns);
+    }
+
     fn into_orphan(self) -> Box<dyn Orphan> {
         Box::new(KeepReceived {
             unclaimed: self.unclaimed.clone(),
@@ -1049,6 +1053,10 @@ impl<B: IoBufMut> OpDef for RecvMsg<B> {
 
     fn share_turn(&mut self, turns: &ChainTurns) {
         self.turn.share(&self.unclaimed, turns);
+    }
+
+    fn pass_turn(&mut self, turns: &ChainTurns) {
+        self.turn.pass(&self.unclaimed, turns);
     }
 
     fn into_orphan(self) -> Box<dyn Orphan> {
