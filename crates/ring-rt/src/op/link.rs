@@ -179,9 +179,6 @@ impl<T: OpDef> OpDef for Raw<T> {
     fn share_turn(&mut self, turns: &ChainTurns) {
         self.0.share_turn(turns);
     }
-    fn pass_turn(&mut self, turns: &ChainTurns) {
-        self.0.pass_turn(turns);
-    }
     fn give_back(self, cqe: &Cqe, deferred: &mut Deferred) {
         self.0.give_back(cqe, deferred);
     }
@@ -277,14 +274,14 @@ impl<T: OpDef> Future for SingleInOrder<T> {
             // Running before the places go: letting them go wakes the ops waiting behind
             // them, and a wake that panics leaves this op to go on when polled again.
             this.state = SingleState::Running(Op::new(this.core.clone(), Raw(def)));
-            this.turns.let_others_go();
+            this.turns.let_places_go();
         }
         let SingleState::Running(op) = &mut this.state else {
             panic!("ring-rt link polled after it completed")
         };
         let (mut def, cqe) = std::task::ready!(Pin::new(op).poll(cx));
         this.state = SingleState::Done;
-        def.pass_turn(&this.turns);
+        def.share_turn(&this.turns);
         let failed = def.breaks_link(&cqe);
         Poll::Ready((Ran::new(def, cqe, this.core.clone()), failed))
     }

@@ -102,12 +102,6 @@ pub trait OpDef: Operation + Unpin + 'static {
     /// to the later ops of the chain.
     fn share_turn(&mut self, _turns: &ChainTurns) {}
 
-    /// In a chain run op by op, once the op ended: a receive hands its socket's turn to
-    /// the later ops of the chain, keeping no hold of its own.
-    fn pass_turn(&mut self, turns: &ChainTurns) {
-        self.share_turn(turns);
-    }
-
     /// An op that ended in a chain dropped before the chain ended: what its final CQE
     /// brought is released as an orphan's would be (an fd closed, a buffer returned), or
     /// given back (a receive's bytes go to the front of its socket's queue).

@@ -457,10 +457,6 @@ impl<B: IoBufMut> OpDef for Recv<B> {
         self.turn.share(&self.unclaimed, turns);
     }
 
-    fn pass_turn(&mut self, turns: &ChainTurns) {
-        self.turn.pass(&self.unclaimed, turns);
-    }
-
     fn into_orphan(self) -> Box<dyn Orphan> {
         Box::new(KeepReceived {
             unclaimed: self.unclaimed.clone(),
@@ -1053,10 +1049,6 @@ impl<B: IoBufMut> OpDef for RecvMsg<B> {
 
     fn share_turn(&mut self, turns: &ChainTurns) {
         self.turn.share(&self.unclaimed, turns);
-    }
-
-    fn pass_turn(&mut self, turns: &ChainTurns) {
-        self.turn.pass(&self.unclaimed, turns);
     }
 
     fn into_orphan(self) -> Box<dyn Orphan> {

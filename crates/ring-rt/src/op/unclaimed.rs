@@ -180,9 +180,9 @@ pub(crate) struct TurnSlot {
     ticket: Option<TurnTicket>,
 }
 
-/// The receive turns the ops of one linked chain hold, so that the chain's next receive
-/// on the same socket goes on with the turn the one before took (waiting for it would wait
-/// for the chain itself) and the socket's receives stay in chain order. Also
+/// The receive turns the ops of one linked chain hold, so that a later receive of the
+/// chain on the same socket goes on with the turn an earlier one took (waiting for it
+/// would wait for the chain itself) and the socket's receives stay in chain order. Also
 /// the places in line of a chain's receives served from bytes queued on their socket
 /// (they took no turn): the chain's next receive of that socket takes the place over,
 /// so no receive that asked in between takes bytes from the middle of the chain's (as
@@ -231,18 +231,13 @@ impl ChainTurns {
         self.places.borrow_mut().push(ticket);
     }
 
-    /// The turns and places the op starting now did not take over go: a socket's other
-    /// receives wait for a chain's receives only while they follow each other. A chain
-    /// waiting on another socket keeps nobody waiting here: kept to the chain's end, two
-    /// chains reading two sockets in opposite order each held the turn the other waited
-    /// for (review BU). An op that receives from the socket took its share already.
-    pub(crate) fn let_others_go(&self) {
+    /// The places the op starting now did not take over go: a socket's other receives
+    /// wait for a chain's receives only while they follow each other (a chain waiting on
+    /// another socket keeps nobody waiting here).
+    pub(crate) fn let_places_go(&self) {
         let places = std::mem::take(&mut *self.places.borrow_mut());
-        let turns = std::mem::take(&mut *self.turns.borrow_mut());
-        // Dropped outside the borrows: leaving the line, or the last hold of a turn,
-        // wakes the next in line.
+        // Dropped outside the borrow: leaving the line wakes the next in it.
         drop(places);
-        drop(turns);
     }
 }
 
@@ -290,18 +285,6 @@ impl TurnSlot {
         }
         if self.turn.is_none() && self.ticket.is_none() {
             self.ticket = turns.take_place(unclaimed);
-        }
-    }
-
-    /// In a chain run op by op, once the op ended: hands its turn (or place in line) to
-    /// the chain's later ops and keeps no hold of its own, so the chain alone decides how
-    /// long the turn stays (see [`ChainTurns::let_others_go`]); a completed op kept for
-    /// its bytes held it to the chain's end (review BU). The slot keeps a turn of no
-    /// socket: [`holds`](Self::holds) still says the bytes came from the kernel.
-    pub(crate) fn pass(&mut self, unclaimed: &Rc<Unclaimed>, turns: &ChainTurns) {
-        self.share(unclaimed, turns);
-        if self.turn.is_some() {
-            self.turn = Some(RecvTurn(None));
         }
     }
 
