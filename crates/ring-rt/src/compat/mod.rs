@@ -712,12 +712,12 @@ impl<S: CompatIo> Compat<S> {
     /// nothing of the op submitted yet: io_uring and epoll's blocking pool clone it first.
     /// (On epoll a stream's send is tried before its waker is parked; it meets the full
     /// buffer the direct send met just before, unless the peer read in between.) Bytes
-    /// `poll_write` already `accepted` (they
-    /// waited behind a write) must still be written: the op is the adapter's before the
-    /// poll, and the next flush goes on with it (a local op went with the unwind, and those
-    /// bytes with it: review BS). Bytes of the `poll_write` that panicked were never
-    /// reported written, so they go with the unwind: kept, they were written after the
-    /// caller had written others, or the same again (review BT).
+    /// `poll_write` already `accepted` (they waited behind a write) must still be written:
+    /// the op is the adapter's before the poll, and the next flush goes on with it (a local
+    /// op went with the unwind, and those bytes with it: review BS). Bytes of the
+    /// `poll_write` that panicked were never reported written, so they go with the unwind:
+    /// kept, they were written after the caller had written others, or the same again
+    /// (review BT).
     fn start_write_at(
         &mut self,
         cx: &mut Context<'_>,
@@ -725,7 +725,7 @@ impl<S: CompatIo> Compat<S> {
         at: u64,
         accepted: bool,
     ) -> Poll<Result<()>> {
-        let op = self.io.clone().write_all_owned(buf, at);
+        let mut op = self.io.clone().write_all_owned(buf, at);
         if accepted {
             self.write = WriteState::InFlight(op);
             return match self.poll_in_flight(cx) {
@@ -733,7 +733,6 @@ impl<S: CompatIo> Compat<S> {
                 Poll::Pending => Poll::Ready(Ok(())),
             };
         }
-        let mut op = op;
         let res = match Pin::new(&mut op).poll(cx) {
             Poll::Ready((res, buf)) => {
                 self.write = WriteState::Idle(buf);
