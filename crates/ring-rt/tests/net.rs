@@ -20,6 +20,10 @@ use support::{bounded, open_fds, pattern, Outcome};
 
 fn main() {
     support::run(&[
+        (
+            "reads_waiting_in_line_are_woken_as_they_come_first",
+            reads_waiting_in_line_are_woken_as_they_come_first,
+        ),
         ("tcp_round_trip_owned_buffers", tcp_round_trip_owned_buffers),
         ("tcp_connect_refused", tcp_connect_refused),
         (
@@ -1247,6 +1251,56 @@ fn dropped_waits_do_not_wake_every_other_waiter_each_time(kind: BackendKind) -> 
         check!(
             woken <= 4 * DROPS,
             "{kind}: {DROPS} dropped accepts woke the {WAITERS} other waiters {woken} times"
+        );
+        Ok(Completion::Completed)
+    }))?
+}
+
+/// 200 reads of one socket waiting in line, then 200 bytes, one for each: every read gets
+/// its byte, and the reads are polled a few times each, not once per byte that passes the
+/// turn on. Every read in line was woken whenever the turn passed, each polled again to
+/// find it was not first: 200 reads cost ~20,000 polls on io_uring (n wakes per turn,
+/// n turns), a socket with many readers (a UDP server's) slower per datagram the more
+/// tasks read it.
+fn reads_waiting_in_line_are_woken_as_they_come_first(kind: BackendKind) -> Outcome {
+    use std::cell::Cell;
+    const READS: usize = 200;
+    let rt = runtime!(kind);
+    rt.block_on(bounded(Duration::from_secs(20), async {
+        let (a, b) = UnixStream::pair()?;
+        let b = Rc::new(b);
+        let polls = Rc::new(Cell::new(0usize));
+        let tasks: Vec<_> = (0..READS)
+            .map(|_| {
+                let (b, polls) = (b.clone(), polls.clone());
+                ring_rt::spawn(async move {
+                    let mut read = pin!(std::future::IntoFuture::into_future(
+                        b.read(Vec::with_capacity(1))
+                    ));
+                    let (n, buf) = poll_fn(|cx| {
+                        polls.set(polls.get() + 1);
+                        read.as_mut().poll(cx)
+                    })
+                    .await;
+                    n.map(|n| buf[..n].to_vec())
+                })
+            })
+            .collect();
+        ring_rt::yield_now().await;
+        a.write_all(vec![7u8; READS]).await.0?;
+        let mut got = 0;
+        for task in tasks {
+            let bytes = timeout(Duration::from_secs(5), task)
+                .await
+                .map_err(|_| "a read never finished")?
+                .map_err(|e| format!("a read's task: {e:?}"))??;
+            got += bytes.len();
+        }
+        check!(got == READS, "the reads got {got} bytes of {READS}");
+        check!(
+            polls.get() <= 4 * READS,
+            "{READS} reads were polled {} times",
+            polls.get()
         );
         Ok(Completion::Completed)
     }))?

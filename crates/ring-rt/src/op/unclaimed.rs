@@ -72,9 +72,10 @@ pub(crate) struct Unclaimed {
     lines: Cell<Option<Box<Lines>>>,
     /// Dropped accepts whose final completion has not arrived.
     pending: Cell<u32>,
-    /// Receives waiting for the turn (each under its place in line, a stream holding the
-    /// turn under its hold's number, a starved stream under a number of its own), and
-    /// accepts waiting for dropped accepts (anonymous: all woken together, soon).
+    /// The waiters not in line (receives in line park their wakers with their places): a
+    /// stream holding the turn under its hold's number, a starved stream under a number of
+    /// its own, and accepts waiting for dropped accepts (anonymous: all woken together,
+    /// soon).
     waiters: RefCell<Waiters>,
     /// How many times the waiters were woken (wrapping): a waiter whose waker's clone made
     /// a wake go out before that waker was parked sees it change (see `wait`).
@@ -114,13 +115,27 @@ struct Lines {
     items: VecDeque<Item>,
     /// Receives waiting for the turn (or for queued data), first come first served: a
     /// receive stream that keeps re-arming cannot starve a receive that asked before.
-    queue: VecDeque<u64>,
+    /// Numbered in the order they joined, so sorted by number.
+    queue: VecDeque<Place>,
     /// How many items at the front adapters put back: older than anything a receive
     /// holding the turn got, so what a dropped chain gives back goes behind them.
     put_back: usize,
 }
 
+/// A receive's place in line, with the waker it left there: only the first in line can go
+/// on when the turn passes, so only its waker is woken (waking every one, each polling
+/// again to find it is not first, cost n wakes per turn with n receives in line).
+struct Place {
+    number: u64,
+    waker: Option<Waker>,
+}
+
 impl Lines {
+    /// Where place `number` is in line.
+    fn place(&self, number: u64) -> Option<usize> {
+        self.queue.binary_search_by_key(&number, |p| p.number).ok()
+    }
+
     fn is_empty(&self) -> bool {
         self.items.is_empty() && self.queue.is_empty()
     }
@@ -398,7 +413,7 @@ impl Unclaimed {
         self.with_lines(|lines| {
             lines
                 .as_ref()
-                .and_then(|lines| lines.queue.front().copied())
+                .and_then(|lines| lines.queue.front().map(|p| p.number))
         })
     }
 
@@ -477,7 +492,7 @@ impl Unclaimed {
                 return Poll::Ready(Some(self.take_free_turn()));
             }
         }
-        self.wait(number, cx);
+        self.wait_in_line(number, cx);
         self.take_from_stream();
         Poll::Pending
     }
@@ -491,7 +506,12 @@ impl Unclaimed {
 
     fn join_queue(self: &Rc<Self>) -> TurnTicket {
         let number = self.next_number().get();
-        self.add_to_lines(|lines| lines.queue.push_back(number));
+        self.add_to_lines(|lines| {
+            lines.queue.push_back(Place {
+                number,
+                waker: None,
+            })
+        });
         TurnTicket {
             unclaimed: self.clone(),
             number,
@@ -499,15 +519,15 @@ impl Unclaimed {
     }
 
     fn leave_queue(&self, number: u64) {
-        let was_first = self
+        let (was_first, waker) = self
             .take_from_lines(|lines| {
-                let first = lines.queue.front() == Some(&number);
-                lines.queue.retain(|&n| n != number);
-                Some(first)
+                let at = lines.place(number)?;
+                let place = lines.queue.remove(at)?;
+                Some((at == 0, place.waker))
             })
-            .unwrap_or(false);
+            .unwrap_or((false, None));
         // It waits no more (it has its turn or its data, or was dropped).
-        self.stop_waiting(number);
+        drop_later(waker);
         if was_first {
             // The next in line may go now.
             self.wake_all();
@@ -715,13 +735,54 @@ impl Unclaimed {
         }
     }
 
-    /// Wakes every waiter: the first to run takes the turn (or the data), the others wait
-    /// again. A socket rarely has more than one. The wakes wait for the worker's next safe
-    /// point (a waker is code that is not ours, and this may run inside an op's poll).
+    /// Parks the waker of the receive in line under `number`, as [`wait`](Self::wait)
+    /// does for the other waiters (the same care with its clone), beside its place.
+    fn wait_in_line(&self, number: u64, cx: &mut Context<'_>) {
+        let parked = self.with_lines(|lines| {
+            let lines = lines.as_ref()?;
+            let place = &lines.queue[lines.place(number)?];
+            Some(
+                place
+                    .waker
+                    .as_ref()
+                    .is_some_and(|w| w.will_wake(cx.waker())),
+            )
+        });
+        if parked != Some(false) {
+            // Parked already, or not in line (the caller holds its place: never).
+            return;
+        }
+        let wakes = self.wakes.get();
+        let waker = cx.waker().clone();
+        let replaced = self.with_lines(|lines| {
+            let lines = lines.as_mut()?;
+            let at = lines.place(number)?;
+            lines.queue[at].waker.replace(waker)
+        });
+        drop_later(replaced);
+        if self.wakes.get() != wakes {
+            self.wake_all();
+        }
+    }
+
+    /// Wakes the waiters that may go on: the first in line (takes the turn or the data;
+    /// the others in line cannot go before it, and are woken as they come first) and every
+    /// waiter not in line (a stream holding the turn, streams waiting for queued data,
+    /// accepts). The wakes wait for the worker's next safe point (a waker is code that is
+    /// not ours, and this may run inside an op's poll).
     fn wake_all(&self) {
         let waiters = self.take_waiters();
-        if !waiters.is_empty() {
-            at_safe_point(|deferred| waiters.into_iter().for_each(|w| deferred.wake(w)));
+        let first = self.with_lines(|lines| {
+            let place = lines.as_mut()?.queue.front_mut()?;
+            place.waker.take()
+        });
+        if !waiters.is_empty() || first.is_some() {
+            at_safe_point(|deferred| {
+                waiters
+                    .into_iter()
+                    .chain(first)
+                    .for_each(|w| deferred.wake(w))
+            });
         }
     }
 
