@@ -84,22 +84,15 @@ fn many_readers(c: &mut Criterion) {
     group.measurement_time(Duration::from_secs(3));
     for n in [1usize, 16, 256, 1024] {
         group.throughput(Throughput::Elements(n as u64));
-        for (kind, label) in crit::BACKENDS {
-            let rt = crit::runtime(kind).expect("ring-rt runtime");
-            group.bench_function(BenchmarkId::new(label, n), |b| {
-                b.iter_custom(|iters| {
-                    rt.block_on(async {
-                        let (rx, tx) = pair();
-                        let rx = Rc::new(ring_rt::net::UdpSocket::from_std(rx).expect("adopt"));
-                        let start = Instant::now();
-                        for _ in 0..iters {
-                            ring_burst(&rx, &tx, n).await;
-                        }
-                        start.elapsed()
-                    })
-                })
-            });
-        }
+        on_each_backend(&mut group, n, async |iters| {
+            let (rx, tx) = pair();
+            let rx = Rc::new(ring_rt::net::UdpSocket::from_std(rx).expect("adopt"));
+            let start = Instant::now();
+            for _ in 0..iters {
+                ring_burst(&rx, &tx, n).await;
+            }
+            start.elapsed()
+        });
         let rt = crit::tokio_current_thread().expect("tokio runtime");
         group.bench_function(BenchmarkId::new("tokio/current_thread", n), |b| {
             b.iter_custom(|iters| {
@@ -130,35 +123,42 @@ fn dropped_in_line(c: &mut Criterion) {
     group.sample_size(10);
     for n in [1_000usize, 10_000] {
         group.throughput(Throughput::Elements(n as u64));
-        for (kind, label) in crit::BACKENDS {
-            let rt = crit::runtime(kind).expect("ring-rt runtime");
-            group.bench_function(BenchmarkId::new(label, n), |b| {
-                b.iter_custom(|iters| {
-                    rt.block_on(async {
-                        let (rx, _tx) = pair();
-                        let rx = ring_rt::net::UdpSocket::from_std(rx).expect("adopt");
-                        let noop = &mut std::task::Context::from_waker(std::task::Waker::noop());
-                        let mut spent = Duration::ZERO;
-                        for _ in 0..iters {
-                            let mut reads: Vec<_> = (0..n)
-                                .map(|_| Box::pin(rx.recv(Vec::with_capacity(64)).into_future()))
-                                .collect();
-                            let start = Instant::now();
-                            for read in &mut reads {
-                                assert!(read.as_mut().poll(noop).is_pending(), "nothing was sent");
-                            }
-                            drop(reads);
-                            spent += start.elapsed();
-                            // The dropped receive in the kernel finishes before the next round.
-                            ring_rt::yield_now().await;
-                        }
-                        spent
-                    })
-                })
-            });
-        }
+        on_each_backend(&mut group, n, async |iters| {
+            let (rx, _tx) = pair();
+            let rx = ring_rt::net::UdpSocket::from_std(rx).expect("adopt");
+            let noop = &mut std::task::Context::from_waker(std::task::Waker::noop());
+            let mut spent = Duration::ZERO;
+            for _ in 0..iters {
+                let mut reads: Vec<_> = (0..n)
+                    .map(|_| Box::pin(rx.recv(Vec::with_capacity(64)).into_future()))
+                    .collect();
+                let start = Instant::now();
+                for read in &mut reads {
+                    assert!(read.as_mut().poll(noop).is_pending(), "nothing was sent");
+                }
+                drop(reads);
+                spent += start.elapsed();
+                // The dropped receive in the kernel finishes before the next round.
+                ring_rt::yield_now().await;
+            }
+            spent
+        });
     }
     group.finish();
+}
+
+/// Benches `iters` rounds of `run` on both ring-rt backends, under `n`.
+fn on_each_backend(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    n: usize,
+    run: impl AsyncFn(u64) -> Duration,
+) {
+    for (kind, label) in crit::BACKENDS {
+        let rt = crit::runtime(kind).expect("ring-rt runtime");
+        group.bench_function(BenchmarkId::new(label, n), |b| {
+            b.iter_custom(|iters| rt.block_on(run(iters)))
+        });
+    }
 }
 
 criterion_group!(benches, many_readers, dropped_in_line);

@@ -409,9 +409,7 @@ async fn hyper_sleeps_in_order(
             let mut sleep = timer.sleep_until(deadline);
             let (fired, registered) = (fired.clone(), registered.clone());
             ring_rt::spawn(async move {
-                let pending =
-                    std::future::poll_fn(|cx| Poll::Ready(sleep.as_mut().poll(cx).is_pending()))
-                        .await;
+                let pending = support::pending_after_a_poll(sleep.as_mut()).await;
                 if !pending {
                     registered.set(false);
                 }

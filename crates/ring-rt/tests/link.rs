@@ -267,9 +267,8 @@ fn dropped_chain_is_safe(kind: BackendKind) -> Outcome {
 /// for the next read. They were dropped with the chain's future (found by the fourth
 /// attacker review; the kernel-linked path already reaped ended ops).
 fn a_dropped_chain_gives_back_what_its_ended_read_got(kind: BackendKind) -> Outcome {
-    use std::future::{poll_fn, Future, IntoFuture};
+    use std::future::IntoFuture;
     use std::pin::pin;
-    use std::task::Poll;
     let rt = runtime!(kind);
     rt.block_on(support::bounded(Duration::from_secs(20), async {
         let (a, b) = UnixStream::pair()?;
@@ -277,7 +276,7 @@ fn a_dropped_chain_gives_back_what_its_ended_read_got(kind: BackendKind) -> Outc
         {
             // A read that received "first" and was dropped: "first" is queued on `b`.
             let mut read = pin!(b.read(Vec::with_capacity(16)).into_future());
-            let pending = poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx).is_pending())).await;
+            let pending = support::pending_after_a_poll(read.as_mut()).await;
             check!(pending, "the read finished at once");
             a.write_all(b"first".to_vec()).await.0?;
             ring_rt::time::sleep(Duration::from_millis(20)).await;
@@ -289,7 +288,7 @@ fn a_dropped_chain_gives_back_what_its_ended_read_got(kind: BackendKind) -> Outc
                 .link(c.read(Vec::with_capacity(16)));
             let mut chain = pin!(chain.into_future());
             for _ in 0..3 {
-                let pending = poll_fn(|cx| Poll::Ready(chain.as_mut().poll(cx).is_pending())).await;
+                let pending = support::pending_after_a_poll(chain.as_mut()).await;
                 check!(pending, "the chain finished");
                 ring_rt::time::sleep(Duration::from_millis(5)).await;
             }
@@ -323,9 +322,8 @@ async fn read_until(b: &UnixStream, len: usize) -> Result<Vec<u8>, libtest_mimic
 /// turn, so the chain cannot go to the kernel as one) the second read waited for the
 /// turn its own chain held, for ever (found by the fifth attacker review).
 fn a_chain_of_two_reads_of_one_socket_completes_in_order(kind: BackendKind) -> Outcome {
-    use std::future::{poll_fn, Future, IntoFuture};
+    use std::future::IntoFuture;
     use std::pin::pin;
-    use std::task::Poll;
     let rt = runtime!(kind);
     rt.block_on(support::bounded(Duration::from_secs(20), async {
         let (a, b) = UnixStream::pair()?;
@@ -337,7 +335,7 @@ fn a_chain_of_two_reads_of_one_socket_completes_in_order(kind: BackendKind) -> O
                 // A read polled once and dropped holds the turn until its cancel ends, so
                 // the chain cannot go to the kernel as one; the data comes later.
                 let mut read = pin!(b.read(Vec::with_capacity(4)).into_future());
-                let pending = poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx).is_pending())).await;
+                let pending = support::pending_after_a_poll(read.as_mut()).await;
                 check!(pending, "the read finished at once");
                 let writer = a.clone();
                 ring_rt::spawn(async move {
@@ -366,8 +364,7 @@ fn a_chain_of_two_reads_of_one_socket_completes_in_order(kind: BackendKind) -> O
 /// both reads were orphans and each put its bytes at the front of the socket's queue,
 /// so they came back reversed (found by the fifth attacker review).
 fn a_dropped_chain_of_two_reads_gives_the_bytes_back_in_order(kind: BackendKind) -> Outcome {
-    use std::future::{poll_fn, Future, IntoFuture};
-    use std::task::Poll;
+    use std::future::IntoFuture;
     let rt = runtime!(kind);
     rt.block_on(support::bounded(Duration::from_secs(20), async {
         let (a, b) = UnixStream::pair()?;
@@ -376,7 +373,7 @@ fn a_dropped_chain_of_two_reads_gives_the_bytes_back_in_order(kind: BackendKind)
                 .link(b.read(Vec::with_capacity(4)))
                 .into_future(),
         );
-        let pending = poll_fn(|cx| Poll::Ready(chain.as_mut().poll(cx).is_pending())).await;
+        let pending = support::pending_after_a_poll(chain.as_mut()).await;
         check!(pending, "the chain finished at once");
         a.write_all(b"AAAA".to_vec()).await.0?;
         ring_rt::time::sleep(Duration::from_millis(10)).await;
@@ -395,15 +392,14 @@ fn a_dropped_chain_of_two_reads_gives_the_bytes_back_in_order(kind: BackendKind)
 /// consecutive bytes, as they do in the kernel. The chain's second read lined up behind
 /// the plain read, which took bytes from the middle (io_uring; found by review BQ).
 fn a_chain_served_from_queued_bytes_reads_them_back_to_back(kind: BackendKind) -> Outcome {
-    use std::future::{poll_fn, Future, IntoFuture};
-    use std::task::Poll;
+    use std::future::IntoFuture;
     let rt = runtime!(kind);
     rt.block_on(support::bounded(Duration::from_secs(20), async {
         let (a, b) = UnixStream::pair()?;
         let b = std::rc::Rc::new(b);
         // A read in the kernel, dropped once its bytes are in: they are queued on `b`.
         let mut first = Box::pin(b.read(Vec::with_capacity(16)).into_future());
-        let pending = poll_fn(|cx| Poll::Ready(first.as_mut().poll(cx).is_pending())).await;
+        let pending = support::pending_after_a_poll(first.as_mut()).await;
         check!(pending, "the first read finished at once");
         let chained = b.clone();
         let chain = ring_rt::spawn(async move {
@@ -533,8 +529,7 @@ fn a_chain_polled_again_after_a_panicking_waker_clone_completes(kind: BackendKin
 /// later bytes after ("CDAB" when a chain let b's turn go as it moved on: the other read
 /// took the later bytes, and the chain's were given back behind them).
 fn a_dropped_chain_that_moved_on_gives_its_bytes_back_in_order(kind: BackendKind) -> Outcome {
-    use std::future::{poll_fn, Future, IntoFuture};
-    use std::task::Poll;
+    use std::future::IntoFuture;
     let rt = runtime!(kind);
     rt.block_on(support::bounded(Duration::from_secs(20), async {
         let (a, b) = UnixStream::pair()?;
@@ -544,39 +539,14 @@ fn a_dropped_chain_that_moved_on_gives_its_bytes_back_in_order(kind: BackendKind
         // A read in the kernel on d, dropped: the chain cannot take d's turn at once and
         // runs op by op (io_uring; epoll always does).
         let mut dropped = Box::pin(d.read(Vec::with_capacity(1)).into_future());
-        poll_fn(|cx| Poll::Ready(dropped.as_mut().poll(cx).is_pending())).await;
+        support::pending_after_a_poll(dropped.as_mut()).await;
         drop(dropped);
-        let mut chain = Box::pin(
+        let chain = Box::pin(
             b.read(Vec::with_capacity(2))
                 .link(d.read(Vec::with_capacity(2)))
                 .into_future(),
         );
-        for _ in 0..3 {
-            let pending = poll_fn(|cx| Poll::Ready(chain.as_mut().poll(cx).is_pending())).await;
-            check!(pending, "the chain ended with nothing to read on d");
-            ring_rt::time::sleep(Duration::from_millis(5)).await;
-        }
-        a.write_all(b"CD".to_vec()).await.0?;
-        let other = b.clone();
-        let plain = ring_rt::spawn(async move {
-            let (r, x) = other.read(Vec::with_capacity(2)).await;
-            r.map(|n| x[..n].to_vec())
-        });
-        ring_rt::time::sleep(Duration::from_millis(30)).await;
-        drop(chain);
-        let mut got = ring_rt::time::timeout(Duration::from_secs(3), plain)
-            .await
-            .map_err(|_| "the plain read never finished")?
-            .map_err(|e| format!("the plain read's task: {e:?}"))??;
-        while got.len() < 4 {
-            let (n, x) = ring_rt::time::timeout(
-                Duration::from_secs(3),
-                b.read(Vec::with_capacity(4 - got.len())),
-            )
-            .await
-            .map_err(|_| "a read of what is left never finished")?;
-            got.extend_from_slice(&x[..n?]);
-        }
+        let got = reads_around_a_dropped_chain(&b, chain, Some((&a, b"CD")), 4).await?;
         check!(
             got == b"ABCD",
             "reads of b in turn gave {:?}",
@@ -591,9 +561,8 @@ fn a_dropped_chain_that_moved_on_gives_its_bytes_back_in_order(kind: BackendKind
 /// sockets' bytes in the order they came. Each kept its first socket's turn to its end
 /// while waiting for the other's: a deadlock (io_uring; epoll ran them op by op too).
 fn two_chains_reading_two_sockets_in_opposite_orders_both_complete(kind: BackendKind) -> Outcome {
-    use std::future::{poll_fn, Future, IntoFuture};
+    use std::future::IntoFuture;
     use std::rc::Rc;
-    use std::task::Poll;
     let rt = runtime!(kind);
     rt.block_on(support::bounded(Duration::from_secs(20), async {
         let (a, b) = UnixStream::pair()?;
@@ -601,7 +570,7 @@ fn two_chains_reading_two_sockets_in_opposite_orders_both_complete(kind: Backend
         let (b, d) = (Rc::new(b), Rc::new(d));
         for s in [&b, &d] {
             let mut dropped = Box::pin(s.read(Vec::with_capacity(1)).into_future());
-            poll_fn(|cx| Poll::Ready(dropped.as_mut().poll(cx).is_pending())).await;
+            support::pending_after_a_poll(dropped.as_mut()).await;
         }
         let chain = |x: Rc<UnixStream>, y: Rc<UnixStream>| {
             ring_rt::spawn(async move {
@@ -650,8 +619,7 @@ fn two_chains_reading_two_sockets_in_opposite_orders_both_complete(kind: Backend
 fn a_dropped_chain_served_from_queued_bytes_that_moved_on_keeps_the_order(
     kind: BackendKind,
 ) -> Outcome {
-    use std::future::{poll_fn, Future, IntoFuture};
-    use std::task::Poll;
+    use std::future::IntoFuture;
     let rt = runtime!(kind);
     rt.block_on(support::bounded(Duration::from_secs(20), async {
         let (a, b) = UnixStream::pair()?;
@@ -659,32 +627,16 @@ fn a_dropped_chain_served_from_queued_bytes_that_moved_on_keeps_the_order(
         let b = std::rc::Rc::new(b);
         // A read in the kernel, dropped once its bytes are in: they are queued on b.
         let mut dropped = Box::pin(b.read(Vec::with_capacity(16)).into_future());
-        poll_fn(|cx| Poll::Ready(dropped.as_mut().poll(cx).is_pending())).await;
+        support::pending_after_a_poll(dropped.as_mut()).await;
         a.write_all(b"ABCD".to_vec()).await.0?;
         ring_rt::time::sleep(Duration::from_millis(20)).await;
         drop(dropped);
-        let mut chain = Box::pin(
+        let chain = Box::pin(
             b.read(Vec::with_capacity(2))
                 .link(d.read(Vec::with_capacity(2)))
                 .into_future(),
         );
-        for _ in 0..3 {
-            let pending = poll_fn(|cx| Poll::Ready(chain.as_mut().poll(cx).is_pending())).await;
-            check!(pending, "the chain ended with nothing to read on d");
-            ring_rt::time::sleep(Duration::from_millis(5)).await;
-        }
-        let other = b.clone();
-        let plain = ring_rt::spawn(async move {
-            let (r, x) = other.read(Vec::with_capacity(2)).await;
-            r.map(|n| x[..n].to_vec())
-        });
-        ring_rt::time::sleep(Duration::from_millis(30)).await;
-        drop(chain);
-        let mut got = ring_rt::time::timeout(Duration::from_secs(3), plain)
-            .await
-            .map_err(|_| "the plain read never finished")?
-            .map_err(|e| format!("the plain read's task: {e:?}"))??;
-        got.extend(read_until(&b, 4 - got.len()).await?);
+        let got = reads_around_a_dropped_chain(&b, chain, None, 4).await?;
         check!(
             got == b"ABCD",
             "reads of b in turn gave {:?}",
@@ -692,4 +644,36 @@ fn a_dropped_chain_served_from_queued_bytes_that_moved_on_keeps_the_order(
         );
         Ok(Completion::Completed)
     }))?
+}
+
+/// Polls `chain` (which read `b` and waits on a socket nothing is sent to) three times,
+/// sends `then` (if any), asks for a plain read of `b`, drops the chain and reads `b` until
+/// `len` bytes came: what b's reads got, in the order they got it.
+async fn reads_around_a_dropped_chain<C: std::future::Future>(
+    b: &std::rc::Rc<UnixStream>,
+    mut chain: std::pin::Pin<Box<C>>,
+    then: Option<(&UnixStream, &'static [u8])>,
+    len: usize,
+) -> Result<Vec<u8>, libtest_mimic::Failed> {
+    for _ in 0..3 {
+        let pending = support::pending_after_a_poll(chain.as_mut()).await;
+        check!(pending, "the chain ended with nothing to read on d");
+        ring_rt::time::sleep(Duration::from_millis(5)).await;
+    }
+    if let Some((peer, bytes)) = then {
+        peer.write_all(bytes).await.0?;
+    }
+    let other = b.clone();
+    let plain = ring_rt::spawn(async move {
+        let (r, x) = other.read(Vec::with_capacity(2)).await;
+        r.map(|n| x[..n].to_vec())
+    });
+    ring_rt::time::sleep(Duration::from_millis(30)).await;
+    drop(chain);
+    let mut got = ring_rt::time::timeout(Duration::from_secs(3), plain)
+        .await
+        .map_err(|_| "the plain read never finished")?
+        .map_err(|e| format!("the plain read's task: {e:?}"))??;
+    got.extend(read_until(b, len - got.len()).await?);
+    Ok(got)
 }

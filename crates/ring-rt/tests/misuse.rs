@@ -169,7 +169,7 @@ async fn stream_with_a_dropped_send() -> std::io::Result<(UnixStream, UnixStream
     let (mine, peer) = UnixStream::pair()?;
     let fd = std::os::fd::AsRawFd::as_raw_fd(&mine);
     let mut send = Box::pin(mine.write(vec![b'x'; 512]).into_future());
-    let _ = poll_fn(|cx| Poll::Ready(send.as_mut().poll(cx).is_ready())).await;
+    let _ = !support::pending_after_a_poll(send.as_mut()).await;
     drop(send);
     Ok((mine, peer, fd))
 }
@@ -279,7 +279,7 @@ fn into_owned_fd_never_drops_queued_bytes(kind: BackendKind) -> Outcome {
             // A read in flight (on io_uring, in the kernel) when the bytes arrive, then
             // dropped unpolled: the kernel's completion goes to the stream's queue.
             let mut read = pin!(stream.read(Vec::with_capacity(64)).into_future());
-            let pending = poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx).is_pending())).await;
+            let pending = support::pending_after_a_poll(read.as_mut()).await;
             check!(pending, "the read finished before any data was sent");
             peer.write_all(b"queued bytes")?;
             sleep(Duration::from_millis(50)).await;
@@ -394,7 +394,7 @@ fn a_dropped_signal_wait_takes_no_signal(kind: BackendKind) -> Outcome {
     rt.block_on(bounded(LIMIT, async {
         {
             let mut wait = pin!(ring_rt::signal::wait(&[libc::SIGUSR2]));
-            let pending = poll_fn(|cx| Poll::Ready(wait.as_mut().poll(cx).is_pending())).await;
+            let pending = support::pending_after_a_poll(wait.as_mut()).await;
             check!(pending, "a signal was pending before the test sent one");
             // To this thread, where SIGUSR2 is blocked: it stays pending for the signalfd.
             // SAFETY: plain syscall with integer arguments.
@@ -592,7 +592,7 @@ fn a_stream_refused_outside_its_runtime_works_again_inside(kind: BackendKind) ->
     let mut incoming = listener.incoming();
     let armed = rt.block_on(async {
         let mut next = pin!(incoming.next());
-        poll_fn(|cx| Poll::Ready(next.as_mut().poll(cx).is_pending())).await
+        support::pending_after_a_poll(next.as_mut()).await
     });
     check!(
         armed,
@@ -635,7 +635,7 @@ fn only_the_runtimes_own_cancels_are_reported_as_refusals(kind: BackendKind) -> 
     let (a, _b) = rt.block_on(async { UnixStream::pair() })?;
     let mut timed = Box::pin(a.read(vec![0; 4]).timeout(Duration::from_millis(10)));
     rt.block_on(async {
-        let _ = poll_fn(|cx| Poll::Ready(timed.as_mut().poll(cx).is_pending())).await;
+        let _ = support::pending_after_a_poll(timed.as_mut()).await;
         sleep(Duration::from_millis(100)).await;
     });
     drop(rt);
@@ -657,7 +657,7 @@ fn only_the_runtimes_own_cancels_are_reported_as_refusals(kind: BackendKind) -> 
     let (a, _b) = rt.block_on(async { UnixStream::pair() })?;
     let mut read = Box::pin(a.read(vec![0; 4]).into_future());
     rt.block_on(async {
-        let _ = poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx).is_pending())).await;
+        let _ = support::pending_after_a_poll(read.as_mut()).await;
     });
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     let outside = read.as_mut().poll(&mut cx);
@@ -719,7 +719,7 @@ fn an_op_polled_in_another_runtime_ends(kind: BackendKind) -> Outcome {
     let rt_b = second_runtime(kind);
     let (a, b) = rt_a.block_on(async { UnixStream::pair() })?;
     fn poll_once<F: Future>(rt: &ring_rt::Runtime, fut: &mut std::pin::Pin<Box<F>>) -> bool {
-        rt.block_on(async { poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx).is_pending())).await })
+        rt.block_on(async { support::pending_after_a_poll(fut.as_mut()).await })
     }
     // Data arrives after the read started in A: B gets it.
     let mut read = Box::pin(b.read(Vec::with_capacity(8)).into_future());
@@ -772,7 +772,7 @@ fn a_panicking_timer_waker_leaves_other_timers_woken(kind: BackendKind) -> Outco
         let waited = task_waited.clone();
         let task = rt.spawn(async move {
             let mut nap = pin!(ring_rt::time::sleep_until(deadline));
-            let pending = poll_fn(|cx| Poll::Ready(nap.as_mut().poll(cx).is_pending())).await;
+            let pending = support::pending_after_a_poll(nap.as_mut()).await;
             waited.store(pending, Ordering::SeqCst);
             nap.await;
             Instant::now()

@@ -791,8 +791,7 @@ fn recv_stream_next_is_cancel_safe(kind: BackendKind) -> Outcome {
             for round in 0..20u8 {
                 {
                     let mut next = pin!(rx.next());
-                    let first =
-                        poll_fn(|cx| Poll::Ready(next.as_mut().poll(cx).is_pending())).await;
+                    let first = support::pending_after_a_poll(next.as_mut()).await;
                     check!(first, "{profile:?}: next() was ready with nothing sent");
                     a.write_all(vec![round; 3]).await.0?;
                     // The receive completes while nobody polls it; then it is dropped.
@@ -1019,7 +1018,7 @@ fn a_reset_connection_a_dropped_accept_took_is_still_accepted(kind: BackendKind)
         let addr = listener.local_addr()?;
         let client = {
             let mut accept = pin!(listener.accept());
-            let pending = poll_fn(|cx| Poll::Ready(accept.as_mut().poll(cx).is_pending())).await;
+            let pending = support::pending_after_a_poll(accept.as_mut()).await;
             check!(pending, "the accept finished at once");
             let client = std::net::TcpStream::connect(addr)?;
             sleep(Duration::from_millis(20)).await;
@@ -1113,7 +1112,7 @@ fn a_read_behind_a_dropped_recv_stream_next_gets_the_turn(kind: BackendKind) -> 
         let mut rx = b.recv_stream();
         {
             let mut next = pin!(rx.next());
-            let pending = poll_fn(|cx| Poll::Ready(next.as_mut().poll(cx).is_pending())).await;
+            let pending = support::pending_after_a_poll(next.as_mut()).await;
             check!(
                 pending,
                 "{kind}: the stream's next was ready with nothing sent"
@@ -1148,7 +1147,7 @@ fn accept_is_served_while_a_dropped_incoming_next_idles(kind: BackendKind) -> Ou
         let mut incoming = listener.incoming();
         {
             let mut next = pin!(incoming.next());
-            let pending = poll_fn(|cx| Poll::Ready(next.as_mut().poll(cx).is_pending())).await;
+            let pending = support::pending_after_a_poll(next.as_mut()).await;
             check!(pending, "{kind}: next was ready with no client");
         }
         let clients = std::thread::spawn(move || -> std::io::Result<Vec<std::net::TcpStream>> {

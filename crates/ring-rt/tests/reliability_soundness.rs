@@ -477,13 +477,13 @@ fn child_forgotten_chain(kind: BackendKind) -> Outcome {
         // Fill the socket so the chain's head waits.
         let big = vec![b'a'; 4 << 20];
         let mut fill = Box::pin(mine.write(big.clone()).into_future());
-        let _ = poll_fn(|cx| Poll::Ready(fill.as_mut().poll(cx).is_ready())).await;
+        let _ = !support::pending_after_a_poll(fill.as_mut()).await;
         let mut chain = Box::pin(
             mine.write(vec![b'h'; 64 << 10])
                 .link(mine.write(vec![b'L'; 512]))
                 .into_future(),
         );
-        let _ = poll_fn(|cx| Poll::Ready(chain.as_mut().poll(cx).is_ready())).await;
+        let _ = !support::pending_after_a_poll(chain.as_mut()).await;
         std::mem::forget(chain);
         std::mem::forget(fill);
         let owned = match mine.into_owned_fd() {
@@ -530,7 +530,7 @@ async fn forgotten_link_on(file: &File) -> std::io::Result<std::os::unix::net::U
             .link(file.write_at(vec![b'L'; 512], 0))
             .into_future(),
     );
-    let _ = poll_fn(|cx| Poll::Ready(chain.as_mut().poll(cx).is_ready())).await;
+    let _ = !support::pending_after_a_poll(chain.as_mut()).await;
     std::mem::forget(chain);
     std::mem::forget(a);
     Ok(a_peer)
@@ -765,11 +765,11 @@ fn child_sqpoll_queued(kind: BackendKind) -> Outcome {
         let fill: &'static [u8] = Box::leak(vec![b'A'; 256 << 10].into_boxed_slice());
         for _ in 0..2000 {
             let mut w = Box::pin(fill_file.write_at(fill, 0).into_future());
-            let _ = poll_fn(|cx| Poll::Ready(w.as_mut().poll(cx).is_ready())).await;
+            let _ = !support::pending_after_a_poll(w.as_mut()).await;
             std::mem::forget(w);
         }
         let mut w = Box::pin(file.write_at(vec![b'L'; 512], 0).into_future());
-        let _ = poll_fn(|cx| Poll::Ready(w.as_mut().poll(cx).is_ready())).await;
+        let _ = !support::pending_after_a_poll(w.as_mut()).await;
         std::mem::forget(w);
         std::io::Result::Ok((fill_file, file))
     }))??;
@@ -869,7 +869,7 @@ fn child_stream_linked(kind: BackendKind) -> Outcome {
                     .link(mine.write(vec![b'L'; 64]))
                     .into_future(),
             );
-            let _ = poll_fn(|cx| Poll::Ready(chain.as_mut().poll(cx).is_ready())).await;
+            let _ = !support::pending_after_a_poll(chain.as_mut()).await;
             std::mem::forget(chain);
         }
         std::mem::forget(gate);
@@ -914,7 +914,7 @@ fn child_outliving_linked(kind: BackendKind) -> Outcome {
                 .link(file.write_at(vec![b'L'; 512], 0))
                 .into_future(),
         );
-        let _ = poll_fn(|cx| Poll::Ready(chain.as_mut().poll(cx).is_ready())).await;
+        let _ = !support::pending_after_a_poll(chain.as_mut()).await;
         sleep(Duration::from_millis(2)).await;
         drop(chain);
         std::io::Result::Ok(file)
@@ -1155,7 +1155,7 @@ fn duration_max_means_never(kind: BackendKind) -> Outcome {
         let mut every = interval(Duration::MAX);
         every.tick().await;
         let mut second = pin!(every.tick());
-        let polled = poll_fn(|cx| Poll::Ready(second.as_mut().poll(cx).is_pending())).await;
+        let polled = support::pending_after_a_poll(second.as_mut()).await;
         check!(polled, "an interval of Duration::MAX ticked twice");
         let (a, b) = UnixStream::pair()?;
         let read = b.read(Vec::with_capacity(8)).timeout(Duration::MAX);

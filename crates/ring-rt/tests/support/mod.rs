@@ -391,3 +391,11 @@ pub fn poll_on_thread<F: std::future::Future>(fut: F, limit: Duration) -> Option
     }
     None
 }
+
+/// Polls `fut` once, with the calling task's waker: whether it is still pending (it has
+/// started, and waits).
+pub async fn pending_after_a_poll<F: std::future::Future + ?Sized>(
+    mut fut: std::pin::Pin<&mut F>,
+) -> bool {
+    std::future::poll_fn(|cx| std::task::Poll::Ready(fut.as_mut().poll(cx).is_pending())).await
+}
