@@ -435,8 +435,26 @@ impl Core {
                     return out;
                 }
             }
-            self.executor.run_ready(TASKS_PER_TURN);
+            self.run_tasks();
             self.turn();
+        }
+    }
+
+    /// Runs up to [`TASKS_PER_TURN`] queued tasks, and between passes the wakes they
+    /// deferred (a safe point: no task is being polled), so that a task one of them wakes
+    /// that way runs in this turn: a receive handing its socket's turn to the next in line
+    /// wakes it so, and each hand-over used to cost a loop turn (an `epoll_wait`).
+    fn run_tasks(&self) {
+        let mut budget = TASKS_PER_TURN;
+        loop {
+            budget -= self.executor.run_ready(budget);
+            if budget == 0 || !self.has_deferred() {
+                return;
+            }
+            self.run_deferred();
+            if !self.executor.has_ready() {
+                return;
+            }
         }
     }
 
