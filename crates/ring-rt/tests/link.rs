@@ -14,14 +14,6 @@ use support::{pattern, Outcome};
 fn main() {
     support::run(&[
         (
-            "a_dropped_chain_served_from_queued_bytes_that_moved_on_keeps_the_order",
-            a_dropped_chain_served_from_queued_bytes_that_moved_on_keeps_the_order,
-        ),
-        (
-            "two_chains_reading_two_sockets_in_opposite_orders_both_complete",
-            two_chains_reading_two_sockets_in_opposite_orders_both_complete,
-        ),
-        (
             "a_dropped_chain_that_moved_on_gives_its_bytes_back_in_order",
             a_dropped_chain_that_moved_on_gives_its_bytes_back_in_order,
         ),
@@ -546,7 +538,7 @@ fn a_dropped_chain_that_moved_on_gives_its_bytes_back_in_order(kind: BackendKind
                 .link(d.read(Vec::with_capacity(2)))
                 .into_future(),
         );
-        let got = reads_around_a_dropped_chain(&b, chain, Some((&a, b"CD")), 4).await?;
+        let got = reads_around_a_dropped_chain(&b, chain, (&a, b"CD"), 4).await?;
         check!(
             got == b"ABCD",
             "reads of b in turn gave {:?}",
@@ -556,103 +548,15 @@ fn a_dropped_chain_that_moved_on_gives_its_bytes_back_in_order(kind: BackendKind
     }))?
 }
 
-/// Review BU: two chains that read sockets b, d and d, b, both run op by op (each socket's
-/// turn busy as they start: a read dropped in the kernel), both complete, each getting its
-/// sockets' bytes in the order they came. Each kept its first socket's turn to its end
-/// while waiting for the other's: a deadlock (io_uring; epoll ran them op by op too).
-fn two_chains_reading_two_sockets_in_opposite_orders_both_complete(kind: BackendKind) -> Outcome {
-    use std::future::IntoFuture;
-    use std::rc::Rc;
-    let rt = runtime!(kind);
-    rt.block_on(support::bounded(Duration::from_secs(20), async {
-        let (a, b) = UnixStream::pair()?;
-        let (c, d) = UnixStream::pair()?;
-        let (b, d) = (Rc::new(b), Rc::new(d));
-        for s in [&b, &d] {
-            let mut dropped = Box::pin(s.read(Vec::with_capacity(1)).into_future());
-            support::pending_after_a_poll(dropped.as_mut()).await;
-        }
-        let chain = |x: Rc<UnixStream>, y: Rc<UnixStream>| {
-            ring_rt::spawn(async move {
-                let ((r1, b1), (r2, b2)) = x
-                    .read(Vec::with_capacity(2))
-                    .link(y.read(Vec::with_capacity(2)))
-                    .await;
-                (r1.map(|n| b1[..n].to_vec()), r2.map(|n| b2[..n].to_vec()))
-            })
-        };
-        let first = chain(b.clone(), d.clone());
-        let second = chain(d.clone(), b.clone());
-        ring_rt::time::sleep(Duration::from_millis(5)).await;
-        a.write_all(b"b1".to_vec()).await.0?;
-        c.write_all(b"d1".to_vec()).await.0?;
-        ring_rt::time::sleep(Duration::from_millis(5)).await;
-        a.write_all(b"b2".to_vec()).await.0?;
-        c.write_all(b"d2".to_vec()).await.0?;
-        let mut got = Vec::new();
-        for (name, task) in [("b then d", first), ("d then b", second)] {
-            let (x, y) = ring_rt::time::timeout(Duration::from_secs(3), task)
-                .await
-                .map_err(|_| format!("the chain reading {name} never finished (deadlock)"))?
-                .map_err(|e| format!("the chain reading {name}: {e:?}"))?;
-            got.push((x?, y?));
-        }
-        // Each socket's two writes went one to each chain, whole.
-        let mut b_reads = [got[0].0.clone(), got[1].1.clone()];
-        let mut d_reads = [got[1].0.clone(), got[0].1.clone()];
-        b_reads.sort();
-        d_reads.sort();
-        check!(
-            b_reads == [b"b1".to_vec(), b"b2".to_vec()]
-                && d_reads == [b"d1".to_vec(), b"d2".to_vec()],
-            "the chains got {got:?}"
-        );
-        Ok(Completion::Completed)
-    }))?
-}
 
-/// Review BV: a chain whose read of b was served from bytes a dropped read left queued
-/// there, dropped while it waits on socket d and another read of b waits, gives b's bytes
-/// back in order ("CDAB" for "ABCD": the chain let its place in b's line go as it moved
-/// on, the other read took the later bytes, and the chain's went back in front of what
-/// was left).
-fn a_dropped_chain_served_from_queued_bytes_that_moved_on_keeps_the_order(
-    kind: BackendKind,
-) -> Outcome {
-    use std::future::IntoFuture;
-    let rt = runtime!(kind);
-    rt.block_on(support::bounded(Duration::from_secs(20), async {
-        let (a, b) = UnixStream::pair()?;
-        let (_c, d) = UnixStream::pair()?;
-        let b = std::rc::Rc::new(b);
-        // A read in the kernel, dropped once its bytes are in: they are queued on b.
-        let mut dropped = Box::pin(b.read(Vec::with_capacity(16)).into_future());
-        support::pending_after_a_poll(dropped.as_mut()).await;
-        a.write_all(b"ABCD".to_vec()).await.0?;
-        ring_rt::time::sleep(Duration::from_millis(20)).await;
-        drop(dropped);
-        let chain = Box::pin(
-            b.read(Vec::with_capacity(2))
-                .link(d.read(Vec::with_capacity(2)))
-                .into_future(),
-        );
-        let got = reads_around_a_dropped_chain(&b, chain, None, 4).await?;
-        check!(
-            got == b"ABCD",
-            "reads of b in turn gave {:?}",
-            String::from_utf8_lossy(&got)
-        );
-        Ok(Completion::Completed)
-    }))?
-}
 
 /// Polls `chain` (which read `b` and waits on a socket nothing is sent to) three times,
-/// sends `then` (if any), asks for a plain read of `b`, drops the chain and reads `b` until
+/// sends `then`, asks for a plain read of `b`, drops the chain and reads `b` until
 /// `len` bytes came: what b's reads got, in the order they got it.
 async fn reads_around_a_dropped_chain<C: std::future::Future>(
     b: &std::rc::Rc<UnixStream>,
     mut chain: std::pin::Pin<Box<C>>,
-    then: Option<(&UnixStream, &'static [u8])>,
+    then: (&UnixStream, &'static [u8]),
     len: usize,
 ) -> Result<Vec<u8>, libtest_mimic::Failed> {
     for _ in 0..3 {
@@ -660,9 +564,7 @@ async fn reads_around_a_dropped_chain<C: std::future::Future>(
         check!(pending, "the chain ended with nothing to read on d");
         ring_rt::time::sleep(Duration::from_millis(5)).await;
     }
-    if let Some((peer, bytes)) = then {
-        peer.write_all(bytes).await.0?;
-    }
+    then.0.write_all(then.1).await.0?;
     let other = b.clone();
     let plain = ring_rt::spawn(async move {
         let (r, x) = other.read(Vec::with_capacity(2)).await;

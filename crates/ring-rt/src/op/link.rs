@@ -6,12 +6,6 @@
 //! (epoll, or an op that must first collect bytes a dropped read left) the same ops run one
 //! after another.
 //!
-//! A chain's receives have their sockets to themselves until the chain ends: a receive of
-//! one of them asked for later waits for the chain, so the chain's receives of a socket
-//! get consecutive bytes and what a dropped chain got goes back in order. Run op by op, a
-//! chain lines up on all its sockets at once before its first op, so two chains never
-//! wait for each other.
-//!
 //! [`Pending`] and [`Link`] are builders: they become futures only by being awaited
 //! (`IntoFuture`), so an op can be linked or given a timeout only before it has started.
 //! Linking an op that is already in flight, which once freed its buffer under the kernel,
@@ -70,9 +64,6 @@ pub trait Chain: Unpin + 'static {
     fn needs_prepare(&self) -> bool;
     #[doc(hidden)]
     fn claim(&mut self, turns: &ChainTurns);
-    /// Before a chain runs op by op: a place in line on every socket it receives from.
-    #[doc(hidden)]
-    fn join_lines(&self, turns: &ChainTurns);
     #[doc(hidden)]
     fn finish(self, cqes: &mut std::vec::IntoIter<Vec<Cqe>>) -> Self::Output;
     #[doc(hidden)]
@@ -182,9 +173,6 @@ impl<T: OpDef> OpDef for Raw<T> {
     fn claim(&mut self) {
         self.0.claim();
     }
-    fn join_line(&self, turns: &ChainTurns) {
-        self.0.join_line(turns);
-    }
     fn adopt_turn(&mut self, turns: &ChainTurns) {
         self.0.adopt_turn(turns);
     }
@@ -219,10 +207,6 @@ impl<T: OpDef> Chain for Single<T> {
         self.0.adopt_turn(turns);
         self.0.claim();
         self.0.share_turn(turns);
-    }
-
-    fn join_lines(&self, turns: &ChainTurns) {
-        self.0.join_line(turns);
     }
 
     fn finish(mut self, cqes: &mut std::vec::IntoIter<Vec<Cqe>>) -> T::Output {
@@ -287,7 +271,10 @@ impl<T: OpDef> Future for SingleInOrder<T> {
                 return Poll::Ready((Ran::new(def, cancelled(), this.core.clone()), true));
             }
             def.adopt_turn(&this.turns);
+            // Running before the places go: letting them go wakes the ops waiting behind
+            // them, and a wake that panics leaves this op to go on when polled again.
             this.state = SingleState::Running(Op::new(this.core.clone(), Raw(def)));
+            this.turns.let_places_go();
         }
         let SingleState::Running(op) = &mut this.state else {
             panic!("ring-rt link polled after it completed")
@@ -362,11 +349,6 @@ impl<A: Chain, B: Chain> Chain for (A, B) {
         self.1.claim(turns);
     }
 
-    fn join_lines(&self, turns: &ChainTurns) {
-        self.0.join_lines(turns);
-        self.1.join_lines(turns);
-    }
-
     fn finish(self, cqes: &mut std::vec::IntoIter<Vec<Cqe>>) -> Self::Output {
         let a = self.0.finish(cqes);
         (a, self.1.finish(cqes))
@@ -415,14 +397,10 @@ enum PairState<A: Chain, B: Chain> {
         core: Rc<Core>,
         turns: Rc<ChainTurns>,
     },
-    /// Field order is drop order: the later part goes first (see [`RanPair`]), and the
-    /// chain's places in line after what its ended receives give back, so that no receive
-    /// waiting behind them can run (a wake outside a worker runs at once) before the bytes
-    /// are back.
+    /// Field order is drop order: the later part goes first (see [`RanPair`]).
     Later {
         later: B::InOrder,
         earlier: A::Ran,
-        _turns: Rc<ChainTurns>,
     },
     Done,
 }
@@ -444,9 +422,8 @@ impl<A: Chain, B: Chain> Future for PairInOrder<A, B> {
                 unreachable!("the later part starts once")
             };
             this.state = PairState::Later {
-                later: later.run_in_order(core, failed, turns.clone()),
+                later: later.run_in_order(core, failed, turns),
                 earlier: ran,
-                _turns: turns,
             };
         }
         let PairState::Later { later, .. } = &mut this.state else {
@@ -707,9 +684,7 @@ impl<C: Chain> Future for LinkFuture<'_, C> {
             this.state = match push_chain(&core, chain) {
                 Pushed::InKernel(running) => LinkState::InKernel(running),
                 Pushed::NotLinkable(chain) => {
-                    let turns = Rc::new(ChainTurns::default());
-                    chain.join_lines(&turns);
-                    LinkState::InOrder(chain.run_in_order(core, false, turns))
+                    LinkState::InOrder(chain.run_in_order(core, false, Rc::default()))
                 }
                 Pushed::Failed(out) => return Poll::Ready(out),
                 Pushed::Busy(chain) => {

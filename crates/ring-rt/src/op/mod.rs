@@ -94,12 +94,8 @@ pub trait OpDef: Operation + Unpin + 'static {
         false
     }
 
-    /// In a chain run op by op, before its first op starts: a receive takes the chain's
-    /// place in line on its socket (see [`ChainTurns`]).
-    fn join_line(&self, _turns: &ChainTurns) {}
-
     /// In a chain, before the op starts: a receive goes on with the receive turn an
-    /// earlier op of the chain holds on the same socket, or with the chain's place in line.
+    /// earlier op of the chain holds on the same socket.
     fn adopt_turn(&mut self, _turns: &ChainTurns) {}
 
     /// In a chain, once the op holds what it needs: a receive offers its socket's turn

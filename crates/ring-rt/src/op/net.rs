@@ -449,10 +449,6 @@ impl<B: IoBufMut> OpDef for Recv<B> {
         self.turn.claim(&self.unclaimed);
     }
 
-    fn join_line(&self, turns: &ChainTurns) {
-        self.turn.join_line(&self.unclaimed, turns);
-    }
-
     fn adopt_turn(&mut self, turns: &ChainTurns) {
         self.turn.adopt(&self.unclaimed, turns);
     }
@@ -1045,10 +1041,6 @@ impl<B: IoBufMut> OpDef for RecvMsg<B> {
 
     fn claim(&mut self) {
         self.turn.claim(&self.unclaimed);
-    }
-
-    fn join_line(&self, turns: &ChainTurns) {
-        self.turn.join_line(&self.unclaimed, turns);
     }
 
     fn adopt_turn(&mut self, turns: &ChainTurns) {

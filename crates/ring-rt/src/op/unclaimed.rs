@@ -10,8 +10,7 @@
 //! the others wait here, and a dropped one keeps the turn until its final completion. So
 //! what a dropped receive brings is queued before any later receive starts: nothing is
 //! lost, nothing is reordered, and no receive waits in the kernel for data that already
-//! sits here. Receives get the turn in the order they asked for it; a linked chain asks
-//! on all its sockets at once and keeps them to its end (see [`ChainTurns`]). A
+//! sits here. Receives get the turn in the order they asked for it. A
 //! [`RecvStream`](crate::net::RecvStream) holds the turn between its `next` calls (its
 //! multishot receive stays armed); once nobody awaits it, another receive takes the turn
 //! from it, its receive then being orphaned so that what it had goes here. Accepts only
@@ -199,18 +198,10 @@ pub(crate) struct TurnSlot {
 /// The receive turns the ops of one linked chain hold, so that a later receive of the
 /// chain on the same socket goes on with the turn an earlier one took (waiting for it
 /// would wait for the chain itself) and the socket's receives stay in chain order. Also
-/// the chain's places in line on sockets where it holds no turn.
-///
-/// A chain run op by op takes a place in line on every socket it receives from before
-/// its first op starts, all in one poll ([`join_line`](TurnSlot::join_line)), and keeps
-/// each (or the turn it becomes) until the chain ends, as a chain in the kernel keeps the
-/// turns it claimed. So no receive that asked after the chain takes bytes from between
-/// the chain's receives, nor from between an ended receive of a dropped chain and what it
-/// gives back (review BV: "CDAB" for "ABCD", when a chain let a place go as it moved on
-/// to another socket). And two chains never wait for each other: one that asked first is
-/// ahead of the other in every line they share, and a chain waits only for what is
-/// ahead of it (review BU: two chains reading b, d and d, b each kept its first
-/// socket's turn while waiting for the other's, for ever).
+/// the places in line of a chain's receives served from bytes queued on their socket
+/// (they took no turn): the chain's next receive of that socket takes the place over,
+/// so no receive that asked in between takes bytes from the middle of the chain's (as
+/// none can when the chain runs in the kernel, or holds the turn).
 #[doc(hidden)]
 #[derive(Default)]
 pub struct ChainTurns {
@@ -240,18 +231,7 @@ impl ChainTurns {
         }
     }
 
-    /// Whether the chain has a turn or a place in line on this socket.
-    fn knows(&self, unclaimed: &Rc<Unclaimed>) -> bool {
-        let in_line = |t: &TurnTicket| Rc::ptr_eq(&t.unclaimed, unclaimed);
-        self.places.borrow().iter().any(in_line)
-            || self
-                .turns
-                .borrow()
-                .iter()
-                .any(|(u, _)| Rc::ptr_eq(u, unclaimed))
-    }
-
-    /// The chain's place in line on this socket, for the receive starting now.
+    /// The place in line an earlier receive of the chain left on this socket.
     fn take_place(&self, unclaimed: &Rc<Unclaimed>) -> Option<TurnTicket> {
         let mut places = self.places.borrow_mut();
         let at = places
@@ -260,10 +240,19 @@ impl ChainTurns {
         Some(places.swap_remove(at))
     }
 
-    /// Keeps a receive's place in line (it was served from queued bytes and took no
-    /// turn) for the chain's next receive of that socket, until the chain ends.
+    /// Keeps a receive's place in line for the chain's next op, if it receives from the
+    /// same socket. A chain's ops run one after another, so there is at most one.
     fn keep_place(&self, ticket: TurnTicket) {
         self.places.borrow_mut().push(ticket);
+    }
+
+    /// The places the op starting now did not take over go: a socket's other receives
+    /// wait for a chain's receives only while they follow each other (a chain waiting on
+    /// another socket keeps nobody waiting here).
+    pub(crate) fn let_places_go(&self) {
+        let places = std::mem::take(&mut *self.places.borrow_mut());
+        // Dropped outside the borrow: leaving the line wakes the next in it.
+        drop(places);
     }
 }
 
@@ -303,16 +292,8 @@ impl TurnSlot {
         }
     }
 
-    /// A chain run op by op lines up on this receive's socket before its first op
-    /// starts, unless it already has (an earlier receive of the chain from the same socket).
-    pub(crate) fn join_line(&self, unclaimed: &Rc<Unclaimed>, turns: &ChainTurns) {
-        if self.turn.is_none() && self.ticket.is_none() && !turns.knows(unclaimed) {
-            turns.keep_place(unclaimed.join_queue());
-        }
-    }
-
     /// Goes on with the turn an earlier op of the same chain holds on this socket, or
-    /// from the chain's place in line there.
+    /// from the place in line it left there.
     pub(crate) fn adopt(&mut self, unclaimed: &Rc<Unclaimed>, turns: &ChainTurns) {
         if self.turn.is_none() {
             self.turn = turns.find(unclaimed);
