@@ -21,6 +21,10 @@ use tokio_util::codec::{FramedRead, LinesCodec};
 
 fn main() {
     support::run(&[
+        (
+            "put_back_bytes_go_to_the_read_holding_the_turn_before_the_reads_in_line",
+            put_back_bytes_go_to_the_read_holding_the_turn_before_the_reads_in_line,
+        ),
         ("tokio_round_trip_over_tcp", tokio_round_trip_over_tcp),
         (
             "a_large_write_with_room_goes_straight_to_the_socket",
@@ -1363,4 +1367,48 @@ fn a_poll_write_that_panicked_writes_nothing(kind: BackendKind) -> Outcome {
     }));
     let _ = std::fs::remove_file(&path);
     outcome?
+}
+
+/// A read waiting in the kernel holds the turn and another waits in line when a dropped
+/// adapter gives "ello" back: the read holding the turn, which asked first, is recalled and
+/// gets the first of those bytes, the read in line the rest. Review BX: the read in line,
+/// woken by the put-back, took them from the queue first ("lo" then "el"; both backends,
+/// older than the review's commit).
+fn put_back_bytes_go_to_the_read_holding_the_turn_before_the_reads_in_line(
+    kind: BackendKind,
+) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(bounded(LIMIT, async {
+        let (_a, b, adapter) = hello_read_ahead().await?;
+        let read_two = |b: &Rc<UnixStream>| {
+            let b = b.clone();
+            ring_rt::spawn(async move {
+                let (n, buf) = b.read(Vec::with_capacity(2)).await;
+                n.map(|n| buf[..n].to_vec())
+            })
+        };
+        let holder = read_two(&b);
+        ring_rt::yield_now().await;
+        let in_line = read_two(&b);
+        ring_rt::yield_now().await;
+        drop(adapter);
+        let mut got = Vec::new();
+        for (name, task) in [
+            ("the read holding the turn", holder),
+            ("the read in line", in_line),
+        ] {
+            let bytes = timeout(Duration::from_secs(5), task)
+                .await
+                .map_err(|_| format!("{name} never finished"))?
+                .map_err(|e| format!("{name}'s task: {e:?}"))??;
+            got.push(String::from_utf8_lossy(&bytes).into_owned());
+        }
+        check!(
+            got == ["el", "lo"],
+            "the read holding the turn got {:?}, the read in line {:?}",
+            got[0],
+            got[1]
+        );
+        Ok(Completion::Completed)
+    }))?
 }

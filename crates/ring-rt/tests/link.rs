@@ -548,8 +548,6 @@ fn a_dropped_chain_that_moved_on_gives_its_bytes_back_in_order(kind: BackendKind
     }))?
 }
 
-
-
 /// Polls `chain` (which read `b` and waits on a socket nothing is sent to) three times,
 /// sends `then`, asks for a plain read of `b`, drops the chain and reads `b` until
 /// `len` bytes came: what b's reads got, in the order they got it.

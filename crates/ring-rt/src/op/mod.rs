@@ -69,10 +69,11 @@ pub trait OpDef: Operation + Unpin + 'static {
     /// takes its socket's receive turn.
     fn claim(&mut self) {}
 
-    /// The op went to the backend as `id`, on its own (not in a chain): a stream read
+    /// The op went to the backend on its own (not in a chain, not bounded by a timeout),
+    /// as `id` where it is in flight (`None`: an epoll wait for readiness): a stream read
     /// holding its socket's receive turn records it, to be recalled by bytes put back in
     /// front of what it gets (see [`is_recalled`](Self::is_recalled)).
-    fn started(&self, _id: OpId) {}
+    fn started(&self, _id: Option<OpId>) {}
 
     /// Bytes were put back on the op's socket in front of what it waits for (an adapter
     /// dropped with read-ahead): it must come back for them. With nothing of it in the
@@ -310,9 +311,7 @@ impl<T: OpDef> Op<T> {
         let State::Unstarted(op) = std::mem::replace(&mut self.state, State::Done) else {
             unreachable!("an op starts once, from Unstarted")
         };
-        if let Some((id, _)) = token.in_flight() {
-            op.started(id);
-        }
+        op.started(token.in_flight().map(|(id, _)| id));
         self.state = State::Running(op, token);
     }
 

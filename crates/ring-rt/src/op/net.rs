@@ -396,7 +396,7 @@ impl<B: IoBufMut> OpDef for Recv<B> {
         unsafe { read_output(&cqe, self.buf) }
     }
 
-    fn started(&self, id: OpId) {
+    fn started(&self, id: Option<OpId>) {
         if self.holds_stream_turn() {
             self.unclaimed.one_shot_started(id);
         }

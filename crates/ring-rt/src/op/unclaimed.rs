@@ -99,6 +99,12 @@ pub(crate) struct Unclaimed {
     /// one-shot receive's whose future awaits it (`None`: nothing known in flight). Bytes
     /// put back in front (an adapter dropped) make a one-shot receive come back for them.
     turn_op: Cell<Option<OpId>>,
+    /// The one-shot receive holding the turn is one that comes back for bytes put back in
+    /// front of what it waits for (a plain stream read, recalled: see
+    /// [`unread`](Self::unread)); until it lets the turn go, the receives in line leave
+    /// such bytes to it. Not one in a kernel-linked chain or bounded by `.timeout()`,
+    /// which is not recalled: the first in line takes them (review AL).
+    recalls: Cell<bool>,
     /// The holding stream's worker and receive group: what orphaning its receive needs.
     hold_owner: Cell<Option<(Rc<Core>, BufGroup)>>,
     /// The last number handed out, to a stream's hold (so a stream can tell its hold was
@@ -449,8 +455,9 @@ impl Unclaimed {
     }
 
     /// A receive's way in, in the order receives asked (its place kept in `ticket`):
-    /// `Ready(None)` when data is queued here (take it: it comes first; `ticket` keeps the
-    /// place, first in line, until the caller drops it), `Ready(Some(turn))`
+    /// `Ready(None)` when data is queued here and no receive recalled for it holds the turn
+    /// (take it: it comes first; `ticket` keeps the place, first in line, until the caller
+    /// drops it), `Ready(Some(turn))`
     /// to go to the kernel, `Pending` while it is not this receive's turn (a receive
     /// stream holding the turn is made to give it up).
     pub(crate) fn poll_turn(
@@ -465,7 +472,10 @@ impl Unclaimed {
         }
         let number = ticket.get_or_insert_with(|| self.join_queue()).number;
         if self.first_in_line() == Some(number) {
-            if self.has_items() {
+            // Not while a one-shot receive that is recalled for them holds the turn: bytes
+            // queued then are what a dropped adapter put back, and that receive asked
+            // before this one (review BX: the receive in line took them first).
+            if self.has_items() && !(self.one_shot_holds_turn() && self.recalls.get()) {
                 return Poll::Ready(None);
             }
             if self.turn_holders.get() == 0 {
@@ -633,11 +643,13 @@ impl Unclaimed {
         self.turn_holders.get() > 0 && self.hold.get().is_none()
     }
 
-    /// A one-shot receive holding the turn went to the kernel as op `id`: bytes put back
-    /// in front of what it gets recall it (see [`unread`](Self::unread)).
-    pub(crate) fn one_shot_started(&self, id: OpId) {
+    /// A one-shot receive holding the turn went to the backend, as op `id` in the kernel
+    /// (`None`: an epoll wait for readiness): bytes put back in front of what it gets
+    /// recall it (see [`unread`](Self::unread)).
+    pub(crate) fn one_shot_started(&self, id: Option<OpId>) {
         if self.one_shot_holds_turn() {
-            self.turn_op.set(Some(id));
+            self.turn_op.set(id);
+            self.recalls.set(true);
         }
     }
 
@@ -656,6 +668,7 @@ impl Unclaimed {
         self.turn_holders.set(holders);
         if holders == 0 {
             self.turn_op.set(None);
+            self.recalls.set(false);
             self.wake_all();
         }
     }
