@@ -5,8 +5,9 @@
 //! and the core keeps two rules there. Code that is not ring-rt's (a waker's `wake`, the
 //! destructor of a buffer an orphan kept) never runs inside a backend call or between a
 //! backend call and the op recording its result: wakers to wake and finished orphans to
-//! drop are collected and run only at safe points, after a loop turn, at the end of
-//! `block_on` and at shutdown, where no op is half-way through a state change. (Run inside
+//! drop are collected and run only at safe points, after a loop turn, between passes over
+//! the ready tasks, at the end of `block_on` and at shutdown, where no op is half-way
+//! through a state change. (Run inside
 //! an op's poll, a panicking waker once unwound between the push of an SQE and the op
 //! recording it, and the op's buffer was freed with the SQE in flight.) And work that finds
 //! the backend busy (a drop inside such code) is parked and done at the next safe point,
@@ -440,14 +441,16 @@ impl Core {
         }
     }
 
-    /// Runs up to [`TASKS_PER_TURN`] queued tasks, and between passes the wakes they
-    /// deferred (a safe point: no task is being polled), so that a task one of them wakes
-    /// that way runs in this turn: a receive handing its socket's turn to the next in line
-    /// wakes it so, and each hand-over used to cost a loop turn (an `epoll_wait`).
+    /// Runs up to [`TASKS_PER_TURN`] queued tasks, and between passes what waits for a
+    /// safe point (no task is being polled there): parked backend work, deferred wakes and
+    /// drops. So a task one of them wakes that way runs in this turn: a receive handing its
+    /// socket's turn to the next in line wakes it so, and each hand-over used to cost a
+    /// loop turn (an `epoll_wait`). Each pass costs the budget at least one, so a pass
+    /// that polls nothing cannot repeat without end.
     fn run_tasks(&self) {
         let mut budget = TASKS_PER_TURN;
         loop {
-            budget -= self.executor.run_ready(budget);
+            budget -= self.executor.run_ready(budget).clamp(1, budget);
             if budget == 0 || !self.has_deferred() {
                 return;
             }
