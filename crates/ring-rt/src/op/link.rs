@@ -271,10 +271,7 @@ impl<T: OpDef> Future for SingleInOrder<T> {
                 return Poll::Ready((Ran::new(def, cancelled(), this.core.clone()), true));
             }
             def.adopt_turn(&this.turns);
-            // Running before the places go: letting them go wakes the ops waiting behind
-            // them, and a wake that panics leaves this op to go on when polled again.
             this.state = SingleState::Running(Op::new(this.core.clone(), Raw(def)));
-            this.turns.let_places_go();
         }
         let SingleState::Running(op) = &mut this.state else {
             panic!("ring-rt link polled after it completed")
@@ -397,10 +394,14 @@ enum PairState<A: Chain, B: Chain> {
         core: Rc<Core>,
         turns: Rc<ChainTurns>,
     },
-    /// Field order is drop order: the later part goes first (see [`RanPair`]).
+    /// Field order is drop order: the later part goes first (see [`RanPair`]), and the
+    /// chain's turns and places in line after what its ended receives give back, so the
+    /// bytes are back before a receive waiting behind them can go (outside a worker a
+    /// wake runs at once).
     Later {
         later: B::InOrder,
         earlier: A::Ran,
+        _turns: Rc<ChainTurns>,
     },
     Done,
 }
@@ -422,8 +423,9 @@ impl<A: Chain, B: Chain> Future for PairInOrder<A, B> {
                 unreachable!("the later part starts once")
             };
             this.state = PairState::Later {
-                later: later.run_in_order(core, failed, turns),
+                later: later.run_in_order(core, failed, turns.clone()),
                 earlier: ran,
+                _turns: turns,
             };
         }
         let PairState::Later { later, .. } = &mut this.state else {

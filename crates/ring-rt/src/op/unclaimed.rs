@@ -207,7 +207,11 @@ pub(crate) struct TurnSlot {
 /// the places in line of a chain's receives served from bytes queued on their socket
 /// (they took no turn): the chain's next receive of that socket takes the place over,
 /// so no receive that asked in between takes bytes from the middle of the chain's (as
-/// none can when the chain runs in the kernel, or holds the turn).
+/// none can when the chain runs in the kernel, or holds the turn). A chain keeps both, a
+/// turn and a place, until it ends, also while a later op of it waits on another socket:
+/// what its ended receives got goes back in front of the socket's queue if the chain is
+/// dropped, and a receive that took bytes meanwhile would have taken later bytes first
+/// (review BV: "CDAB" for "ABCD" when a chain let its place go as it moved on).
 #[doc(hidden)]
 #[derive(Default)]
 pub struct ChainTurns {
@@ -246,19 +250,10 @@ impl ChainTurns {
         Some(places.swap_remove(at))
     }
 
-    /// Keeps a receive's place in line for the chain's next op, if it receives from the
-    /// same socket. A chain's ops run one after another, so there is at most one.
+    /// Keeps a receive's place in line, until the chain ends, for the chain's next
+    /// receive of the same socket (one place per socket: that receive takes it over).
     fn keep_place(&self, ticket: TurnTicket) {
         self.places.borrow_mut().push(ticket);
-    }
-
-    /// The places the op starting now did not take over go: a socket's other receives
-    /// wait for a chain's receives only while they follow each other (a chain waiting on
-    /// another socket keeps nobody waiting here).
-    pub(crate) fn let_places_go(&self) {
-        let places = std::mem::take(&mut *self.places.borrow_mut());
-        // Dropped outside the borrow: leaving the line wakes the next in it.
-        drop(places);
     }
 }
 
