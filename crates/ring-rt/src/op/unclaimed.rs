@@ -20,9 +20,10 @@
 //! ([`Unclaimed::unread`]): they are older than anything a receive in the kernel gets. A
 //! stream holding the turn then lets it go; a one-shot read holding it is recalled (its op
 //! cancelled, or its readiness wait woken), takes them, and queues what it got behind
-//! them. A read in a kernel-linked chain, or bounded by `.timeout()`, is not recalled
-//! (cancelling it would end its chain, or report a timeout early): it keeps the order the
-//! same way when it completes, but waits for that.
+//! them. A read in a linked chain (in the kernel or run op by op), or bounded by
+//! `.timeout()`, is not recalled (cancelling it would end its chain, or report a timeout
+//! early): it keeps the order the same way when it completes, but waits for that (review
+//! BW's `a07`: for new bytes, with the put-back ones queued).
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -77,7 +78,8 @@ pub(crate) struct Unclaimed {
     /// soon).
     waiters: RefCell<Waiters>,
     /// How many times the waiters were woken (wrapping): a waiter whose waker's clone made
-    /// a wake go out before that waker was parked sees it change (see `wait`).
+    /// a wake go out before that waker was parked sees it change (see `wait` and
+    /// `wait_in_line`).
     wakes: Cell<u32>,
     /// How many hold the turn: 0 when it is free; else the receives of one linked chain
     /// sharing it, each counted (a live one, a dropped one finishing), or a receive stream
@@ -349,7 +351,10 @@ impl Unclaimed {
     /// nothing could be queued but what adapters put back meanwhile; those are older and
     /// stay in front (review AN: it went in front of them). A receive served from this
     /// queue got the oldest bytes there were, and goes back at the very front (review AO:
-    /// putting those behind the put-back ones reordered them).
+    /// putting those behind the put-back ones reordered them). Not kept in one case (review
+    /// BW's `a06`, not changed): an adapter that had read ahead from this queue before
+    /// the receive was served, and puts its bytes back after, has older bytes than the
+    /// receive's, which still go in front of them.
     pub(crate) fn push_front(&self, item: Item, from_kernel: bool) {
         self.add_to_lines(|lines| {
             let at = if from_kernel { lines.put_back } else { 0 };
