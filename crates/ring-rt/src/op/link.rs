@@ -559,6 +559,15 @@ impl<C: Chain> Drop for InKernel<C> {
 /// all (awaited outside its runtime) fails every op with that error instead. Dropping the
 /// chain in flight cancels what is still running.
 ///
+/// A chain's receives of one socket get consecutive bytes: from the moment the chain first
+/// receives from a socket until it ends, a receive of that socket asked for later waits
+/// for the chain, also while the chain's later ops wait on other sockets (in the kernel
+/// this is the socket's receive turn, run op by op the turn or a place in its line). So a
+/// chain must not wait for data that such a receive, or the task awaiting it, would bring
+/// about: that waits for ever. Two chains that receive from the same two sockets in
+/// opposite orders can wait for each other that way when both run op by op (on epoll, or
+/// when a socket's turn was busy as they started).
+///
 /// # Examples
 ///
 /// ```

@@ -104,8 +104,10 @@ pub(crate) struct Unclaimed {
     /// The one-shot receive holding the turn is one that comes back for bytes put back in
     /// front of what it waits for (a plain stream read, recalled: see
     /// [`unread`](Self::unread)); until it lets the turn go, the receives in line leave
-    /// such bytes to it. Not one in a kernel-linked chain or bounded by `.timeout()`,
-    /// which is not recalled: the first in line takes them (review AL).
+    /// such bytes to it, also while it is not polled (a read polled once and kept: the
+    /// receives asked after it wait for it, as they wait for its turn). Not one in a
+    /// linked chain (in the kernel or run op by op) or bounded by `.timeout()`, which is
+    /// not recalled: the first in line takes them (review AL).
     recalls: Cell<bool>,
     /// The holding stream's worker and receive group: what orphaning its receive needs.
     hold_owner: Cell<Option<(Rc<Core>, BufGroup)>>,
