@@ -722,10 +722,17 @@ impl Unclaimed {
         if key != ANONYMOUS && self.waiters.borrow().has(key, cx.waker()) {
             return;
         }
+        self.park(cx, |waker| self.waiters.borrow_mut().put(key, waker));
+    }
+
+    /// Parks a clone of `cx`'s waker with `put`, which returns the waker it replaced (or
+    /// the clone, if it kept none) to drop at the next safe point. The clone is made here,
+    /// outside every borrow (it is code that is not ours); a wake it made go out before the
+    /// waker was parked wakes the waiters again (see [`wait`](Self::wait)).
+    fn park(&self, cx: &mut Context<'_>, put: impl FnOnce(Waker) -> Option<Waker>) {
         let wakes = self.wakes.get();
         let waker = cx.waker().clone();
-        let replaced = self.waiters.borrow_mut().put(key, waker);
-        drop_later(replaced);
+        drop_later(put(waker));
         if self.wakes.get() != wakes {
             self.wake_all();
         }
@@ -748,17 +755,16 @@ impl Unclaimed {
             // Parked already, or not in line (the caller holds its place: never).
             return;
         }
-        let wakes = self.wakes.get();
-        let waker = cx.waker().clone();
-        let replaced = self.with_lines(|lines| {
-            let lines = lines.as_mut()?;
-            let at = lines.place(number)?;
-            lines.queue[at].waker.replace(waker)
+        self.park(cx, |waker| {
+            self.with_lines(|lines| match lines.as_mut() {
+                Some(lines) => match lines.place(number) {
+                    Some(at) => lines.queue[at].waker.replace(waker),
+                    None => Some(waker),
+                },
+                // Not dropped here, under the lines' cell: it goes back to be dropped later.
+                None => Some(waker),
+            })
         });
-        drop_later(replaced);
-        if self.wakes.get() != wakes {
-            self.wake_all();
-        }
     }
 
     /// Wakes the waiters that may go on: the first in line (takes the turn or the data;

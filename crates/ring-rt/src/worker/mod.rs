@@ -7,11 +7,10 @@
 //! backend call and the op recording its result: wakers to wake and finished orphans to
 //! drop are collected and run only at safe points, after a loop turn, between passes over
 //! the ready tasks, at the end of `block_on` and at shutdown, where no op is half-way
-//! through a state change. (Run inside
-//! an op's poll, a panicking waker once unwound between the push of an SQE and the op
-//! recording it, and the op's buffer was freed with the SQE in flight.) And work that finds
-//! the backend busy (a drop inside such code) is parked and done at the next safe point,
-//! never forgotten: an orphan, a close.
+//! through a state change. (Run inside an op's poll, a panicking waker once unwound between
+//! the push of an SQE and the op recording it, and the op's buffer was freed with the SQE
+//! in flight.) And work that finds the backend busy (a drop inside such code) is parked
+//! and done at the next safe point, never forgotten: an orphan, a close.
 
 mod backend_calls;
 pub(crate) mod blocking;
