@@ -120,9 +120,16 @@ impl Sleep {
 impl Future for Sleep {
     type Output = ();
 
+    /// Within the op budget of the task's poll (see `executor::coop`): a loop of sleeps
+    /// already due (a zero duration) completes each at once, and held the worker.
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        std::task::ready!(crate::worker::poll_budget(cx));
         let this = &mut *self;
-        this.timer.poll(this.deadline, cx)
+        let polled = this.timer.poll(this.deadline, cx);
+        if polled.is_ready() {
+            crate::executor::coop::spend();
+        }
+        polled
     }
 }
 

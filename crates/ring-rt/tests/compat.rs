@@ -22,6 +22,10 @@ use tokio_util::codec::{FramedRead, LinesCodec};
 fn main() {
     support::run(&[
         (
+            "a_write_polled_as_the_poll_budget_runs_out_goes_out",
+            a_write_polled_as_the_poll_budget_runs_out_goes_out,
+        ),
+        (
             "put_back_bytes_go_to_the_read_holding_the_turn_before_the_reads_in_line",
             put_back_bytes_go_to_the_read_holding_the_turn_before_the_reads_in_line,
         ),
@@ -1428,4 +1432,37 @@ fn put_back_bytes_go_to_the_read_holding_the_turn_before_the_reads_in_line(
         );
         Ok(Completion::Completed)
     }))?
+}
+
+/// A write polled as the poll's op budget runs out (each count of it spent before is
+/// tried: the budget is an internal constant) is accepted and goes out without a flush
+/// (nothing was in flight), or waits for the next poll and then does: never accepted and
+/// left unstarted, which a caller awaiting the reply would wait on for ever. Ops that
+/// complete at once (sleeps already due) spend the budget, one each.
+fn a_write_polled_as_the_poll_budget_runs_out_goes_out(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    for spent in 0..=140 {
+        let got = rt
+            .block_on(async {
+                let (a, b) = UnixStream::pair()?;
+                let mut writer = Compat::new(a);
+                for _ in 0..spent {
+                    sleep(Duration::ZERO).await;
+                }
+                writer.write_all(b"A").await?;
+                let read = b
+                    .read(Vec::with_capacity(16))
+                    .timeout(Duration::from_secs(2));
+                let (n, buf) = read.await;
+                n?;
+                writer.flush().await?;
+                std::io::Result::Ok(buf)
+            })
+            .map_err(|e| format!("after {spent} ops of the poll's budget: {e}"))?;
+        check!(
+            got == b"A",
+            "after {spent} ops of the poll's budget: {got:?}"
+        );
+    }
+    Ok(Completion::Completed)
 }

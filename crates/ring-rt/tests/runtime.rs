@@ -4,6 +4,8 @@
 mod support;
 
 use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::io::{self, Read, Write};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -42,6 +44,22 @@ fn main() {
         (
             "spinning_loop_fires_timers_on_time",
             spinning_loop_fires_timers_on_time,
+        ),
+        (
+            "socket_reads_that_never_wait_let_other_tasks_run",
+            socket_reads_that_never_wait_let_other_tasks_run,
+        ),
+        (
+            "file_reads_that_never_wait_let_other_tasks_run",
+            file_reads_that_never_wait_let_other_tasks_run,
+        ),
+        (
+            "adapter_writes_that_never_wait_let_other_tasks_run",
+            adapter_writes_that_never_wait_let_other_tasks_run,
+        ),
+        (
+            "sleeps_already_due_let_other_tasks_run",
+            sleeps_already_due_let_other_tasks_run,
         ),
     ])
 }
@@ -455,4 +473,177 @@ fn spinning_loop_fires_timers_on_time(kind: BackendKind) -> Outcome {
         "a {nap:?} sleep took {elapsed:?} behind a {spin:?} spin: the spin delayed the timer"
     )
     .into())
+}
+
+/// How many ops the loop of a task completes before a task spawned after it, ready all
+/// along, runs: `step` is one op that completes without waiting (data already there), run
+/// until the other task has run or `limit` times. A task's poll that never returns
+/// `Pending` holds the worker: on epoll such ops completed inside one poll for as long as
+/// the data lasted (review BY: one task read 100,000 queued bytes in one poll).
+async fn steps_before_a_neighbour_runs<F, Fut>(limit: usize, mut step: F) -> io::Result<usize>
+where
+    F: FnMut() -> Fut + 'static,
+    Fut: Future<Output = io::Result<()>>,
+{
+    let ran = Rc::new(Cell::new(false));
+    let seen = ran.clone();
+    let greedy = ring_rt::spawn(async move {
+        let mut steps = 0;
+        while !seen.get() && steps < limit {
+            step().await?;
+            steps += 1;
+        }
+        Ok::<_, io::Error>(steps)
+    });
+    let neighbour = ring_rt::spawn(async move { ran.set(true) });
+    let steps = greedy.await.map_err(joined)??;
+    neighbour.await.map_err(joined)?;
+    Ok(steps)
+}
+
+fn joined(err: ring_rt::JoinError) -> io::Error {
+    io::Error::other(err.to_string())
+}
+
+/// Most ops a task completes in one poll before it yields: a budget of 128 per poll,
+/// with room for the neighbour's turn to come after a few such polls.
+const MOST_STEPS_BEFORE_A_NEIGHBOUR: usize = 1_000;
+
+/// A socket with more bytes queued than the reader takes: 16-byte reads complete at once
+/// on epoll (on io_uring each one's completion comes a loop turn later).
+fn socket_reads_that_never_wait_let_other_tasks_run(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let (reader, writer) = std::os::unix::net::UnixStream::pair()?;
+    writer.set_nonblocking(true)?;
+    let mut queued = 0;
+    loop {
+        match (&writer).write(&[7; 4096]) {
+            Ok(n) => queued += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let limit = 5_000;
+    check!(queued >= limit * 16, "only {queued} bytes queued");
+    let steps = rt.block_on(async {
+        let reader = Rc::new(ring_rt::net::UnixStream::from_std(reader)?);
+        steps_before_a_neighbour_runs(limit, move || {
+            let reader = reader.clone();
+            async move {
+                let (res, _) = reader.read(Vec::with_capacity(16)).await;
+                check_some_bytes(res)
+            }
+        })
+        .await
+    })?;
+    check!(
+        steps <= MOST_STEPS_BEFORE_A_NEIGHBOUR,
+        "{steps} reads ran before a task ready all along"
+    );
+    Ok(Completion::Completed)
+}
+
+fn check_some_bytes(res: io::Result<usize>) -> io::Result<()> {
+    match res? {
+        0 => Err(io::Error::other("end of stream")),
+        _ => Ok(()),
+    }
+}
+
+/// A file in the page cache: epoll's reads of it complete at once (RWF_NOWAIT).
+fn file_reads_that_never_wait_let_other_tasks_run(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let limit = 5_000u64;
+    let path =
+        std::env::temp_dir().join(format!("ring-rt-fair-reads-{}-{kind}", std::process::id()));
+    std::fs::write(&path, vec![7u8; limit as usize * 16])?;
+    let steps = rt.block_on(async {
+        let file = Rc::new(ring_rt::fs::File::open(&path).await?);
+        let at = Rc::new(Cell::new(0u64));
+        steps_before_a_neighbour_runs(limit as usize, move || {
+            let (file, at) = (file.clone(), at.clone());
+            async move {
+                let (res, _) = file.read_at(Vec::with_capacity(16), at.get()).await;
+                at.set(at.get() + 16);
+                check_some_bytes(res)
+            }
+        })
+        .await
+    });
+    std::fs::remove_file(&path)?;
+    let steps = steps?;
+    check!(
+        steps <= MOST_STEPS_BEFORE_A_NEIGHBOUR,
+        "{steps} reads ran before a task ready all along"
+    );
+    Ok(Completion::Completed)
+}
+
+/// A tokio-style adapter over a TCP connection whose peer reads as fast as it writes: a
+/// write the socket takes at once is sent straight from the caller's bytes, no op.
+fn adapter_writes_that_never_wait_let_other_tasks_run(kind: BackendKind) -> Outcome {
+    use tokio::io::AsyncWriteExt;
+
+    let rt = runtime!(kind);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let client = std::net::TcpStream::connect(listener.local_addr()?)?;
+    let (mut peer, _) = listener.accept()?;
+    let drain = std::thread::spawn(move || {
+        let mut buf = vec![0; 1 << 16];
+        while matches!(peer.read(&mut buf), Ok(n) if n > 0) {}
+    });
+    let steps = rt.block_on(async {
+        let writer = ring_rt::net::TcpStream::from_std(client)?;
+        let writer = Rc::new(Cell::new(Some(ring_rt::compat::Compat::new(writer))));
+        steps_before_a_neighbour_runs(5_000, move || {
+            let writer = writer.clone();
+            async move {
+                // Taken out for the write: only this task uses the adapter.
+                let mut adapter = writer.take().expect("the adapter is put back");
+                let wrote = adapter.write(&[7; 1024]).await;
+                writer.set(Some(adapter));
+                wrote.map(drop)
+            }
+        })
+        .await
+    });
+    drain.join().expect("the draining thread");
+    let steps = steps?;
+    check!(
+        steps <= MOST_STEPS_BEFORE_A_NEIGHBOUR,
+        "{steps} writes ran before a task ready all along"
+    );
+    Ok(Completion::Completed)
+}
+
+/// A sleep whose deadline passed completes at once: a loop of them in a task, and in
+/// `block_on`'s own future, lets the other tasks run.
+fn sleeps_already_due_let_other_tasks_run(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let limit = 100_000;
+    let steps = rt.block_on(steps_before_a_neighbour_runs(limit, || async {
+        sleep(Duration::ZERO).await;
+        Ok(())
+    }))?;
+    check!(
+        steps <= MOST_STEPS_BEFORE_A_NEIGHBOUR,
+        "{steps} due sleeps in a task before a task ready all along"
+    );
+    let main_steps = rt.block_on(async {
+        let ran = Rc::new(Cell::new(false));
+        let flag = ran.clone();
+        let neighbour = ring_rt::spawn(async move { flag.set(true) });
+        let mut steps = 0;
+        while !ran.get() && steps < limit {
+            sleep(Duration::ZERO).await;
+            steps += 1;
+        }
+        neighbour.await.map(|()| steps)
+    });
+    let main_steps = main_steps.map_err(|e| e.to_string())?;
+    check!(
+        main_steps <= MOST_STEPS_BEFORE_A_NEIGHBOUR,
+        "{main_steps} due sleeps in block_on's future before a task ready all along"
+    );
+    Ok(Completion::Completed)
 }

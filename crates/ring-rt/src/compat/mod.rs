@@ -20,9 +20,11 @@
 //!   copies up to `write_cap` bytes (64 KiB by default) into the adapter's buffer, starts
 //!   a write-all of it and returns at once. While that write is in flight, `poll_write`
 //!   copies up to `write_cap` more bytes into a second buffer and returns at once, and
-//!   those go out together in the next op when the first ends: the 8 KiB writes of
-//!   `tokio::io::copy` take one op per 64 KiB, not one per 8 KiB each waiting for the one
-//!   before. Beyond that it waits; `poll_flush` waits until both are written. A failed
+//!   those go out together in the next op, started by the adapter's first poll (a write or
+//!   a flush) after the first ends: the 8 KiB writes of `tokio::io::copy` take one op per
+//!   64 KiB, not one per 8 KiB each waiting for the one before. Beyond that it waits;
+//!   `poll_flush` waits until both are written (as with a `BufWriter`, bytes accepted
+//!   behind a write need a flush to be sure to go out). A failed
 //!   write's error is returned by the next `poll_write`/`poll_flush`/`poll_shutdown`, and
 //!   the bytes accepted behind it are dropped.
 //!
@@ -148,6 +150,7 @@ use std::task::{ready, Context, Poll};
 pub use self::hyper_timer::HyperTimer;
 pub use self::source::CompatIo;
 use self::source::RoomWait;
+use crate::executor::coop;
 
 /// Default size of each direction's internal buffer.
 ///
@@ -670,6 +673,9 @@ impl<S: CompatIo> Compat<S> {
         cx: &mut Context<'_>,
         bufs: &[IoSlice<'_>],
     ) -> Poll<Option<Result<usize>>> {
+        // Within the op budget of the task's poll (see `executor::coop`), as an op: a
+        // socket that takes every write at once held the worker for a writing loop.
+        ready!(crate::worker::poll_budget(cx));
         let mut waited = false;
         loop {
             if let WriteState::AwaitingRoom(room, _) = &mut self.write {
@@ -684,7 +690,10 @@ impl<S: CompatIo> Compat<S> {
                 waited = true;
             }
             match self.io.write_now(&capped(bufs)) {
-                Some(Ok(n)) => return Poll::Ready(Some(Ok(n))),
+                Some(Ok(n)) => {
+                    coop::spend();
+                    return Poll::Ready(Some(Ok(n)));
+                }
                 Some(Err(e)) if e.kind() == ErrorKind::WouldBlock && !waited => {
                     let Some(room) = self.io.wait_for_room() else {
                         return Poll::Ready(None);
@@ -706,7 +715,10 @@ impl<S: CompatIo> Compat<S> {
     }
 
     /// Starts the write-all of `buf` at `at` (files) and polls it once, so it is submitted
-    /// now and this task is woken when it completes.
+    /// now and this task is woken when it completes. That poll is outside the op budget
+    /// (see `executor::coop`): the write is reported accepted, so it must start here (held
+    /// back for the budget, nothing sent it until the adapter's next write or flush, and a
+    /// caller that wrote a request and then awaited the reply waited for ever).
     ///
     /// A waker whose clone panics in that poll unwinds out of it, nearly always with
     /// nothing of the op submitted yet: io_uring and epoll's blocking pool clone it first.
@@ -728,12 +740,12 @@ impl<S: CompatIo> Compat<S> {
         let mut op = self.io.clone().write_all_owned(buf, at);
         if accepted {
             self.write = WriteState::InFlight(op);
-            return match self.poll_in_flight(cx) {
+            return match coop::unlimited(|| self.poll_in_flight(cx)) {
                 Poll::Ready(res) => Poll::Ready(res),
                 Poll::Pending => Poll::Ready(Ok(())),
             };
         }
-        let res = match Pin::new(&mut op).poll(cx) {
+        let res = match coop::unlimited(|| Pin::new(&mut op).poll(cx)) {
             Poll::Ready((res, buf)) => {
                 self.write = WriteState::Idle(buf);
                 res

@@ -4,6 +4,7 @@
 //! wakes from other threads go through [`Shared`]'s inject queue and an eventfd that the
 //! backend watches, so a parked loop wakes up.
 
+pub(crate) mod coop;
 pub(crate) mod task;
 
 use std::cell::{Cell, RefCell};
@@ -459,7 +460,7 @@ impl Executor {
             Poll::Ready(task.as_mut().cancel())
         } else {
             let mut cx = Context::from_waker(&waker);
-            task.as_mut().poll_task(&mut cx)
+            coop::budgeted(|| task.as_mut().poll_task(&mut cx))
         };
         let mut tasks = self.tasks.borrow_mut();
         let Poll::Ready(join_waker) = finished else {

@@ -26,6 +26,7 @@ use ring_core::user_data::OpId;
 pub use crate::backend::{BlockingJob, Emulation, Operation};
 use crate::backend::{Start, Token};
 use crate::completion::Refused;
+use crate::executor::coop;
 use crate::worker::Core;
 pub use unclaimed::ChainTurns;
 
@@ -231,9 +232,23 @@ fn errno_of(err: &io::Error) -> i32 {
 impl<T: OpDef> Future for Op<T> {
     type Output = T::Output;
 
+    /// Within the op budget of the task's poll (see `executor::coop`): an op polled once
+    /// it is spent does nothing and waits for a loop turn; one that completes spends it.
     #[inline]
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T::Output> {
-        let this = &mut *self;
+        std::task::ready!(crate::worker::poll_budget(cx));
+        let polled = self.poll_op(cx);
+        if polled.is_ready() {
+            coop::spend();
+        }
+        polled
+    }
+}
+
+impl<T: OpDef> Op<T> {
+    #[inline]
+    fn poll_op(&mut self, cx: &mut Context<'_>) -> Poll<T::Output> {
+        let this = self;
         loop {
             match &mut this.state {
                 State::Unstarted(op) => {

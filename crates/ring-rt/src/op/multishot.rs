@@ -66,7 +66,18 @@ impl<T: MultishotDef> Multishot<T> {
 
     /// The next CQE, arming the op first if it is not armed. A CQE without `F_MORE` is the
     /// last of this arming; the poll after it arms again.
+    ///
+    /// Within the op budget of the task's poll (see `executor::coop`), as every op.
     pub(crate) fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Cqe>> {
+        std::task::ready!(crate::worker::poll_budget(cx));
+        let polled = self.poll_armed(cx);
+        if polled.is_ready() {
+            crate::executor::coop::spend();
+        }
+        polled
+    }
+
+    fn poll_armed(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Cqe>> {
         let id = match self.armed {
             Some(id) => id,
             None => {

@@ -52,7 +52,7 @@ use crate::backend::select::Choice;
 use crate::backend::{Backend, Mechanism, Operation, Start, Token};
 use crate::completion::Refused;
 use crate::executor::task::Header;
-use crate::executor::Executor;
+use crate::executor::{coop, Executor};
 use crate::unpark::SenderGuard;
 
 /// Tasks polled per loop turn before the loop checks the kernel again, so a busy task set
@@ -78,6 +78,9 @@ pub struct Core {
     deferred: RefCell<Deferred>,
     /// The queue being run (swapped with `deferred`, so neither reallocates each turn).
     running: RefCell<Deferred>,
+    /// Wakes of tasks whose poll spent its op budget (see `executor::coop`): woken after
+    /// the next loop turn, so the turn's I/O and timers come first.
+    after_turn: RefCell<Deferred>,
     /// `run_deferred` is on the stack: a nested call (from a waker or a destructor it
     /// runs) leaves the new work to that outer loop.
     is_running_deferred: Cell<bool>,
@@ -138,6 +141,7 @@ impl Core {
             parked: RefCell::new(Vec::new()),
             deferred: RefCell::new(Deferred::default()),
             running: RefCell::new(Deferred::default()),
+            after_turn: RefCell::new(Deferred::default()),
             is_running_deferred: Cell::new(false),
             is_running: Cell::new(false),
             is_shut_down: Cell::new(false),
@@ -431,7 +435,7 @@ impl Core {
         let mut woken = true;
         loop {
             if std::mem::take(&mut woken) | self.executor.take_main_woken() {
-                if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+                if let Poll::Ready(out) = coop::budgeted(|| future.as_mut().poll(&mut cx)) {
                     return out;
                 }
             }
@@ -489,12 +493,25 @@ impl Core {
         // other due timers' wakes queued, not unwind past them. No timer, no clock read:
         // most turns of a busy server have none, and a read of the clock is a vDSO call.
         let due = self.timers.borrow_mut().take_expired_now();
-        if !due.is_empty() {
-            let mut deferred = Deferred::default();
+        let yielded = self.after_turn.take();
+        if !due.is_empty() || !yielded.is_empty() {
+            let mut deferred = yielded;
             due.into_iter().for_each(|waker| deferred.wake(waker));
             self.defer(deferred);
             self.run_deferred();
         }
+    }
+
+    /// Queues `waker` to be woken after this core's next loop turn (its task spent its
+    /// op budget), or wakes it now if this core's loop is not on the stack.
+    fn wake_after_turn(&self, waker: &Waker) {
+        if !self.is_running.get() {
+            waker.wake_by_ref();
+            return;
+        }
+        // Cloned outside the borrow: a clone is code that is not ours, and may poll an op.
+        let waker = waker.clone();
+        self.after_turn.borrow_mut().wake(waker);
     }
 
     /// Before a turn that would sleep, turns the backend without waiting for up to the
@@ -529,7 +546,8 @@ impl Core {
     /// drops queued for the safe point right after the turn), else until the next timer is
     /// due (or for I/O alone).
     fn next_wait(&self) -> Wait {
-        if self.executor.has_ready() || self.has_deferred() {
+        if self.executor.has_ready() || self.has_deferred() || !self.after_turn.borrow().is_empty()
+        {
             return Wait::No;
         }
         match self.timers.borrow().next_deadline() {
@@ -577,6 +595,10 @@ impl Core {
             *self.drained.borrow_mut() = drained.into_iter().collect();
         }
         self.is_shut_down.set(true);
+        // Tasks that spent their budget wait for a turn that will not come: their wakes
+        // (of tasks dropped above, or of `block_on`'s future) go with the drain's.
+        let yielded = self.after_turn.take();
+        self.defer(yielded);
         // The drain's wakes and releases run user code (wakers, buffer destructors). A
         // panic there is reported, not raised: shutdown runs in `Runtime`'s drop, maybe
         // while unwinding already, and the rest of it (the blocking pool's close, the
@@ -588,6 +610,28 @@ impl Core {
             tracing::error!(target: "ring_rt", panic = %what, "a waker or destructor panicked while the worker shut down");
             crate::executor::task::discard_payload(payload);
         }
+    }
+}
+
+/// Ready while the op budget of the poll on the stack lasts (see `executor::coop`); once
+/// it is spent, `Pending`, and the task is woken after the running core's next loop turn
+/// (at once outside `block_on`: no turn is coming). An op checks this before it does
+/// anything, so one that waits here has done nothing yet.
+#[inline]
+pub(crate) fn poll_budget(cx: &mut Context<'_>) -> Poll<()> {
+    if coop::has_room() {
+        return Poll::Ready(());
+    }
+    budget_spent(cx.waker());
+    Poll::Pending
+}
+
+#[cold]
+#[inline(never)]
+fn budget_spent(waker: &Waker) {
+    match Core::current() {
+        Some(core) => core.wake_after_turn(waker),
+        None => waker.wake_by_ref(),
     }
 }
 

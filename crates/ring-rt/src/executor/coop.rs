@@ -1,0 +1,103 @@
+//! A task's budget of ops per poll, so a task whose ops never wait cannot hold its worker.
+//!
+//! An op that completes at once (epoll's read of bytes already queued, a page-cache read,
+//! a send the socket takes, a sleep already due) returns `Ready` inside the task's poll,
+//! and a loop of them never returned `Pending`: one task read 100,000 queued bytes in one
+//! poll while the worker's other tasks, its timers and its I/O waited (review BY). Each
+//! poll of a task (and of `block_on`'s future) now gets [`OPS_PER_POLL`] ops; an op polled
+//! with none left returns `Pending` without doing anything, and its task runs again after
+//! the next loop turn (as tokio's coop budget does). Outside a task's poll (a future polled
+//! by hand, a thread of the blocking pool) the budget is unlimited.
+
+use std::cell::Cell;
+
+/// Ops a task's poll may complete before its next op waits for a loop turn. tokio's
+/// budget is the same: enough that a busy task pays for the yield rarely, few enough that
+/// the others wait at most a few hundred syscalls.
+pub(crate) const OPS_PER_POLL: u8 = 128;
+
+thread_local! {
+    /// `None`: no task's poll is on the stack (unlimited).
+    static BUDGET: Cell<Option<u8>> = const { Cell::new(None) };
+}
+
+/// Runs `poll` (one poll of a task or of `block_on`'s future) with a fresh budget; the
+/// budget before it comes back afterwards, on unwinding too.
+#[inline]
+pub(crate) fn budgeted<R>(poll: impl FnOnce() -> R) -> R {
+    with_budget(Some(OPS_PER_POLL), poll)
+}
+
+/// Runs `f` with an unlimited budget (see [`budgeted`]): an adapter's write it reports
+/// accepted must start now.
+#[cfg_attr(
+    not(any(feature = "tokio-io", feature = "futures-io")),
+    allow(dead_code)
+)]
+#[inline]
+pub(crate) fn unlimited<R>(f: impl FnOnce() -> R) -> R {
+    with_budget(None, f)
+}
+
+#[inline]
+fn with_budget<R>(budget: Option<u8>, f: impl FnOnce() -> R) -> R {
+    let before = BUDGET.with(|b| b.replace(budget));
+    let _restore = Restore(before);
+    f()
+}
+
+/// Whether an op may go on: false once this poll's budget is spent.
+#[inline]
+pub(crate) fn has_room() -> bool {
+    BUDGET.with(|b| b.get() != Some(0))
+}
+
+/// An op completed: one less for the rest of this poll.
+#[inline]
+pub(crate) fn spend() {
+    BUDGET.with(|b| {
+        if let Some(left) = b.get() {
+            b.set(Some(left.saturating_sub(1)));
+        }
+    });
+}
+
+struct Restore(Option<u8>);
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        BUDGET.with(|b| b.set(self.0));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_poll_spends_its_budget_and_the_one_around_it_comes_back() {
+        assert!(has_room(), "unlimited outside a poll");
+        budgeted(|| {
+            for _ in 0..OPS_PER_POLL - 1 {
+                spend();
+            }
+            assert!(has_room());
+            unlimited(|| {
+                spend();
+                assert!(has_room(), "unlimited inside");
+            });
+            spend();
+            assert!(!has_room(), "spent");
+            budgeted(|| assert!(has_room(), "a nested poll has its own"));
+            assert!(!has_room(), "the outer budget comes back");
+        });
+        assert!(has_room(), "unlimited again");
+        let _ = std::panic::catch_unwind(|| {
+            budgeted(|| {
+                (0..OPS_PER_POLL).for_each(|_| spend());
+                panic!("unwinds");
+            })
+        });
+        assert!(has_room(), "restored on unwinding");
+    }
+}
