@@ -11,21 +11,26 @@
 
 use std::cell::Cell;
 
-/// Ops a task's poll may complete before its next op waits for a loop turn. tokio's
+/// Ops a task's poll may complete before its next op waits for a loop turn (below
+/// [`UNLIMITED`]). tokio's
 /// budget is the same: enough that a busy task pays for the yield rarely, few enough that
 /// the others wait at most a few hundred syscalls.
 pub(crate) const OPS_PER_POLL: u8 = 128;
 
+/// What the thread-local holds outside every task's poll: no budget to spend.
+const UNLIMITED: u8 = u8::MAX;
+
 thread_local! {
-    /// `None`: no task's poll is on the stack (unlimited).
-    static BUDGET: Cell<Option<u8>> = const { Cell::new(None) };
+    /// Ops left to the poll on the stack, or [`UNLIMITED`]. One byte, not an `Option`:
+    /// this is read and written on every op's completion.
+    static BUDGET: Cell<u8> = const { Cell::new(UNLIMITED) };
 }
 
 /// Runs `poll` (one poll of a task or of `block_on`'s future) with a fresh budget; the
 /// budget before it comes back afterwards, on unwinding too.
 #[inline]
 pub(crate) fn budgeted<R>(poll: impl FnOnce() -> R) -> R {
-    with_budget(Some(OPS_PER_POLL), poll)
+    with_budget(OPS_PER_POLL, poll)
 }
 
 /// Runs `f` with an unlimited budget (see [`budgeted`]): an adapter's write it reports
@@ -36,11 +41,24 @@ pub(crate) fn budgeted<R>(poll: impl FnOnce() -> R) -> R {
 )]
 #[inline]
 pub(crate) fn unlimited<R>(f: impl FnOnce() -> R) -> R {
-    with_budget(None, f)
+    with_budget(UNLIMITED, f)
+}
+
+/// For a run of task polls, each after a [`refill`]: the budget before the run comes back
+/// when the guard drops, on unwinding too (one store per poll, not a save and a restore).
+#[inline]
+pub(crate) fn polling_tasks() -> impl Drop {
+    Restore(BUDGET.with(Cell::get))
+}
+
+/// A fresh budget, for the task poll about to run (inside [`polling_tasks`]).
+#[inline]
+pub(crate) fn refill() {
+    BUDGET.with(|b| b.set(OPS_PER_POLL));
 }
 
 #[inline]
-fn with_budget<R>(budget: Option<u8>, f: impl FnOnce() -> R) -> R {
+fn with_budget<R>(budget: u8, f: impl FnOnce() -> R) -> R {
     let before = BUDGET.with(|b| b.replace(budget));
     let _restore = Restore(before);
     f()
@@ -49,20 +67,21 @@ fn with_budget<R>(budget: Option<u8>, f: impl FnOnce() -> R) -> R {
 /// Whether an op may go on: false once this poll's budget is spent.
 #[inline]
 pub(crate) fn has_room() -> bool {
-    BUDGET.with(|b| b.get() != Some(0))
+    BUDGET.with(|b| b.get() != 0)
 }
 
 /// An op completed: one less for the rest of this poll.
 #[inline]
 pub(crate) fn spend() {
     BUDGET.with(|b| {
-        if let Some(left) = b.get() {
-            b.set(Some(left.saturating_sub(1)));
+        let left = b.get();
+        if left != UNLIMITED {
+            b.set(left.saturating_sub(1));
         }
     });
 }
 
-struct Restore(Option<u8>);
+struct Restore(u8);
 
 impl Drop for Restore {
     fn drop(&mut self) {
@@ -99,5 +118,14 @@ mod tests {
             })
         });
         assert!(has_room(), "restored on unwinding");
+        {
+            let _run = polling_tasks();
+            refill();
+            (0..OPS_PER_POLL).for_each(|_| spend());
+            assert!(!has_room(), "spent");
+            refill();
+            assert!(has_room(), "refilled");
+        }
+        assert!(has_room(), "unlimited after the run");
     }
 }

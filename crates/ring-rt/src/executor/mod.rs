@@ -429,6 +429,7 @@ impl Executor {
     /// Polls up to `budget` queued tasks; returns how many ran.
     pub(crate) fn run_ready(&self, budget: usize) -> usize {
         self.drain_remote();
+        let _budgets = coop::polling_tasks();
         let mut ran = 0;
         while ran < budget {
             let Some(key) = LOCAL.with(|local| local.borrow_mut().queue.pop_front()) else {
@@ -460,7 +461,8 @@ impl Executor {
             Poll::Ready(task.as_mut().cancel())
         } else {
             let mut cx = Context::from_waker(&waker);
-            coop::budgeted(|| task.as_mut().poll_task(&mut cx))
+            coop::refill();
+            task.as_mut().poll_task(&mut cx)
         };
         let mut tasks = self.tasks.borrow_mut();
         let Poll::Ready(join_waker) = finished else {

@@ -493,9 +493,14 @@ impl Core {
         // other due timers' wakes queued, not unwind past them. No timer, no clock read:
         // most turns of a busy server have none, and a read of the clock is a vDSO call.
         let due = self.timers.borrow_mut().take_expired_now();
-        let yielded = self.after_turn.take();
-        if !due.is_empty() || !yielded.is_empty() {
-            let mut deferred = yielded;
+        // Looked at before anything moves: most turns have no task that spent its budget.
+        let yielded = !self.after_turn.borrow().is_empty();
+        if !due.is_empty() || yielded {
+            let mut deferred = if yielded {
+                self.after_turn.take()
+            } else {
+                Deferred::default()
+            };
             due.into_iter().for_each(|waker| deferred.wake(waker));
             self.defer(deferred);
             self.run_deferred();
