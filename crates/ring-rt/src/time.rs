@@ -204,10 +204,15 @@ pub async fn timeout<F: IntoFuture>(duration: Duration, future: F) -> Result<F::
     let mut future = std::pin::pin!(future.into_future());
     let mut sleep = std::pin::pin!(sleep);
     std::future::poll_fn(|cx| {
+        // With the task's op budget spent (see `executor::coop`) neither is polled: the
+        // future is tried first, with room, before the deadline can win (review CB: a read
+        // with its bytes queued timed out untried). The sleep is polled outside the budget,
+        // so a future that spends all of it cannot keep its deadline from firing.
+        std::task::ready!(crate::worker::poll_budget(cx));
         if let Poll::Ready(out) = future.as_mut().poll(cx) {
             return Poll::Ready(Ok(out));
         }
-        sleep.as_mut().poll(cx).map(|()| Err(Elapsed))
+        crate::executor::coop::unlimited(|| sleep.as_mut().poll(cx)).map(|()| Err(Elapsed))
     })
     .await
 }

@@ -7,6 +7,8 @@ use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::io::{self, Read, Write};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use libtest_mimic::Completion;
@@ -60,6 +62,22 @@ fn main() {
         (
             "sleeps_already_due_let_other_tasks_run",
             sleeps_already_due_let_other_tasks_run,
+        ),
+        (
+            "finished_join_handles_let_other_tasks_run",
+            finished_join_handles_let_other_tasks_run,
+        ),
+        (
+            "adapter_reads_of_buffered_bytes_let_other_tasks_run",
+            adapter_reads_of_buffered_bytes_let_other_tasks_run,
+        ),
+        (
+            "a_timeout_tries_its_future_first_with_the_budget_spent",
+            a_timeout_tries_its_future_first_with_the_budget_spent,
+        ),
+        (
+            "a_timeout_fires_around_a_future_that_spends_every_budget",
+            a_timeout_fires_around_a_future_that_spends_every_budget,
         ),
     ])
 }
@@ -644,6 +662,147 @@ fn sleeps_already_due_let_other_tasks_run(kind: BackendKind) -> Outcome {
     check!(
         main_steps <= MOST_STEPS_BEFORE_A_NEIGHBOUR,
         "{main_steps} due sleeps in block_on's future before a task ready all along"
+    );
+    Ok(Completion::Completed)
+}
+
+/// Spends what is left of the running poll's op budget: polls sleeps already due until one
+/// is held back (which also queues a wake of the task for after the loop turn).
+pub fn spend_the_budget() -> impl Future<Output = ()> {
+    std::future::poll_fn(|cx| loop {
+        let mut due = std::pin::pin!(sleep(Duration::ZERO));
+        if due.as_mut().poll(cx).is_pending() {
+            return std::task::Poll::Ready(());
+        }
+    })
+}
+
+fn finished_join_handles_let_other_tasks_run(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let limit = 5_000;
+    let steps = rt.block_on(async {
+        let handles: Vec<_> = (0..limit).map(|_| ring_rt::spawn(async {})).collect();
+        // Every one of them finishes before the first is awaited.
+        ring_rt::yield_now().await;
+        let handles = Rc::new(RefCell::new(handles.into_iter()));
+        steps_before_a_neighbour_runs(limit, move || {
+            let next = handles.borrow_mut().next();
+            async move {
+                match next {
+                    Some(handle) => handle.await.map_err(joined),
+                    None => Err(io::Error::other("no handle left")),
+                }
+            }
+        })
+        .await
+    })?;
+    check!(
+        steps <= MOST_STEPS_BEFORE_A_NEIGHBOUR,
+        "{steps} finished handles awaited before a task ready all along"
+    );
+    Ok(Completion::Completed)
+}
+
+/// 1-byte reads through the adapter, served from its buffer (each refill is an op).
+fn adapter_reads_of_buffered_bytes_let_other_tasks_run(kind: BackendKind) -> Outcome {
+    use tokio::io::AsyncReadExt;
+
+    let rt = runtime!(kind);
+    let (reader, writer) = std::os::unix::net::UnixStream::pair()?;
+    writer.set_nonblocking(true)?;
+    let mut queued = 0;
+    while queued < 64 * 1024 {
+        match (&writer).write(&[7; 4096]) {
+            Ok(n) => queued += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let limit = 20_000.min(queued);
+    let steps = rt.block_on(async {
+        let reader = ring_rt::net::UnixStream::from_std(reader)?;
+        let adapter = Rc::new(Cell::new(Some(ring_rt::compat::Compat::new(reader))));
+        steps_before_a_neighbour_runs(limit, move || {
+            let adapter = adapter.clone();
+            async move {
+                // Taken out for the read: only this task uses the adapter.
+                let mut taken = adapter.take().expect("the adapter is put back");
+                let read = taken.read_u8().await;
+                adapter.set(Some(taken));
+                read.map(drop)
+            }
+        })
+        .await
+    })?;
+    drop(writer);
+    check!(
+        steps <= MOST_STEPS_BEFORE_A_NEIGHBOUR,
+        "{steps} buffered reads before a task ready all along"
+    );
+    Ok(Completion::Completed)
+}
+
+/// With the poll's budget spent, a read bounded by a zero timeout still returns the bytes
+/// queued for it: it waits for the next poll and is tried then, before its deadline is
+/// looked at (it timed out untried on epoll). `.timeout()` on the op on both backends;
+/// `time::timeout` on epoll only (on io_uring the read's completion comes a loop turn
+/// after a zero deadline, with or without a budget).
+fn a_timeout_tries_its_future_first_with_the_budget_spent(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    for future_level in [false, true] {
+        if future_level && kind == BackendKind::Uring {
+            continue;
+        }
+        let got = rt.block_on(async {
+            let (a, b) = ring_rt::net::UnixStream::pair()?;
+            a.write_all(&b"hello"[..]).await.0?;
+            sleep(Duration::from_millis(2)).await;
+            spend_the_budget().await;
+            let (res, buf) = if future_level {
+                timeout(Duration::ZERO, b.read(Vec::with_capacity(16)))
+                    .await
+                    .map_err(io::Error::from)?
+            } else {
+                b.read(Vec::with_capacity(16)).timeout(Duration::ZERO).await
+            };
+            res.map(|_| buf)
+        });
+        let got = got.map_err(|e| format!("future level {future_level}: {e}"))?;
+        check!(got == b"hello", "future level {future_level}: read {got:?}");
+    }
+    Ok(Completion::Completed)
+}
+
+/// A future that never runs out of ops that complete at once spends every poll's budget:
+/// its timeout still fires (its sleep was polled within the spent budget, and never
+/// registered).
+fn a_timeout_fires_around_a_future_that_spends_every_budget(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let start = Instant::now();
+    let (ended, watchdog) = (Arc::new(AtomicBool::new(false)), Instant::now());
+    let ended2 = ended.clone();
+    // A hang is reported, not waited out: the process ends after 10 s.
+    let guard = std::thread::spawn(move || {
+        while !ended2.load(Ordering::Relaxed) {
+            if watchdog.elapsed() > Duration::from_secs(10) {
+                eprintln!("a_timeout_fires_around_a_future_that_spends_every_budget: hung");
+                std::process::exit(1);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    });
+    let timed = rt.block_on(timeout(Duration::from_millis(20), async {
+        loop {
+            sleep(Duration::ZERO).await;
+        }
+    }));
+    ended.store(true, Ordering::Relaxed);
+    guard.join().expect("watchdog");
+    check!(timed.is_err(), "the endless future ended");
+    check!(
+        start.elapsed() < Duration::from_secs(5),
+        "fired after {:?}",
+        start.elapsed()
     );
     Ok(Completion::Completed)
 }

@@ -34,11 +34,7 @@ pub(crate) fn budgeted<R>(poll: impl FnOnce() -> R) -> R {
 }
 
 /// Runs `f` with an unlimited budget (see [`budgeted`]): an adapter's write it reports
-/// accepted must start now.
-#[cfg_attr(
-    not(any(feature = "tokio-io", feature = "futures-io")),
-    allow(dead_code)
-)]
+/// accepted must start now; a timeout's deadline must fire whatever its future spent.
 #[inline]
 pub(crate) fn unlimited<R>(f: impl FnOnce() -> R) -> R {
     with_budget(UNLIMITED, f)
@@ -68,6 +64,18 @@ fn with_budget<R>(budget: u8, f: impl FnOnce() -> R) -> R {
 #[inline]
 pub(crate) fn has_room() -> bool {
     BUDGET.with(|b| b.get() != 0)
+}
+
+/// Ready while the budget lasts; once it is spent, `Pending`, and the task goes to the back
+/// of its worker's run queue (behind the tasks ready now, not after the loop turn, which
+/// only the worker above this layer can wait for: `worker::poll_budget` does).
+#[inline]
+pub(crate) fn poll_budget_requeued(cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+    if has_room() {
+        return std::task::Poll::Ready(());
+    }
+    cx.waker().wake_by_ref();
+    std::task::Poll::Pending
 }
 
 /// An op completed: one less for the rest of this poll.

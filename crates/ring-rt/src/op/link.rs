@@ -815,7 +815,11 @@ impl<T: OpDef> Timed<'_, T> {
 impl<T: OpDef> Future for Timed<'_, T> {
     type Output = T::Output;
 
+    /// With the task's op budget spent (see `executor::coop`) nothing is polled: the op is
+    /// tried before its deadline can win (review CB: a read with its bytes queued timed
+    /// out untried).
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T::Output> {
+        std::task::ready!(crate::worker::poll_budget(cx));
         let this = &mut *self;
         if let TimedState::Unstarted(..) = this.state {
             if let Some(out) = this.start() {
