@@ -125,11 +125,7 @@ impl Future for Sleep {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         std::task::ready!(crate::worker::poll_budget(cx));
         let this = &mut *self;
-        let polled = this.timer.poll(this.deadline, cx);
-        if polled.is_ready() {
-            crate::executor::coop::spend();
-        }
-        polled
+        crate::executor::coop::spending(this.timer.poll(this.deadline, cx))
     }
 }
 

@@ -754,7 +754,7 @@ impl<S: CompatIo> Compat<S> {
         let mut op = self.io.clone().write_all_owned(buf, at);
         if accepted {
             self.write = WriteState::InFlight(op);
-            return match coop::unlimited(|| self.poll_in_flight(cx)) {
+            return match self.poll_in_flight(cx) {
                 Poll::Ready(res) => Poll::Ready(res),
                 Poll::Pending => Poll::Ready(Ok(())),
             };

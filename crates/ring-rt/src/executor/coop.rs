@@ -78,6 +78,15 @@ pub(crate) fn poll_budget_requeued(cx: &mut std::task::Context<'_>) -> std::task
     std::task::Poll::Pending
 }
 
+/// `polled`, after spending one if it is `Ready`: the end of every budgeted poll.
+#[inline]
+pub(crate) fn spending<T>(polled: std::task::Poll<T>) -> std::task::Poll<T> {
+    if polled.is_ready() {
+        spend();
+    }
+    polled
+}
+
 /// An op completed: one less for the rest of this poll.
 #[inline]
 pub(crate) fn spend() {

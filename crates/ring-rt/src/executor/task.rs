@@ -348,11 +348,7 @@ impl<T> Future for JoinHandle<T> {
     /// after 128 of them (review CB: 20,000 in one poll before), as tokio's does.
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         std::task::ready!(super::coop::poll_budget_requeued(cx));
-        let polled = self.as_mut().poll_joined(cx);
-        if polled.is_ready() {
-            super::coop::spend();
-        }
-        polled
+        super::coop::spending(self.as_mut().poll_joined(cx))
     }
 }
 

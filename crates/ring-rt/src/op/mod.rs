@@ -237,11 +237,7 @@ impl<T: OpDef> Future for Op<T> {
     #[inline]
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T::Output> {
         std::task::ready!(crate::worker::poll_budget(cx));
-        let polled = self.poll_op(cx);
-        if polled.is_ready() {
-            coop::spend();
-        }
-        polled
+        coop::spending(self.poll_op(cx))
     }
 }
 

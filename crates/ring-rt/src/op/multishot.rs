@@ -70,11 +70,7 @@ impl<T: MultishotDef> Multishot<T> {
     /// Within the op budget of the task's poll (see `executor::coop`), as every op.
     pub(crate) fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Cqe>> {
         std::task::ready!(crate::worker::poll_budget(cx));
-        let polled = self.poll_armed(cx);
-        if polled.is_ready() {
-            crate::executor::coop::spend();
-        }
-        polled
+        crate::executor::coop::spending(self.poll_armed(cx))
     }
 
     fn poll_armed(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Cqe>> {
