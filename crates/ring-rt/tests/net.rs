@@ -114,6 +114,14 @@ fn main() {
             "dropped_waits_do_not_wake_every_other_waiter_each_time",
             dropped_waits_do_not_wake_every_other_waiter_each_time,
         ),
+        (
+            "a_zero_timeout_read_after_a_short_read_gets_the_bytes_queued",
+            a_zero_timeout_read_after_a_short_read_gets_the_bytes_queued,
+        ),
+        (
+            "a_zero_timeout_write_after_a_short_write_goes_out_once_there_is_room",
+            a_zero_timeout_write_after_a_short_write_goes_out_once_there_is_room,
+        ),
     ])
 }
 
@@ -1356,6 +1364,61 @@ fn a_turn_handed_on_in_line_costs_no_loop_turn_of_its_own(kind: BackendKind) -> 
     check!(
         enters <= most,
         "{enters} backend enters for {datagrams} datagrams (at most {most} expected)"
+    );
+    Ok(Completion::Completed)
+}
+
+/// A read bounded by `Duration::ZERO` is a "try read": with bytes queued (and a loop
+/// turn taken since they came) it returns them. On epoll a short read marked a socket
+/// never registered with epoll drained, so the next read waited for an edge that could
+/// not come before its zero deadline: every second try timed out with bytes waiting.
+fn a_zero_timeout_read_after_a_short_read_gets_the_bytes_queued(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let got = rt.block_on(async {
+        let (a, b) = UnixStream::pair()?;
+        let mut got = Vec::new();
+        for word in [&b"hello"[..], b"world", b"again"] {
+            a.write_all(word).await.0?;
+            sleep(Duration::from_millis(2)).await;
+            let (res, buf) = b.read(Vec::with_capacity(16)).timeout(Duration::ZERO).await;
+            got.push(res.map(|_| buf));
+        }
+        std::io::Result::Ok(got)
+    })?;
+    for (i, (got, want)) in got.iter().zip(["hello", "world", "again"]).enumerate() {
+        check!(
+            matches!(got, Ok(bytes) if bytes == want.as_bytes()),
+            "read {i}: {got:?}, want {want:?}"
+        );
+    }
+    Ok(Completion::Completed)
+}
+
+/// The same for writes: a short write on a socket never registered with epoll marked it
+/// full, so once the peer had read everything a write bounded by `Duration::ZERO` timed
+/// out without trying.
+fn a_zero_timeout_write_after_a_short_write_goes_out_once_there_is_room(
+    kind: BackendKind,
+) -> Outcome {
+    let rt = runtime!(kind);
+    let (first, second) = rt.block_on(async {
+        let (a, b) = UnixStream::pair()?;
+        // More than the socket takes: on epoll the send is short.
+        let (sent, _) = a.write(vec![7u8; 8 << 20]).await;
+        let sent = sent?;
+        let mut drained = 0;
+        while drained < sent {
+            let (n, _) = b.read(vec![0u8; 1 << 20]).await;
+            drained += n?;
+        }
+        sleep(Duration::from_millis(2)).await;
+        let (res, _) = a.write(&b"more"[..]).timeout(Duration::ZERO).await;
+        std::io::Result::Ok((sent, res))
+    })?;
+    check!(first > 0, "the first write sent nothing");
+    check!(
+        matches!(second, Ok(4)),
+        "a write with room for it, bounded by zero: {second:?}"
     );
     Ok(Completion::Completed)
 }

@@ -269,17 +269,16 @@ impl EpollBackend {
 
     /// Records that `fd` has nothing more for `events` until epoll says otherwise (see
     /// [`Registration::unready`]). Edge-triggered epoll reports any data or room that
-    /// arrives after this, and registering an fd reports its current state, so no wake-up
-    /// is lost.
+    /// arrives after this, so no wake-up is lost. Only a registered fd is marked: nothing
+    /// would clear the mark of one epoll does not watch before an op waited on it, so bytes
+    /// that came since would wait a loop turn, and a read bounded by `Duration::ZERO` timed
+    /// out with them queued. Its next op tries the syscall, and registers on `EAGAIN`.
     fn mark_unready(&mut self, fd: RawFd, events: u32) {
-        let Ok(index) = usize::try_from(fd) else {
-            return;
-        };
-        if self.regs.len() <= index {
-            self.regs.resize_with(index + 1, Registration::default);
+        if let Some(reg) = usize::try_from(fd).ok().and_then(|i| self.regs.get_mut(i)) {
+            if reg.registered {
+                reg.unready |= events & !reg.closed;
+            }
         }
-        let reg = &mut self.regs[index];
-        reg.unready |= events & !reg.closed;
     }
 
     /// Whether epoll reported `fd` closed for reading and `events` asks to read.
