@@ -280,6 +280,7 @@ mod worker;
 
 pub use backend::{BackendChoice, BackendKind};
 pub use builder::Builder;
+pub use executor::coop::{unconstrained, Unconstrained};
 pub use executor::task::{JoinError, JoinHandle};
 #[cfg(feature = "macros")]
 pub use ring_rt_macros::{main, test};

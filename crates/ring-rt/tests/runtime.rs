@@ -79,6 +79,14 @@ fn main() {
             "a_timeout_fires_around_a_future_that_spends_every_budget",
             a_timeout_fires_around_a_future_that_spends_every_budget,
         ),
+        (
+            "an_unconstrained_future_completes_every_ready_op_in_one_poll",
+            an_unconstrained_future_completes_every_ready_op_in_one_poll,
+        ),
+        (
+            "a_nested_executor_inside_unconstrained_runs_with_the_budget_spent",
+            a_nested_executor_inside_unconstrained_runs_with_the_budget_spent,
+        ),
     ])
 }
 
@@ -804,5 +812,62 @@ fn a_timeout_fires_around_a_future_that_spends_every_budget(kind: BackendKind) -
         "fired after {:?}",
         start.elapsed()
     );
+    Ok(Completion::Completed)
+}
+
+/// How many of `n` sleeps already due complete when polled one after another in one poll.
+fn due_sleeps_ready_in_one_poll(n: usize) -> impl Future<Output = usize> {
+    std::future::poll_fn(move |cx| {
+        let ready = (0..n)
+            .filter(|_| std::pin::pin!(sleep(Duration::ZERO)).poll(cx).is_ready())
+            .count();
+        std::task::Poll::Ready(ready)
+    })
+}
+
+/// `unconstrained` lifts the budget for the future it wraps, in a task and in `block_on`'s
+/// future, and the spent budget around it is spent again once it returns.
+fn an_unconstrained_future_completes_every_ready_op_in_one_poll(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let (fresh, spent, after) = rt.block_on(async {
+        let fresh = ring_rt::unconstrained(due_sleeps_ready_in_one_poll(1_000)).await;
+        let task = ring_rt::spawn(async {
+            spend_the_budget().await;
+            let spent = ring_rt::unconstrained(due_sleeps_ready_in_one_poll(1_000)).await;
+            (spent, due_sleeps_ready_in_one_poll(1).await)
+        });
+        task.await.map(|(spent, after)| (fresh, spent, after))
+    })?;
+    check!(fresh == 1_000, "{fresh} of 1,000 due sleeps in block_on");
+    check!(
+        spent == 1_000,
+        "{spent} of 1,000 with the task's budget spent"
+    );
+    check!(after == 0, "the task's spent budget came back refilled");
+    Ok(Completion::Completed)
+}
+
+/// A nested executor (here a loop polling with a no-op waker) inside a task that spent
+/// its budget waits for a loop turn it blocks; inside `unconstrained` it runs.
+fn a_nested_executor_inside_unconstrained_runs_with_the_budget_spent(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let polls = rt.block_on(async {
+        let task = ring_rt::spawn(async {
+            spend_the_budget().await;
+            let mut inner = std::pin::pin!(async {
+                for _ in 0..300 {
+                    sleep(Duration::ZERO).await;
+                }
+            });
+            ring_rt::unconstrained(std::future::poll_fn(|_| {
+                let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+                let polls = (1..=10_000).find(|_| inner.as_mut().poll(&mut cx).is_ready());
+                std::task::Poll::Ready(polls)
+            }))
+            .await
+        });
+        task.await
+    })?;
+    check!(polls == Some(1), "the nested executor's polls: {polls:?}");
     Ok(Completion::Completed)
 }

@@ -98,6 +98,62 @@ pub(crate) fn spend() {
     });
 }
 
+pin_project_lite::pin_project! {
+    /// A future polled outside the op budget: see [`unconstrained`].
+    #[must_use = "futures do nothing unless awaited"]
+    pub struct Unconstrained<F> {
+        #[pin]
+        future: F,
+    }
+}
+
+/// Wraps `future` so that its polls are not held to the task's op budget (as tokio's
+/// `task::unconstrained`).
+///
+/// Each poll of a task may complete 128 ops; past that an op returns `Pending` and the task
+/// runs again after the worker's next loop turn, so a task whose ops never wait (bytes
+/// already queued, sleeps already due) cannot hold its worker. Inside `unconstrained` every
+/// op that is ready completes, however many: for a future that must not be told to wait
+/// (a nested executor, a poll that has to finish what is ready) and for a caller who
+/// accepts that it keeps the worker's other tasks, timers and I/O waiting as long as its
+/// ops are ready. The budget around it (what is left of the task's poll) is as before once
+/// the poll returns, on unwinding too.
+///
+/// # Examples
+///
+/// ```
+/// use std::future::Future;
+/// use std::pin::pin;
+/// use std::task::Poll;
+/// use std::time::Duration;
+///
+/// let rt = ring_rt::Runtime::new()?;
+/// let ready = rt.block_on(ring_rt::unconstrained(std::future::poll_fn(|cx| {
+///     // 1,000 sleeps already due, all in one poll: past 128 the budget would say wait.
+///     let ready = (0..1_000)
+///         .filter(|_| pin!(ring_rt::time::sleep(Duration::ZERO)).poll(cx).is_ready())
+///         .count();
+///     Poll::Ready(ready)
+/// })));
+/// assert_eq!(ready, 1_000);
+/// # std::io::Result::Ok(())
+/// ```
+pub fn unconstrained<F: std::future::Future>(future: F) -> Unconstrained<F> {
+    Unconstrained { future }
+}
+
+impl<F: std::future::Future> std::future::Future for Unconstrained<F> {
+    type Output = F::Output;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        let future = self.project().future;
+        unlimited(|| future.poll(cx))
+    }
+}
+
 struct Restore(u8);
 
 impl Drop for Restore {
