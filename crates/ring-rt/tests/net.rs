@@ -122,6 +122,10 @@ fn main() {
             "a_zero_timeout_write_after_a_short_write_goes_out_once_there_is_room",
             a_zero_timeout_write_after_a_short_write_goes_out_once_there_is_room,
         ),
+        (
+            "a_zero_timeout_read_gets_bytes_that_came_since_the_last_loop_turn",
+            a_zero_timeout_read_gets_bytes_that_came_since_the_last_loop_turn,
+        ),
     ])
 }
 
@@ -1419,6 +1423,42 @@ fn a_zero_timeout_write_after_a_short_write_goes_out_once_there_is_room(
     check!(
         matches!(second, Ok(4)),
         "a write with room for it, bounded by zero: {second:?}"
+    );
+    Ok(Completion::Completed)
+}
+
+/// The bytes of a read bounded by `Duration::ZERO` came after the worker's last loop turn,
+/// and the socket (registered with epoll, as any socket that once waited) was marked
+/// drained by a short read before them: on io_uring the kernel tries the read before its
+/// linked timeout fires; on epoll the read waited for an edge the next loop turn would
+/// report, and the zero deadline won first. At its deadline it now tries once more.
+fn a_zero_timeout_read_gets_bytes_that_came_since_the_last_loop_turn(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let got = rt.block_on(async {
+        let (a, b) = UnixStream::pair()?;
+        let b = Rc::new(b);
+        // A read that waits registers the socket with epoll.
+        let reader = b.clone();
+        let first = ring_rt::spawn(async move { reader.read(Vec::with_capacity(16)).await });
+        ring_rt::yield_now().await;
+        a.write_all(&b"first"[..]).await.0?;
+        let (n, _) = first
+            .await
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        n?;
+        // A short read marks it drained; then bytes come, and no loop turn passes before
+        // the zero-bounded read.
+        a.write_all(&b"x"[..]).await.0?;
+        sleep(Duration::from_millis(2)).await;
+        let (n, _) = b.read(Vec::with_capacity(16)).await;
+        n?;
+        a.write_all(&b"hello"[..]).await.0?;
+        let (res, buf) = b.read(Vec::with_capacity(16)).timeout(Duration::ZERO).await;
+        std::io::Result::Ok(res.map(|_| buf))
+    })?;
+    check!(
+        matches!(&got, Ok(bytes) if bytes == b"hello"),
+        "a zero-bounded read with bytes queued since the last loop turn: {got:?}"
     );
     Ok(Completion::Completed)
 }

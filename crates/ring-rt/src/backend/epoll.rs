@@ -703,8 +703,9 @@ impl Mechanism for EpollBackend {
     }
 
     /// Forgets what is known drained on `fd`: after a local `shutdown`, a syscall gives
-    /// `EPIPE` or end of file at once, though epoll need not report anything new.
-    fn after_local_shutdown(&mut self, fd: RawFd) {
+    /// `EPIPE` or end of file at once, though epoll need not report anything new; and bytes
+    /// or room may have come since the last `epoll_wait` (an op's last try at its deadline).
+    fn forget_drained(&mut self, fd: RawFd) {
         if let Some(reg) = usize::try_from(fd).ok().and_then(|i| self.regs.get_mut(i)) {
             reg.unready = 0;
         }

@@ -504,9 +504,11 @@ pub(crate) trait Mechanism {
     /// not leave, and the caller hands out a duplicate and closes it instead.
     fn forget_fd(&mut self, fd: RawFd) -> bool;
 
-    /// After a local `shutdown(2)` of `fd`: an op there may now end at once (`EPIPE`, end
-    /// of file) even though nothing new arrived.
-    fn after_local_shutdown(&mut self, fd: RawFd);
+    /// Forgets what is known drained on `fd` (epoll), so the next op there tries its
+    /// syscall: after a local `shutdown(2)` an op may end at once (`EPIPE`, end of file)
+    /// though nothing new arrived, and an op at its deadline tries once more for what came
+    /// since the last loop turn.
+    fn forget_drained(&mut self, fd: RawFd);
 
     /// An op waiting for `fd` to be ready for `events` with nothing in flight (epoll's
     /// readiness wait, parked under `key`) was dropped or is done: its waker is let go, so
@@ -669,8 +671,8 @@ impl Mechanism for Backend {
     fn hand_out_linked(&mut self, fd: RawFd) -> Option<std::os::fd::OwnedFd> {
         each!(self, b => b.hand_out_linked(fd))
     }
-    fn after_local_shutdown(&mut self, fd: RawFd) {
-        each!(self, b => b.after_local_shutdown(fd))
+    fn forget_drained(&mut self, fd: RawFd) {
+        each!(self, b => b.forget_drained(fd))
     }
     fn readiness_dropped(&mut self, fd: RawFd, events: u32, key: ParkKey) {
         each!(self, b => b.readiness_dropped(fd, events, key))

@@ -298,8 +298,9 @@ impl Mechanism for UringBackend {
         true
     }
 
-    /// Nothing to do: an op in the kernel sees the shutdown itself; nothing is cached.
-    fn after_local_shutdown(&mut self, _fd: RawFd) {}
+    /// Nothing to do: an op in the kernel sees the shutdown and new data itself; nothing
+    /// is cached.
+    fn forget_drained(&mut self, _fd: RawFd) {}
 
     /// Nothing parked here: a readiness wait is a `POLL_ADD` in the op table, whose
     /// waker goes with it when it is orphaned.

@@ -848,6 +848,15 @@ impl<T: OpDef> Future for Timed<'_, T> {
                     }));
                 }
                 std::task::ready!(timer.poll(*deadline, cx));
+                // Expired. An op waiting for epoll's readiness tries once more first: the
+                // socket may have been taken as drained by an earlier short transfer with
+                // bytes come since the last loop turn (io_uring's kernel tries an op before
+                // its linked timeout fires).
+                if !*cancel_sent && op.forget_drained() {
+                    if let Poll::Ready((op, cqe)) = Pin::new(&mut *op).poll(cx) {
+                        return Poll::Ready(op.complete(cqe));
+                    }
+                }
                 // Expired: an op with nothing in flight stops now; one in the kernel (or
                 // on the blocking pool) is cancelled and its completion awaited.
                 match op.time_out(cancel_sent) {
@@ -969,7 +978,9 @@ impl<'a, T: OpDef> Pending<'a, T> {
     /// `TimedOut` (`ETIMEDOUT`), handing its buffers back as usual. On io_uring this is a
     /// kernel `LINK_TIMEOUT`; elsewhere a timer of the worker cancels the op (a file op
     /// already running on epoll's blocking pool cannot be interrupted and finishes first).
-    /// `Duration::MAX`, or anything beyond decades, means no timeout.
+    /// `Duration::MAX`, or anything beyond decades, means no timeout. `Duration::ZERO` tries
+    /// a socket op once: it completes if it can without waiting (bytes queued, room to
+    /// send), else it times out.
     ///
     /// # Examples
     ///

@@ -24,7 +24,7 @@ use ring_core::release::Keep;
 use ring_core::user_data::OpId;
 
 pub use crate::backend::{BlockingJob, Emulation, Operation};
-use crate::backend::{Start, Token};
+use crate::backend::{ReadyWait, Start, Token};
 use crate::completion::Refused;
 use crate::executor::coop;
 use crate::worker::Core;
@@ -174,6 +174,27 @@ impl<T: OpDef> Op<T> {
         match &self.state {
             State::Unstarted(op) | State::Running(op, _) => Some(op),
             State::Done => None,
+        }
+    }
+
+    /// An op waiting for epoll's readiness at its deadline: its fd is no longer taken as
+    /// drained, so the op's next poll tries its syscall once more (what came since the
+    /// last loop turn, which io_uring's kernel would try before its linked timeout fires).
+    /// False for anything else (nothing to retry: not started, in flight, done).
+    pub(crate) fn forget_drained(&self) -> bool {
+        match &self.state {
+            State::Running(
+                _,
+                Token::Ready {
+                    fd,
+                    wait: ReadyWait::Parked(_),
+                    ..
+                },
+            ) => {
+                self.core.forget_drained(*fd);
+                true
+            }
+            _ => false,
         }
     }
 

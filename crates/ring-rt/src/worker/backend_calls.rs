@@ -106,10 +106,11 @@ impl Core {
         self.with_backend(|b| b.links_name(fd)).unwrap_or(true)
     }
 
-    /// After a local `shutdown(2)` of `fd`; parked if the backend is busy.
-    pub(crate) fn after_local_shutdown(&self, fd: std::os::fd::RawFd) {
-        if self.with_backend(|b| b.after_local_shutdown(fd)).is_err() {
-            self.parked.borrow_mut().push(Parked::Shutdown(fd));
+    /// Forgets what is known drained on `fd` (see [`Mechanism::forget_drained`]); parked
+    /// if the backend is busy.
+    pub(crate) fn forget_drained(&self, fd: std::os::fd::RawFd) {
+        if self.with_backend(|b| b.forget_drained(fd)).is_err() {
+            self.parked.borrow_mut().push(Parked::ForgetDrained(fd));
         }
     }
 

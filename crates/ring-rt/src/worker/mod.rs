@@ -115,7 +115,7 @@ enum Parked {
     Orphan(OpId, Box<dyn Orphan>),
     Close(RawFd),
     Forget(RawFd),
-    Shutdown(RawFd),
+    ForgetDrained(RawFd),
     ReadinessDropped(RawFd, u32, crate::backend::ParkKey),
     Recall(RawFd, Option<OpId>),
     ForgetArrival(u32),
@@ -401,7 +401,7 @@ impl Core {
                 Parked::Forget(fd) => {
                     let _ = backend.forget_fd(fd);
                 }
-                Parked::Shutdown(fd) => backend.after_local_shutdown(fd),
+                Parked::ForgetDrained(fd) => backend.forget_drained(fd),
                 Parked::ReadinessDropped(fd, events, key) => {
                     backend.readiness_dropped(fd, events, key)
                 }
