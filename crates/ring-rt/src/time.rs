@@ -175,6 +175,12 @@ impl From<Elapsed> for io::Error {
 /// got for the next receive on the same socket. A dropped write may have sent part of its
 /// buffer (how much is unknown: treat the connection as broken).
 ///
+/// A deadline already past is no way to try an op once: on io_uring an op's first poll
+/// only queues it for the kernel, so `timeout(Duration::ZERO, stream.read(buf))` elapses
+/// even with bytes queued in the socket (the cancelled read keeps them for the next
+/// receive). Bound the op itself, `stream.read(buf).timeout(Duration::ZERO)`, which the
+/// kernel tries before its linked timeout fires (and epoll tries once).
+///
 /// # Examples
 ///
 /// ```
