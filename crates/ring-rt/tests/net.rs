@@ -126,6 +126,18 @@ fn main() {
             "a_zero_timeout_read_gets_bytes_that_came_since_the_last_loop_turn",
             a_zero_timeout_read_gets_bytes_that_came_since_the_last_loop_turn,
         ),
+        (
+            "a_read_after_one_that_stopped_at_the_urgent_mark_gets_the_bytes_behind_it",
+            a_read_after_one_that_stopped_at_the_urgent_mark_gets_the_bytes_behind_it,
+        ),
+        (
+            "a_connected_udp_socket_waits_for_datagrams_after_an_icmp_error",
+            a_connected_udp_socket_waits_for_datagrams_after_an_icmp_error,
+        ),
+        (
+            "a_read_that_stopped_at_passed_fds_leaves_the_bytes_behind_them_to_the_next",
+            a_read_that_stopped_at_passed_fds_leaves_the_bytes_behind_them_to_the_next,
+        ),
     ])
 }
 
@@ -1459,6 +1471,154 @@ fn a_zero_timeout_read_gets_bytes_that_came_since_the_last_loop_turn(kind: Backe
     check!(
         matches!(&got, Ok(bytes) if bytes == b"hello"),
         "a zero-bounded read with bytes queued since the last loop turn: {got:?}"
+    );
+    Ok(Completion::Completed)
+}
+
+/// A TCP read stops short at the urgent mark with bytes queued behind it, and no edge is
+/// coming for them (review CD): on epoll the short read marked the socket drained, so the
+/// next read waited for data that was already there (for ever, had nothing more come).
+fn a_read_after_one_that_stopped_at_the_urgent_mark_gets_the_bytes_behind_it(
+    kind: BackendKind,
+) -> Outcome {
+    let rt = runtime!(kind);
+    let (first, second) = rt.block_on(async {
+        let (l, addr) = listener()?;
+        let a = TcpStream::connect(addr).await?;
+        let (b, _) = l.accept().await?;
+        // A read that waits registers the socket with epoll.
+        let (res, _) = b
+            .read(Vec::with_capacity(16))
+            .timeout(Duration::from_millis(5))
+            .await;
+        if !res.as_ref().is_err_and(|e| e.kind() == ErrorKind::TimedOut) {
+            return Err(std::io::Error::other(format!(
+                "a read of an empty socket: {res:?}"
+            )));
+        }
+        a.write_all(&b"abc"[..]).await.0?;
+        socket2::SockRef::from(&a).send_out_of_band(b"X")?;
+        a.write_all(&b"def"[..]).await.0?;
+        sleep(Duration::from_millis(20)).await;
+        let (res, buf) = b.read(Vec::with_capacity(16)).await;
+        let first = res.map(|_| buf);
+        // Bounded by the future, not the op: `.timeout()` tries once more at its deadline.
+        let second = timeout(Duration::from_millis(500), b.read(Vec::with_capacity(16)))
+            .await
+            .map(|(res, buf)| res.map(|_| buf));
+        std::io::Result::Ok((first, second))
+    })?;
+    check!(
+        matches!(&first, Ok(bytes) if bytes == b"abc"),
+        "up to the mark: {first:?}"
+    );
+    check!(
+        matches!(&second, Ok(Ok(bytes)) if bytes == b"def"),
+        "the bytes behind the urgent mark: {second:?}"
+    );
+    Ok(Completion::Completed)
+}
+
+/// An ICMP port unreachable on a connected UDP socket is one error (`ECONNREFUSED`, once),
+/// not a closed socket (review CD): on epoll its `EPOLLERR` marked the socket closed for
+/// good, and every later receive that met `EAGAIN` returned an empty datagram at once, so
+/// a receive loop spun.
+fn a_connected_udp_socket_waits_for_datagrams_after_an_icmp_error(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let got = rt.block_on(async {
+        // A port nobody listens on.
+        let port = std::net::UdpSocket::bind("127.0.0.1:0")?.local_addr()?;
+        let b = UdpSocket::bind("127.0.0.1:0")?;
+        b.connect(port)?;
+        // A receive that waits registers the socket with epoll.
+        let waited = timeout(Duration::from_millis(5), b.recv(vec![0u8; 16])).await;
+        if waited.is_ok() {
+            return Err(std::io::Error::other(format!(
+                "a receive of nothing: {waited:?}"
+            )));
+        }
+        b.send(&b"x"[..]).await.0?;
+        sleep(Duration::from_millis(20)).await;
+        let refused = timeout(Duration::from_millis(50), b.recv(vec![0u8; 16])).await;
+        let mut later = Vec::new();
+        for _ in 0..2 {
+            let got = timeout(Duration::from_millis(20), b.recv(vec![0u8; 16])).await;
+            later.push(got.map(|(res, _)| res.map_err(|e| e.kind())));
+        }
+        std::io::Result::Ok((refused.map(|(res, _)| res.map_err(|e| e.kind())), later))
+    })?;
+    let (refused, later) = got;
+    check!(
+        matches!(refused, Ok(Err(ErrorKind::ConnectionRefused))),
+        "the error: {refused:?}"
+    );
+    check!(
+        later.iter().all(|got| got.is_err()),
+        "receives after the error, with nothing sent: {later:?} (want both timed out)"
+    );
+    Ok(Completion::Completed)
+}
+
+/// Sends `bytes` on `sock` with one fd (`SCM_RIGHTS`) attached: a Unix stream read stops
+/// after such a message, short, with whatever came after it still queued.
+fn send_with_an_fd(sock: &std::os::unix::net::UnixStream, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // A cmsghdr (len, level, type) and one fd, padded to 8 bytes: CMSG_SPACE(4) on 64-bit
+    // Linux.
+    let header = std::mem::size_of::<libc::cmsghdr>();
+    let mut control = vec![0u8; header + 8];
+    let len = (header + 4) as libc::size_t;
+    control[..8].copy_from_slice(&len.to_ne_bytes());
+    control[8..12].copy_from_slice(&libc::SOL_SOCKET.to_ne_bytes());
+    control[12..16].copy_from_slice(&libc::SCM_RIGHTS.to_ne_bytes());
+    control[header..header + 4].copy_from_slice(&sock.as_raw_fd().to_ne_bytes());
+    let bufs = [std::io::IoSlice::new(bytes)];
+    let msg = socket2::MsgHdr::new()
+        .with_buffers(&bufs)
+        .with_control(&control);
+    socket2::SockRef::from(sock).sendmsg(&msg, 0)?;
+    Ok(())
+}
+
+/// A Unix stream read stops short after a message that passed fds, with the bytes sent
+/// after it still queued and no edge coming for them (review CD's urgent mark, the same on
+/// Unix sockets): on epoll the short read marked the socket drained, and the next read
+/// waited for bytes already there.
+fn a_read_that_stopped_at_passed_fds_leaves_the_bytes_behind_them_to_the_next(
+    kind: BackendKind,
+) -> Outcome {
+    let rt = runtime!(kind);
+    let (peer, ours) = std::os::unix::net::UnixStream::pair()?;
+    let (first, second) = rt.block_on(async {
+        let b = UnixStream::from_std(ours)?;
+        // A read that waits registers the socket with epoll.
+        let (res, _) = b
+            .read(Vec::with_capacity(16))
+            .timeout(Duration::from_millis(5))
+            .await;
+        if !res.as_ref().is_err_and(|e| e.kind() == ErrorKind::TimedOut) {
+            return Err(std::io::Error::other(format!(
+                "a read of an empty socket: {res:?}"
+            )));
+        }
+        send_with_an_fd(&peer, b"abc")?;
+        (&peer).write_all(b"def")?;
+        sleep(Duration::from_millis(20)).await;
+        let (res, buf) = b.read(Vec::with_capacity(16)).await;
+        let first = res.map(|_| buf);
+        // Bounded by the future, not the op: `.timeout()` tries once more at its deadline.
+        let second = timeout(Duration::from_millis(500), b.read(Vec::with_capacity(16)))
+            .await
+            .map(|(res, buf)| res.map(|_| buf));
+        std::io::Result::Ok((first, second))
+    })?;
+    check!(
+        matches!(&first, Ok(bytes) if bytes == b"abc"),
+        "the message with the fd: {first:?}"
+    );
+    check!(
+        matches!(&second, Ok(Ok(bytes)) if bytes == b"def"),
+        "the bytes after it: {second:?}"
     );
     Ok(Completion::Completed)
 }

@@ -49,10 +49,18 @@ struct Registration {
     /// write) and no event has refilled since: the next op there waits for readiness
     /// instead of trying a syscall bound to fail with EAGAIN.
     unready: u32,
-    /// Directions epoll reported closed (peer shutdown, hang-up, error). Sticky: edge
-    /// triggering reports them once, and a drained queue whose peer has shut down gives
-    /// end of file at once rather than EAGAIN, so these are never marked unready.
+    /// Directions epoll reported closed (peer shutdown, hang-up). Sticky: edge triggering
+    /// reports them once, and a drained queue whose peer has shut down gives end of file
+    /// at once rather than EAGAIN, so these are never marked unready. Not an error alone
+    /// (`EPOLLERR`): a connected UDP socket's ICMP error is reported once by the next
+    /// receive, and the socket goes on (review CD: marked closed, every later receive that
+    /// met EAGAIN said end of file at once, and a receive loop spun).
     closed: u32,
+    /// epoll reported urgent data (`EPOLLPRI`, TCP's out-of-band byte). Sticky: a read
+    /// stops short at the urgent mark with bytes queued behind it and no edge to come, so
+    /// on such a socket a short read no longer says it is drained (review CD: the next read
+    /// waited for bytes already there).
+    urgent: bool,
 }
 
 /// How a wait gets a timeout finer than `epoll_wait`'s milliseconds.
@@ -223,7 +231,8 @@ impl EpollBackend {
             self.regs.resize_with(index + 1, Registration::default);
         }
         if !self.regs[index].registered {
-            let interest = libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET;
+            let interest =
+                libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLPRI | libc::EPOLLET;
             self.ctl(libc::EPOLL_CTL_ADD, fd, interest as u32, index as u64)?;
             self.regs[index].registered = true;
         }
@@ -276,7 +285,8 @@ impl EpollBackend {
     fn mark_unready(&mut self, fd: RawFd, events: u32) {
         if let Some(reg) = usize::try_from(fd).ok().and_then(|i| self.regs.get_mut(i)) {
             if reg.registered {
-                reg.unready |= events & !reg.closed;
+                let urgent = if reg.urgent { libc::POLLIN as u32 } else { 0 };
+                reg.unready |= events & !reg.closed & !urgent;
             }
         }
     }
@@ -385,14 +395,19 @@ impl EpollBackend {
         let Some(reg) = self.regs.get_mut(index) else {
             return;
         };
-        let err = (libc::EPOLLERR | libc::EPOLLHUP) as u32;
-        if events & (libc::EPOLLRDHUP as u32 | err) != 0 {
+        let hup = libc::EPOLLHUP as u32;
+        let err = libc::EPOLLERR as u32 | hup;
+        if events & (libc::EPOLLRDHUP as u32 | hup) != 0 {
             reg.closed |= libc::POLLIN as u32;
         }
-        if events & err != 0 {
+        if events & hup != 0 {
             reg.closed |= libc::POLLOUT as u32;
         }
-        let readable = events & (libc::EPOLLIN | libc::EPOLLRDHUP) as u32 != 0 || events & err != 0;
+        if events & libc::EPOLLPRI as u32 != 0 {
+            reg.urgent = true;
+        }
+        let readable = events & (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLPRI) as u32 != 0
+            || events & err != 0;
         let writable = events & libc::EPOLLOUT as u32 != 0 || events & err != 0;
         if readable {
             reg.unready &= !(libc::POLLIN as u32);

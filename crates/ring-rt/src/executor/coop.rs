@@ -113,11 +113,16 @@ pin_project_lite::pin_project! {
 /// Each poll of a task may complete 128 ops; past that an op returns `Pending` and the task
 /// runs again after the worker's next loop turn, so a task whose ops never wait (bytes
 /// already queued, sleeps already due) cannot hold its worker. Inside `unconstrained` every
-/// op that is ready completes, however many: for a future that must not be told to wait
-/// (a nested executor, a poll that has to finish what is ready) and for a caller who
-/// accepts that it keeps the worker's other tasks, timers and I/O waiting as long as its
-/// ops are ready. The budget around it (what is left of the task's poll) is as before once
-/// the poll returns, on unwinding too.
+/// op that is ready completes, however many: for a poll that has to finish what is ready,
+/// by a caller who accepts that it keeps the worker's other tasks, timers and I/O waiting
+/// as long as its ops are ready. The budget around it (what is left of the task's poll) is
+/// as before once the poll returns, on unwinding too.
+///
+/// It lifts the budget only. An op that waits for the worker's loop still waits for it:
+/// on io_uring every socket and file op completes on a loop turn, so a nested executor
+/// that blocks the worker's thread (`futures::executor::block_on` inside a task) never
+/// sees one complete, inside `unconstrained` or not; only what completes without the loop
+/// does (sleeps already due, channels, epoll's reads of bytes already queued).
 ///
 /// # Examples
 ///

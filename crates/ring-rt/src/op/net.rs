@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 
 use io_uring::{opcode, squeue, types};
 use ring_core::buf_pool::{BufGroup, BufMode};
-use ring_core::cqe::Cqe;
+use ring_core::cqe::{Cqe, F_SOCK_NONEMPTY};
 use ring_core::direct::DirectCloser;
 use ring_core::lifecycle::{Deferred, Orphan};
 use ring_core::user_data::OpId;
@@ -364,9 +364,34 @@ unsafe impl<B: IoBufMut> Operation for Recv<B> {
         if len == 0 {
             return Cqe::new(0, 0, 0);
         }
-        // SAFETY: the buffer is writable for bytes_total bytes and owned by the op.
-        let n = unsafe { libc::recv(self.fd, self.buf.stable_mut_ptr().cast(), len, self.flags) };
-        Cqe::new(0, sys::res(n), 0)
+        if !self.is_stream {
+            // SAFETY: the buffer is writable for bytes_total bytes and owned by the op.
+            let n =
+                unsafe { libc::recv(self.fd, self.buf.stable_mut_ptr().cast(), len, self.flags) };
+            return Cqe::new(0, sys::res(n), 0);
+        }
+        let mut iov = libc::iovec {
+            iov_base: self.buf.stable_mut_ptr().cast(),
+            iov_len: len,
+        };
+        // SAFETY: all-zero is a valid msghdr (no name, no control, no iovecs).
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        // SAFETY: `msg` names one iovec, the op's buffer, writable for bytes_total bytes
+        // and owned by the op; no name or control buffer; both live across the call.
+        let n = unsafe { libc::recvmsg(self.fd, &mut msg, self.flags) };
+        // A stream read stops short before all that is queued where the kernel will not
+        // glue messages (a Unix message that passed fds or credentials, which a read
+        // without a control buffer drops: `MSG_CTRUNC`), with no edge to come for the
+        // rest: say the socket is not empty, as io_uring's flag does, so the next read
+        // tries (review CD).
+        let more = if n > 0 && msg.msg_flags & libc::MSG_CTRUNC != 0 {
+            F_SOCK_NONEMPTY
+        } else {
+            0
+        };
+        Cqe::new(0, sys::res(n), more)
     }
 
     fn sqe(&mut self) -> squeue::Entry {
@@ -382,7 +407,7 @@ unsafe impl<B: IoBufMut> Operation for Recv<B> {
     }
 
     fn leaves_unready(&self, cqe: &Cqe) -> bool {
-        self.is_stream && is_short(cqe, self.buf.bytes_total())
+        self.is_stream && is_short(cqe, self.buf.bytes_total()) && cqe.flags & F_SOCK_NONEMPTY == 0
     }
 }
 
@@ -620,6 +645,7 @@ unsafe impl<B: IoBuf> Operation for Send<B> {
             .build())
     }
 
+    /// No stream check, unlike a receive's: a datagram send is all or nothing, never short.
     fn leaves_unready(&self, cqe: &Cqe) -> bool {
         is_short(cqe, self.buf.bytes_init())
     }
