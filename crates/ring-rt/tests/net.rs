@@ -138,6 +138,10 @@ fn main() {
             "a_read_that_stopped_at_passed_fds_leaves_the_bytes_behind_them_to_the_next",
             a_read_that_stopped_at_passed_fds_leaves_the_bytes_behind_them_to_the_next,
         ),
+        (
+            "from_std_refuses_a_socket_of_another_type",
+            from_std_refuses_a_socket_of_another_type,
+        ),
     ])
 }
 
@@ -1620,5 +1624,72 @@ fn a_read_that_stopped_at_passed_fds_leaves_the_bytes_behind_them_to_the_next(
         matches!(&second, Ok(Ok(bytes)) if bytes == b"def"),
         "the bytes after it: {second:?}"
     );
+    Ok(Completion::Completed)
+}
+
+/// A stream type adopting a socket that is not a byte stream (a `SOCK_SEQPACKET` Unix
+/// socket, a UDP socket) would read records as stream bytes, and on epoll a short record
+/// marked the socket drained with more records queued: the next read waited for ever.
+/// `from_std` says what is wrong instead, as does each type given a socket of another type
+/// (or an fd that is not a socket).
+fn from_std_refuses_a_socket_of_another_type(kind: BackendKind) -> Outcome {
+    use std::os::fd::OwnedFd;
+    let rt = runtime!(kind);
+    let refusals = rt.block_on(async {
+        let seqpacket = || -> std::io::Result<OwnedFd> {
+            let (a, _b) =
+                socket2::Socket::pair(socket2::Domain::UNIX, socket2::Type::SEQPACKET, None)?;
+            Ok(a.into())
+        };
+        let udp =
+            || -> std::io::Result<OwnedFd> { Ok(std::net::UdpSocket::bind("127.0.0.1:0")?.into()) };
+        let tcp = || -> std::io::Result<OwnedFd> {
+            Ok(std::net::TcpListener::bind("127.0.0.1:0")?.into())
+        };
+        let file = || -> std::io::Result<OwnedFd> { Ok(std::fs::File::open("/dev/null")?.into()) };
+        let err = |res: std::io::Result<()>| res.err().map(|e| (e.kind(), e.to_string()));
+        std::io::Result::Ok(vec![
+            (
+                "UnixStream(seqpacket)",
+                err(UnixStream::from_std(seqpacket()?.into()).map(drop)),
+            ),
+            (
+                "UnixListener(seqpacket)",
+                err(UnixListener::from_std(seqpacket()?.into()).map(drop)),
+            ),
+            (
+                "TcpStream(udp)",
+                err(TcpStream::from_std(udp()?.into()).map(drop)),
+            ),
+            (
+                "TcpListener(udp)",
+                err(TcpListener::from_std(udp()?.into()).map(drop)),
+            ),
+            (
+                "UdpSocket(tcp)",
+                err(UdpSocket::from_std(tcp()?.into()).map(drop)),
+            ),
+            (
+                "UnixStream(file)",
+                err(UnixStream::from_std(file()?.into()).map(drop)),
+            ),
+        ])
+    })?;
+    for (what, refused) in refusals {
+        check!(refused.is_some(), "{what} was adopted");
+        let (kind, msg) = refused.unwrap();
+        check!(
+            kind == ErrorKind::InvalidInput && msg.contains("needs a"),
+            "{what}: {kind:?} {msg}"
+        );
+    }
+    // And the right types are still taken.
+    rt.block_on(async {
+        let (a, _b) = std::os::unix::net::UnixStream::pair()?;
+        UnixStream::from_std(a)?;
+        UdpSocket::from_std(std::net::UdpSocket::bind("127.0.0.1:0")?)?;
+        TcpListener::from_std(std::net::TcpListener::bind("127.0.0.1:0")?)?;
+        std::io::Result::Ok(())
+    })?;
     Ok(Completion::Completed)
 }

@@ -49,6 +49,32 @@ impl Socket {
         })
     }
 
+    /// Adopts `fd`, a socket a caller handed over (`from_std`), on the current worker, if
+    /// it is of the type `what` (the ring-rt type taking it) needs: a stream type reads a
+    /// `SOCK_SEQPACKET` or datagram socket's records as stream bytes, and on epoll a short
+    /// record marks it drained with more queued (the next read then waits for ever).
+    pub(crate) fn from_std(fd: OwnedFd, want: Type, what: &str) -> io::Result<Socket> {
+        let got = socket2::SockRef::from(&fd).r#type().map_err(|err| {
+            if err.raw_os_error() == Some(libc::ENOTSOCK) {
+                let msg = format!("{what} needs a socket; this fd is not one (ENOTSOCK)");
+                io::Error::new(io::ErrorKind::InvalidInput, msg)
+            } else {
+                err
+            }
+        })?;
+        if got != want {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{what} needs a {} socket; this one is {}",
+                    type_name(want),
+                    type_name(got)
+                ),
+            ));
+        }
+        Socket::from_owned(Core::current_io()?, fd)
+    }
+
     /// Adopts a direct descriptor of `core`'s ring (an accepted connection, or one another
     /// worker sent): the socket closes the slot when dropped. Accepted sockets are
     /// blocking, as io_uring wants them.
@@ -656,3 +682,14 @@ macro_rules! socket_traits {
 }
 
 pub(crate) use {socket_traits, stream_methods};
+
+/// A socket type's name, for errors.
+fn type_name(ty: Type) -> String {
+    match ty {
+        Type::STREAM => "SOCK_STREAM".into(),
+        Type::DGRAM => "SOCK_DGRAM".into(),
+        Type::SEQPACKET => "SOCK_SEQPACKET".into(),
+        Type::RAW => "SOCK_RAW".into(),
+        other => format!("type {}", i32::from(other)),
+    }
+}

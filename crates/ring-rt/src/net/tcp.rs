@@ -155,7 +155,8 @@ impl TcpListener {
 
     /// Adopts a listening std listener on the current worker (it is switched to the
     /// blocking mode the backend wants). The listener must already listen, as std's
-    /// `TcpListener::bind` leaves it.
+    /// `TcpListener::bind` leaves it. An fd that is not a `SOCK_STREAM` socket is refused
+    /// (`InvalidInput`).
     ///
     /// # Examples
     ///
@@ -171,7 +172,7 @@ impl TcpListener {
     /// ```
     pub fn from_std(listener: std::net::TcpListener) -> io::Result<TcpListener> {
         Ok(TcpListener {
-            socket: Socket::from_owned(Core::current_io()?, listener.into())?,
+            socket: Socket::from_std(listener.into(), Type::STREAM, "a TcpListener")?,
         })
     }
 
@@ -706,7 +707,8 @@ impl TcpStream {
     }
 
     /// Adopts a connected std stream on the current worker (it is switched to the blocking
-    /// mode the backend wants).
+    /// mode the backend wants). An fd that is not a `SOCK_STREAM` socket is refused
+    /// (`InvalidInput`).
     ///
     /// # Examples
     ///
@@ -723,7 +725,7 @@ impl TcpStream {
     /// ```
     pub fn from_std(stream: std::net::TcpStream) -> io::Result<TcpStream> {
         Ok(TcpStream {
-            socket: Socket::from_owned(Core::current_io()?, stream.into())?,
+            socket: Socket::from_std(stream.into(), Type::STREAM, "a TcpStream")?,
         })
     }
 

@@ -10,7 +10,6 @@ use crate::buf::{IoBuf, IoBufMut};
 use crate::op::net::{MsgHdr, RecvMsg, SendMsg};
 use crate::op::unclaimed::TurnSlot;
 use crate::op::Op;
-use crate::worker::Core;
 
 fn resolve(addr: impl ToSocketAddrs) -> io::Result<SocketAddr> {
     addr.to_socket_addrs()?
@@ -64,7 +63,7 @@ impl UdpSocket {
     }
 
     /// Adopts a bound std socket on the current worker (switched to the blocking mode the
-    /// backend wants).
+    /// backend wants). An fd that is not a `SOCK_DGRAM` socket is refused (`InvalidInput`).
     ///
     /// # Examples
     ///
@@ -81,7 +80,7 @@ impl UdpSocket {
     /// ```
     pub fn from_std(socket: std::net::UdpSocket) -> io::Result<UdpSocket> {
         Ok(UdpSocket {
-            socket: Socket::from_owned(Core::current_io()?, socket.into())?,
+            socket: Socket::from_std(socket.into(), Type::DGRAM, "a UdpSocket")?,
         })
     }
 

@@ -58,7 +58,8 @@ impl UnixListener {
     }
 
     /// Adopts a listening std listener on the current worker (switched to the blocking mode
-    /// the backend wants).
+    /// the backend wants). An fd that is not a `SOCK_STREAM` socket is refused
+    /// (`InvalidInput`): a `SOCK_SEQPACKET` listener's connections are not streams.
     ///
     /// # Examples
     ///
@@ -79,7 +80,7 @@ impl UnixListener {
     /// ```
     pub fn from_std(listener: std::os::unix::net::UnixListener) -> io::Result<UnixListener> {
         Ok(UnixListener {
-            socket: Socket::from_owned(Core::current_io()?, listener.into())?,
+            socket: Socket::from_std(listener.into(), Type::STREAM, "a UnixListener")?,
         })
     }
 
@@ -148,7 +149,8 @@ impl UnixStream {
     }
 
     /// Adopts a connected std stream on the current worker (switched to the blocking mode
-    /// the backend wants).
+    /// the backend wants). An fd that is not a `SOCK_STREAM` socket (a `SOCK_SEQPACKET` one,
+    /// say) is refused (`InvalidInput`): its records would be read as stream bytes.
     ///
     /// # Examples
     ///
@@ -165,7 +167,7 @@ impl UnixStream {
     /// ```
     pub fn from_std(stream: std::os::unix::net::UnixStream) -> io::Result<UnixStream> {
         Ok(UnixStream {
-            socket: Socket::from_owned(Core::current_io()?, stream.into())?,
+            socket: Socket::from_std(stream.into(), Type::STREAM, "a UnixStream")?,
         })
     }
 
