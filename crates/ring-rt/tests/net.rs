@@ -142,6 +142,10 @@ fn main() {
             "from_std_refuses_a_socket_of_another_type",
             from_std_refuses_a_socket_of_another_type,
         ),
+        (
+            "a_unix_write_after_the_peer_shut_its_reading_down_fails_with_epipe",
+            a_unix_write_after_the_peer_shut_its_reading_down_fails_with_epipe,
+        ),
     ])
 }
 
@@ -1480,29 +1484,48 @@ fn a_zero_timeout_read_gets_bytes_that_came_since_the_last_loop_turn(kind: Backe
 }
 
 /// What a stream read gets before and after a message `send` queues that stops a read
-/// short with bytes queued behind it, on `b` registered with epoll (a read that waited):
-/// the first read, then a second bounded by the future (an op's `.timeout()` tries once
-/// more at its deadline). Each read is `read(buffer)`.
+/// short with bytes queued behind it, on a socket registered with epoll (a read that
+/// waited): the first read, then a second bounded by the future (an op's `.timeout()`
+/// tries once more at its deadline). `read` makes one read of the socket.
 async fn reads_around_a_short_stop<P>(
-    read: impl Fn(Vec<u8>) -> P,
+    read: impl Fn() -> P,
     send: impl FnOnce() -> std::io::Result<()>,
 ) -> std::io::Result<(Vec<u8>, Option<Vec<u8>>)>
 where
-    P: std::future::IntoFuture<Output = (std::io::Result<usize>, Vec<u8>)>,
+    P: Future<Output = std::io::Result<Vec<u8>>>,
 {
-    let waited = timeout(Duration::from_millis(5), read(Vec::with_capacity(16))).await;
-    if waited.is_ok() {
+    if timeout(Duration::from_millis(5), read()).await.is_ok() {
         return Err(std::io::Error::other("a read of an empty socket returned"));
     }
     send()?;
     sleep(Duration::from_millis(20)).await;
-    let (res, first) = read(Vec::with_capacity(16)).await;
-    res?;
-    let second = match timeout(Duration::from_millis(500), read(Vec::with_capacity(16))).await {
-        Ok((res, buf)) => Some(buf).filter(|_| res.is_ok()),
-        Err(_) => None,
-    };
-    Ok((first, second))
+    let first = read().await?;
+    let second = timeout(Duration::from_millis(500), read()).await;
+    Ok((first, second.ok().and_then(Result::ok)))
+}
+
+/// One plain read of `s` into 16 bytes of capacity.
+async fn read_16(s: &impl ReadOwned) -> std::io::Result<Vec<u8>> {
+    s.read_16().await
+}
+
+/// The plain read of the stream types, for `reads_around_a_short_stop`.
+trait ReadOwned {
+    fn read_16(&self) -> impl Future<Output = std::io::Result<Vec<u8>>>;
+}
+
+impl ReadOwned for TcpStream {
+    async fn read_16(&self) -> std::io::Result<Vec<u8>> {
+        let (res, buf) = self.read(Vec::with_capacity(16)).await;
+        res.map(|_| buf)
+    }
+}
+
+impl ReadOwned for UnixStream {
+    async fn read_16(&self) -> std::io::Result<Vec<u8>> {
+        let (res, buf) = self.read(Vec::with_capacity(16)).await;
+        res.map(|_| buf)
+    }
 }
 
 /// A TCP read stops short at the urgent mark with bytes queued behind it, and no edge is
@@ -1517,7 +1540,7 @@ fn a_read_after_one_that_stopped_at_the_urgent_mark_gets_the_bytes_behind_it(
         let a = std::net::TcpStream::connect(addr)?;
         let (b, _) = l.accept().await?;
         reads_around_a_short_stop(
-            |buf| b.read(buf),
+            || read_16(&b),
             || {
                 (&a).write_all(b"abc")?;
                 socket2::SockRef::from(&a).send_out_of_band(b"X")?;
@@ -1597,27 +1620,46 @@ fn send_with_an_fd(sock: &std::os::unix::net::UnixStream, bytes: &[u8]) -> std::
 /// A Unix stream read stops short after a message that passed fds, with the bytes sent
 /// after it still queued and no edge coming for them (review CD's urgent mark, the same on
 /// Unix sockets): on epoll the short read marked the socket drained, and the next read
-/// waited for bytes already there.
+/// waited for bytes already there. The same for a plain read, a pooled receive and a
+/// receive stream (review CE: those two read with a `recv` of their own).
 fn a_read_that_stopped_at_passed_fds_leaves_the_bytes_behind_them_to_the_next(
     kind: BackendKind,
 ) -> Outcome {
     let rt = runtime!(kind);
-    let (peer, ours) = std::os::unix::net::UnixStream::pair()?;
-    let got = rt.block_on(async {
-        let b = UnixStream::from_std(ours)?;
-        reads_around_a_short_stop(
-            |buf| b.read(buf),
-            || {
+    for way in ["read", "recv_pooled", "recv_stream"] {
+        let (peer, ours) = std::os::unix::net::UnixStream::pair()?;
+        let got = rt.block_on(async {
+            let b = UnixStream::from_std(ours)?;
+            let send = || {
                 send_with_an_fd(&peer, b"abc")?;
                 (&peer).write_all(b"def")
-            },
-        )
-        .await
-    })?;
-    check!(
-        got == (b"abc".to_vec(), Some(b"def".to_vec())),
-        "the message with the fd, then the bytes after it: {got:?}"
-    );
+            };
+            let pooled = || async {
+                let chunk = b.recv_pooled().await?;
+                Ok(chunk.map(|c| c.to_vec()).unwrap_or_default())
+            };
+            match way {
+                "read" => reads_around_a_short_stop(|| read_16(&b), send).await,
+                "recv_pooled" => reads_around_a_short_stop(pooled, send).await,
+                _ => {
+                    let stream = std::cell::RefCell::new(b.recv_stream());
+                    // The reads run one after another; a read dropped by its timeout lets
+                    // its borrow go with it.
+                    #[allow(clippy::await_holding_refcell_ref)]
+                    let next = || async {
+                        let mut stream = stream.borrow_mut();
+                        let chunk = stream.next().await.transpose()?;
+                        Ok(chunk.map(|c| c.to_vec()).unwrap_or_default())
+                    };
+                    reads_around_a_short_stop(next, send).await
+                }
+            }
+        })?;
+        check!(
+            got == (b"abc".to_vec(), Some(b"def".to_vec())),
+            "{way}: the message with the fd, then the bytes after it: {got:?}"
+        );
+    }
     Ok(Completion::Completed)
 }
 
@@ -1685,5 +1727,40 @@ fn from_std_refuses_a_socket_of_another_type(kind: BackendKind) -> Outcome {
         TcpListener::from_std(std::net::TcpListener::bind("127.0.0.1:0")?)?;
         std::io::Result::Ok(())
     })?;
+    Ok(Completion::Completed)
+}
+
+/// A Unix stream whose peer shuts its reading down fails a write with `EPIPE` at once, but
+/// the kernel reports nothing epoll wakes a writer for while the buffer is full (review
+/// CE): on epoll a write after a short one, which had taken the socket as full, waited for
+/// ever.
+fn a_unix_write_after_the_peer_shut_its_reading_down_fails_with_epipe(
+    kind: BackendKind,
+) -> Outcome {
+    let rt = runtime!(kind);
+    let got = rt.block_on(async {
+        let (a, b) = UnixStream::pair()?;
+        // A read that waits registers the socket with epoll.
+        let _ = timeout(Duration::from_millis(5), a.read(Vec::with_capacity(16))).await;
+        let (sent, _) = a
+            .write(vec![1u8; 8 << 20])
+            .timeout(Duration::from_millis(20))
+            .await;
+        b.shutdown(Shutdown::Read)?;
+        let wrote = timeout(Duration::from_millis(500), a.write(&b"z"[..])).await;
+        std::io::Result::Ok((
+            sent.map_err(|e| e.kind()),
+            wrote.map(|(res, _)| res.map_err(|e| e.kind())),
+        ))
+    })?;
+    let (sent, wrote) = got;
+    check!(
+        matches!(sent, Ok(n) if n > 0) || sent == Err(ErrorKind::TimedOut),
+        "the filling write: {sent:?}"
+    );
+    check!(
+        wrote == Ok(Err(ErrorKind::BrokenPipe)),
+        "a write after the peer shut its reading down: {wrote:?}"
+    );
     Ok(Completion::Completed)
 }

@@ -223,6 +223,24 @@ fn zero_length_reads_and_writes_complete_at_once(kind: BackendKind) -> Outcome {
         {
             failures.push("file read_exact_at/write_all_at of nothing failed".into());
         }
+        // The same on a socket epoll takes as drained and full (review CE: after a short
+        // read and a short write on a registered socket, an empty read or write waited for
+        // the next event).
+        let (m1, m2) = UnixStream::pair()?;
+        let bound = Duration::from_millis(10);
+        let _ = m1.write(vec![7u8; 8 << 20]).timeout(bound).await; // fills it
+        let _ = m1.write(vec![7u8; 1 << 20]).timeout(bound).await; // waits: registered
+        while m2.read(vec![0u8; 1 << 20]).timeout(bound).await.0.is_ok() {}
+        sleep(Duration::from_millis(2)).await;
+        let _ = m1.write(vec![7u8; 8 << 20]).timeout(bound).await; // short: full
+        m2.write_all(&b"x"[..]).await.0?;
+        sleep(Duration::from_millis(2)).await;
+        let _ = m1.read(vec![0u8; 16]).await; // short: drained
+        zero!(
+            "marked unix read into capacity 0",
+            m1.read(Vec::with_capacity(0))
+        );
+        zero!("marked unix write of nothing", m1.write(Vec::new()));
         let a = UdpSocket::bind("127.0.0.1:0")?;
         let b = UdpSocket::bind("127.0.0.1:0")?;
         let (res, _) = a.send_to(Vec::new(), b.local_addr()?).await;

@@ -61,6 +61,12 @@ struct Registration {
     /// on such a socket a short read no longer says it is drained (review CD: the next read
     /// waited for bytes already there).
     urgent: bool,
+    /// Whether the fd is a Unix socket, asked the first time a short write would mark it
+    /// full (`None` until then). A Unix stream whose peer shuts its reading down fails a
+    /// write at once (`EPIPE`), but the kernel reports nothing epoll wakes a writer for
+    /// while the buffer is full, so such a socket is never taken as full (review CE: a write
+    /// after a short one waited for ever).
+    unix: Option<bool>,
 }
 
 /// How a wait gets a timeout finer than `epoll_wait`'s milliseconds.
@@ -278,17 +284,28 @@ impl EpollBackend {
 
     /// Records that `fd` has nothing more for `events` until epoll says otherwise (see
     /// [`Registration::unready`]). Edge-triggered epoll reports any data or room that
-    /// arrives after this, so no wake-up is lost. Only a registered fd is marked: nothing
+    /// arrives after this, so no wake-up is lost, except where the kernel changes what a
+    /// syscall would do without an event (review CD, CE): those directions are never
+    /// marked (see `closed`, `urgent`, `unix`). Only a registered fd is marked: nothing
     /// would clear the mark of one epoll does not watch before an op waited on it, so bytes
     /// that came since would wait a loop turn, and a read bounded by `Duration::ZERO` timed
     /// out with them queued. Its next op tries the syscall, and registers on `EAGAIN`.
     fn mark_unready(&mut self, fd: RawFd, events: u32) {
-        if let Some(reg) = usize::try_from(fd).ok().and_then(|i| self.regs.get_mut(i)) {
-            if reg.registered {
-                let urgent = if reg.urgent { libc::POLLIN as u32 } else { 0 };
-                reg.unready |= events & !reg.closed & !urgent;
-            }
+        let Some(reg) = usize::try_from(fd).ok().and_then(|i| self.regs.get_mut(i)) else {
+            return;
+        };
+        if !reg.registered {
+            return;
         }
+        let (read, write) = (libc::POLLIN as u32, libc::POLLOUT as u32);
+        let mut never = reg.closed;
+        if reg.urgent {
+            never |= read;
+        }
+        if events & write != 0 && *reg.unix.get_or_insert_with(|| is_unix(fd)) {
+            never |= write;
+        }
+        reg.unready |= events & !never;
     }
 
     /// Whether epoll reported `fd` closed for reading and `events` asks to read.
@@ -801,6 +818,23 @@ fn arm_timerfd(tfd: RawFd, d: Duration) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Whether `fd` is a Unix-domain socket (one that cannot be asked counts as not).
+fn is_unix(fd: RawFd) -> bool {
+    let mut domain: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: SO_DOMAIN writes one c_int into `domain`, whose size `len` gives.
+    let got = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_DOMAIN,
+            (&mut domain as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    got == 0 && domain == libc::AF_UNIX
 }
 
 /// Whether `fd` was opened `O_DIRECT` (an fd whose flags cannot be read counts as direct,

@@ -980,7 +980,9 @@ impl<'a, T: OpDef> Pending<'a, T> {
     /// already running on epoll's blocking pool cannot be interrupted and finishes first).
     /// `Duration::MAX`, or anything beyond decades, means no timeout. `Duration::ZERO` tries
     /// a socket op once: it completes if it can without waiting (bytes queued, room to
-    /// send), else it times out.
+    /// send), else it times out. On epoll a socket op is tried once more as its deadline is
+    /// handled, so a worker that comes late to the deadline returns what arrived meanwhile
+    /// rather than `TimedOut` (io_uring's kernel timer does not wait for the worker).
     ///
     /// # Examples
     ///

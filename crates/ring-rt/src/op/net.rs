@@ -364,34 +364,14 @@ unsafe impl<B: IoBufMut> Operation for Recv<B> {
         if len == 0 {
             return Cqe::new(0, 0, 0);
         }
+        let ptr = self.buf.stable_mut_ptr();
         if !self.is_stream {
             // SAFETY: the buffer is writable for bytes_total bytes and owned by the op.
-            let n =
-                unsafe { libc::recv(self.fd, self.buf.stable_mut_ptr().cast(), len, self.flags) };
+            let n = unsafe { libc::recv(self.fd, ptr.cast(), len, self.flags) };
             return Cqe::new(0, sys::res(n), 0);
         }
-        let mut iov = libc::iovec {
-            iov_base: self.buf.stable_mut_ptr().cast(),
-            iov_len: len,
-        };
-        // SAFETY: all-zero is a valid msghdr (no name, no control, no iovecs).
-        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        // SAFETY: `msg` names one iovec, the op's buffer, writable for bytes_total bytes
-        // and owned by the op; no name or control buffer; both live across the call.
-        let n = unsafe { libc::recvmsg(self.fd, &mut msg, self.flags) };
-        // A stream read stops short before all that is queued where the kernel will not
-        // glue messages (a Unix message that passed fds or credentials, which a read
-        // without a control buffer drops: `MSG_CTRUNC`), with no edge to come for the
-        // rest: say the socket is not empty, as io_uring's flag does, so the next read
-        // tries (review CD).
-        let more = if n > 0 && msg.msg_flags & libc::MSG_CTRUNC != 0 {
-            F_SOCK_NONEMPTY
-        } else {
-            0
-        };
-        Cqe::new(0, sys::res(n), more)
+        // SAFETY: the buffer is writable for bytes_total bytes and owned by the op.
+        unsafe { recv_stream_bytes(self.fd, ptr, len, self.flags) }
     }
 
     fn sqe(&mut self) -> squeue::Entry {
@@ -408,6 +388,11 @@ unsafe impl<B: IoBufMut> Operation for Recv<B> {
 
     fn leaves_unready(&self, cqe: &Cqe) -> bool {
         self.is_stream && is_short(cqe, self.buf.bytes_total()) && cqe.flags & F_SOCK_NONEMPTY == 0
+    }
+
+    /// An empty read is done (see `try_syscall`), whatever epoll last said of the socket.
+    fn try_inline(&mut self) -> Option<Cqe> {
+        (self.buf.bytes_total() == 0).then(|| Cqe::new(0, 0, 0))
     }
 }
 
@@ -649,6 +634,17 @@ unsafe impl<B: IoBuf> Operation for Send<B> {
     fn leaves_unready(&self, cqe: &Cqe) -> bool {
         is_short(cqe, self.buf.bytes_init())
     }
+
+    /// An empty send moves nothing and cannot wait for room: tried at once, whatever epoll
+    /// last said of the socket (its error, `EPIPE` say, is the op's); only a socket still
+    /// connecting says `EAGAIN`, and that one waits as usual.
+    fn try_inline(&mut self) -> Option<Cqe> {
+        if self.buf.bytes_init() != 0 {
+            return None;
+        }
+        let cqe = self.try_syscall();
+        (cqe.res != -libc::EAGAIN && cqe.res != -libc::EINTR).then_some(cqe)
+    }
 }
 
 impl<B: IoBuf> OpDef for Send<B> {
@@ -762,7 +758,7 @@ unsafe impl Operation for RecvSelect {
 
     fn leaves_unready(&self, cqe: &Cqe) -> bool {
         // Only stream sockets receive into the pool.
-        is_short(cqe, self.group.buf_len())
+        is_short(cqe, self.group.buf_len()) && cqe.flags & F_SOCK_NONEMPTY == 0
     }
 
     fn is_readiness_only(&self) -> bool {
@@ -1153,14 +1149,43 @@ pub(crate) fn recv_into_group(fd: RawFd, group: &BufGroup) -> Cqe {
     // MSG_DONTWAIT: on io_uring the socket is in blocking mode, and a readiness report
     // another reader raced us to must give EAGAIN, not block the loop.
     // SAFETY: `take` handed us bid exclusively; its memory is `len` writable bytes.
-    let n = unsafe { libc::recv(fd, ptr.cast(), len, libc::MSG_DONTWAIT) };
-    let res = sys::res(n);
-    if res < 0 {
+    let cqe = unsafe { recv_stream_bytes(fd, ptr, len, libc::MSG_DONTWAIT) };
+    if cqe.res < 0 {
         // SAFETY: the bid came from `take` above and was not leased.
         unsafe { group.recycle(bid) };
-        return Cqe::new(0, res, 0);
+        return cqe;
     }
-    Cqe::new(0, res, Cqe::buffer_flags(bid))
+    Cqe::new(0, cqe.res, cqe.flags | Cqe::buffer_flags(bid))
+}
+
+/// A stream socket's `recv` of up to `len` bytes at `ptr`, as a `recvmsg` without a control
+/// buffer: a read stops short before all that is queued where the kernel will not glue
+/// messages (a Unix message that passed fds or credentials, which such a read drops, and
+/// says so with `MSG_CTRUNC`), with no edge to come for the rest. Its CQE then says the
+/// socket is not empty, as io_uring's `F_SOCK_NONEMPTY` does, and epoll does not take the
+/// short read as drained (review CD; for pooled receives review CE).
+///
+/// # Safety
+///
+/// `ptr` is writable for `len` bytes for the whole call.
+unsafe fn recv_stream_bytes(fd: RawFd, ptr: *mut u8, len: usize, flags: i32) -> Cqe {
+    let mut iov = libc::iovec {
+        iov_base: ptr.cast(),
+        iov_len: len,
+    };
+    // SAFETY: all-zero is a valid msghdr (no name, no control, no iovecs).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    // SAFETY: `msg` names one iovec, `len` writable bytes at `ptr` (the caller's promise);
+    // no name or control buffer; `msg` and `iov` live across the call.
+    let n = unsafe { libc::recvmsg(fd, &mut msg, flags) };
+    let more = if n > 0 && msg.msg_flags & libc::MSG_CTRUNC != 0 {
+        F_SOCK_NONEMPTY
+    } else {
+        0
+    };
+    Cqe::new(0, sys::res(n), more)
 }
 
 /// Waits until a stream socket takes data (`POLLOUT`), sending nothing: for a caller that
