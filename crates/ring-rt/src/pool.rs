@@ -119,6 +119,7 @@ unsafe impl IoBuf for PooledBuf {
 }
 
 /// Turns a buffer-select completion into a pooled buffer. `Ok(None)` is end of stream.
+#[inline]
 pub(crate) fn from_cqe(group: &BufGroup, cqe: Cqe) -> io::Result<Option<PooledBuf>> {
     let n = match crate::completion::result(&cqe) {
         Ok(n) => n as usize,

@@ -197,7 +197,7 @@ impl EpollBackend {
         waker: &Waker,
     ) -> Poll<io::Result<Cqe>> {
         loop {
-            if !self.is_unready(fd, events) {
+            if !self.is_unready(fd, events) || op.moves_nothing() {
                 let cqe = op.try_syscall();
                 if cqe.res == -libc::EINTR {
                     continue;

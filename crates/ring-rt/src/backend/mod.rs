@@ -71,11 +71,16 @@ pub unsafe trait Operation {
         false
     }
 
-    /// On epoll: an attempt that cannot block, made on the loop thread as the op starts: a
-    /// read of cached file data with `RWF_NOWAIT` before the op goes to the blocking pool; an
-    /// empty socket read or write, done whatever epoll last said of the socket (review CE:
-    /// on a socket taken as drained or full it waited for the next event). `None` goes the
-    /// op's usual way, as does the default.
+    /// For [`Emulation::Readiness`] ops: whether the op moves no bytes (an empty read or
+    /// write), so its syscall is tried even on an fd taken as drained or full: it cannot
+    /// wait for data or room (review CE: it waited for the next event). Asked only then.
+    fn moves_nothing(&self) -> bool {
+        false
+    }
+
+    /// For [`Emulation::Blocking`] ops on epoll: an attempt that cannot block, made on the
+    /// loop thread before the op goes to the blocking pool (a read of cached file data with
+    /// `RWF_NOWAIT`). `None` sends the op to the pool, as does the default.
     fn try_inline(&mut self) -> Option<Cqe> {
         None
     }

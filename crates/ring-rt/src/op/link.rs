@@ -127,6 +127,9 @@ unsafe impl<T: OpDef> Operation for Raw<T> {
     fn leaves_unready(&self, cqe: &Cqe) -> bool {
         self.0.leaves_unready(cqe)
     }
+    fn moves_nothing(&self) -> bool {
+        self.0.moves_nothing()
+    }
     fn try_inline(&mut self) -> Option<Cqe> {
         self.0.try_inline()
     }

@@ -68,11 +68,13 @@ impl<T: MultishotDef> Multishot<T> {
     /// last of this arming; the poll after it arms again.
     ///
     /// Within the op budget of the task's poll (see `executor::coop`), as every op.
+    #[inline]
     pub(crate) fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Cqe>> {
         std::task::ready!(crate::worker::poll_budget(cx));
         crate::executor::coop::spending(self.poll_armed(cx))
     }
 
+    #[inline]
     fn poll_armed(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Cqe>> {
         let id = match self.armed {
             Some(id) => id,

@@ -390,9 +390,8 @@ unsafe impl<B: IoBufMut> Operation for Recv<B> {
         self.is_stream && is_short(cqe, self.buf.bytes_total()) && cqe.flags & F_SOCK_NONEMPTY == 0
     }
 
-    /// An empty read is done (see `try_syscall`), whatever epoll last said of the socket.
-    fn try_inline(&mut self) -> Option<Cqe> {
-        (self.buf.bytes_total() == 0).then(|| Cqe::new(0, 0, 0))
+    fn moves_nothing(&self) -> bool {
+        self.buf.bytes_total() == 0
     }
 }
 
@@ -635,15 +634,8 @@ unsafe impl<B: IoBuf> Operation for Send<B> {
         is_short(cqe, self.buf.bytes_init())
     }
 
-    /// An empty send moves nothing and cannot wait for room: tried at once, whatever epoll
-    /// last said of the socket (its error, `EPIPE` say, is the op's); only a socket still
-    /// connecting says `EAGAIN`, and that one waits as usual.
-    fn try_inline(&mut self) -> Option<Cqe> {
-        if self.buf.bytes_init() != 0 {
-            return None;
-        }
-        let cqe = self.try_syscall();
-        (cqe.res != -libc::EAGAIN && cqe.res != -libc::EINTR).then_some(cqe)
+    fn moves_nothing(&self) -> bool {
+        self.buf.bytes_init() == 0
     }
 }
 
