@@ -1155,7 +1155,10 @@ pub(crate) fn recv_into_group(fd: RawFd, group: &BufGroup) -> Cqe {
 /// messages (a Unix message that passed fds or credentials, which such a read drops, and
 /// says so with `MSG_CTRUNC`), with no edge to come for the rest. Its CQE then says the
 /// socket is not empty, as io_uring's `F_SOCK_NONEMPTY` does, and epoll does not take the
-/// short read as drained (review CD; for pooled receives review CE).
+/// short read as drained (review CD; for pooled receives review CE). A socket with
+/// `SO_PASSCRED` set gets `MSG_CTRUNC` on every such read (its credentials have nowhere to
+/// go), so it is never taken as drained: each short read is followed by one that says
+/// `EAGAIN` (review CF), a syscall, not a wait lost.
 ///
 /// # Safety
 ///
