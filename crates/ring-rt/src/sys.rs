@@ -79,3 +79,24 @@ pub(crate) fn open_file_limit() -> u32 {
     }
     u32::try_from(limit.rlim_cur).unwrap_or(u32::MAX)
 }
+
+/// An integer socket option of `fd` (`getsockopt` at `level`, `name`): the value, or the
+/// negative errno as a CQE result would carry it.
+pub(crate) fn socket_int(fd: std::os::fd::RawFd, level: i32, name: i32) -> Result<i32, i32> {
+    let mut value: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: the option writes at most one c_int into `value`, whose size `len` gives.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            level,
+            name,
+            (&mut value as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if rc < 0 {
+        return Err(res(rc as isize));
+    }
+    Ok(value)
+}

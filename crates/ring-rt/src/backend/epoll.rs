@@ -822,19 +822,7 @@ fn arm_timerfd(tfd: RawFd, d: Duration) -> io::Result<()> {
 
 /// Whether `fd` is a Unix-domain socket (one that cannot be asked counts as not).
 fn is_unix(fd: RawFd) -> bool {
-    let mut domain: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: SO_DOMAIN writes one c_int into `domain`, whose size `len` gives.
-    let got = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_DOMAIN,
-            (&mut domain as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    got == 0 && domain == libc::AF_UNIX
+    crate::sys::socket_int(fd, libc::SOL_SOCKET, libc::SO_DOMAIN) == Ok(libc::AF_UNIX)
 }
 
 /// Whether `fd` was opened `O_DIRECT` (an fd whose flags cannot be read counts as direct,

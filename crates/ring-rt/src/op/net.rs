@@ -1110,22 +1110,10 @@ fn connect_step(fd: RawFd, addr: &SockAddr, started: &mut bool) -> Cqe {
     if unsafe { libc::poll(&mut pfd, 1, 0) } == 0 {
         return Cqe::new(0, -libc::EAGAIN, 0);
     }
-    let mut err: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: SO_ERROR writes one c_int into `err`, whose size is passed in `len`.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_ERROR,
-            (&mut err as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    if rc < 0 {
-        return Cqe::new(0, sys::res(rc as isize), 0);
+    match sys::socket_int(fd, libc::SOL_SOCKET, libc::SO_ERROR) {
+        Ok(err) => Cqe::new(0, -err, 0),
+        Err(res) => Cqe::new(0, res, 0),
     }
-    Cqe::new(0, -err, 0)
 }
 
 /// Emulated buffer select: take a free buffer only now that the socket is readable (an idle
