@@ -1504,30 +1504,6 @@ where
     Ok((first, second.ok().and_then(Result::ok)))
 }
 
-/// One plain read of `s` into 16 bytes of capacity.
-async fn read_16(s: &impl ReadOwned) -> std::io::Result<Vec<u8>> {
-    s.read_16().await
-}
-
-/// The plain read of the stream types, for `reads_around_a_short_stop`.
-trait ReadOwned {
-    fn read_16(&self) -> impl Future<Output = std::io::Result<Vec<u8>>>;
-}
-
-impl ReadOwned for TcpStream {
-    async fn read_16(&self) -> std::io::Result<Vec<u8>> {
-        let (res, buf) = self.read(Vec::with_capacity(16)).await;
-        res.map(|_| buf)
-    }
-}
-
-impl ReadOwned for UnixStream {
-    async fn read_16(&self) -> std::io::Result<Vec<u8>> {
-        let (res, buf) = self.read(Vec::with_capacity(16)).await;
-        res.map(|_| buf)
-    }
-}
-
 /// A TCP read stops short at the urgent mark with bytes queued behind it, and no edge is
 /// coming for them (review CD): on epoll the short read marked the socket drained, so the
 /// next read waited for data that was already there (for ever, had nothing more come).
@@ -1539,14 +1515,15 @@ fn a_read_after_one_that_stopped_at_the_urgent_mark_gets_the_bytes_behind_it(
         let (l, addr) = listener()?;
         let a = std::net::TcpStream::connect(addr)?;
         let (b, _) = l.accept().await?;
-        reads_around_a_short_stop(
-            || read_16(&b),
-            || {
-                (&a).write_all(b"abc")?;
-                socket2::SockRef::from(&a).send_out_of_band(b"X")?;
-                (&a).write_all(b"def")
-            },
-        )
+        let read = || async {
+            let (res, buf) = b.read(Vec::with_capacity(16)).await;
+            res.map(|_| buf)
+        };
+        reads_around_a_short_stop(read, || {
+            (&a).write_all(b"abc")?;
+            socket2::SockRef::from(&a).send_out_of_band(b"X")?;
+            (&a).write_all(b"def")
+        })
         .await
     })?;
     check!(
@@ -1634,12 +1611,16 @@ fn a_read_that_stopped_at_passed_fds_leaves_the_bytes_behind_them_to_the_next(
                 send_with_an_fd(&peer, b"abc")?;
                 (&peer).write_all(b"def")
             };
+            let read = || async {
+                let (res, buf) = b.read(Vec::with_capacity(16)).await;
+                res.map(|_| buf)
+            };
             let pooled = || async {
                 let chunk = b.recv_pooled().await?;
                 Ok(chunk.map(|c| c.to_vec()).unwrap_or_default())
             };
             match way {
-                "read" => reads_around_a_short_stop(|| read_16(&b), send).await,
+                "read" => reads_around_a_short_stop(read, send).await,
                 "recv_pooled" => reads_around_a_short_stop(pooled, send).await,
                 _ => {
                     let stream = std::cell::RefCell::new(b.recv_stream());
