@@ -214,7 +214,10 @@ pub async fn timeout<F: IntoFuture>(duration: Duration, future: F) -> Result<F::
         if let Poll::Ready(out) = future.as_mut().poll(cx) {
             return Poll::Ready(Ok(out));
         }
-        crate::executor::coop::unlimited(|| sleep.as_mut().poll(cx)).map(|()| Err(Elapsed))
+        // Its firing still spends one, as the sleep it is (review CG: an elapsed timeout
+        // cost nothing, and a loop of `timeout(ZERO, ..)` never yielded).
+        let fired = crate::executor::coop::unlimited(|| sleep.as_mut().poll(cx));
+        crate::executor::coop::spending(fired).map(|()| Err(Elapsed))
     })
     .await
 }

@@ -64,6 +64,10 @@ fn main() {
             sleeps_already_due_let_other_tasks_run,
         ),
         (
+            "timeouts_that_elapse_at_once_let_other_tasks_run",
+            timeouts_that_elapse_at_once_let_other_tasks_run,
+        ),
+        (
             "finished_join_handles_let_other_tasks_run",
             finished_join_handles_let_other_tasks_run,
         ),
@@ -872,5 +876,45 @@ fn a_nested_executor_inside_unconstrained_finishes_due_sleeps_with_the_budget_sp
         task.await
     })?;
     check!(polls == Some(1), "the nested executor's polls: {polls:?}");
+    Ok(Completion::Completed)
+}
+
+/// A timeout whose deadline has passed elapses at once, and counts against the task's
+/// budget as the sleep it is (review CG: `timeout` polled its sleep outside the budget, so
+/// a loop of `timeout(ZERO, ..)` never yielded; and on epoll an op-level `.timeout(ZERO)`
+/// read of an idle socket timed out without spending anything).
+fn timeouts_that_elapse_at_once_let_other_tasks_run(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let limit = 100_000;
+    let pending = rt.block_on(steps_before_a_neighbour_runs(limit, || async {
+        let _ = timeout(Duration::ZERO, std::future::pending::<()>()).await;
+        Ok(())
+    }))?;
+    let (reader, _writer) = std::os::unix::net::UnixStream::pair()?;
+    let timed_reads = rt.block_on(async {
+        let reader = Rc::new(ring_rt::net::UnixStream::from_std(reader)?);
+        steps_before_a_neighbour_runs(limit, move || {
+            let reader = reader.clone();
+            async move {
+                let (res, _) = reader
+                    .read(Vec::with_capacity(16))
+                    .timeout(Duration::ZERO)
+                    .await;
+                match res {
+                    Err(e) if e.kind() == io::ErrorKind::TimedOut => Ok(()),
+                    other => Err(io::Error::other(format!("an idle read gave {other:?}"))),
+                }
+            }
+        })
+        .await
+    })?;
+    check!(
+        pending <= MOST_STEPS_BEFORE_A_NEIGHBOUR,
+        "{pending} elapsed timeouts before a task ready all along"
+    );
+    check!(
+        timed_reads <= MOST_STEPS_BEFORE_A_NEIGHBOUR,
+        "{timed_reads} zero-bounded reads of an idle socket before a task ready all along"
+    );
     Ok(Completion::Completed)
 }

@@ -863,7 +863,13 @@ impl<T: OpDef> Future for Timed<'_, T> {
                 // Expired: an op with nothing in flight stops now; one in the kernel (or
                 // on the blocking pool) is cancelled and its completion awaited.
                 match op.time_out(cancel_sent) {
-                    Some(Raw(def)) => Poll::Ready(def.complete(timed_out_cqe(Cqe::new(0, 0, 0)))),
+                    // Timed out with nothing in flight: spends one, as a completion would
+                    // (review CG: a loop of zero-bounded reads of an idle socket never
+                    // yielded on epoll).
+                    Some(Raw(def)) => {
+                        crate::executor::coop::spend();
+                        Poll::Ready(def.complete(timed_out_cqe(Cqe::new(0, 0, 0))))
+                    }
                     None => Pin::new(op).poll(cx).map(|(op, cqe)| {
                         let timed_out = cqe.res == -libc::ECANCELED;
                         op.complete(if timed_out { timed_out_cqe(cqe) } else { cqe })
