@@ -1648,7 +1648,9 @@ fn a_read_that_stopped_at_passed_fds_leaves_the_bytes_behind_them_to_the_next(
 /// socket, a UDP socket) would read records as stream bytes, and on epoll a short record
 /// marked the socket drained with more records queued: the next read waited for ever.
 /// `from_std` says what is wrong instead, as does each type given a socket of another type
-/// (or an fd that is not a socket).
+/// (or an fd that is not a socket), or of another family: a UDP socket adopting a Unix
+/// datagram socket, or a TCP listener a Unix one, could not say where a datagram or a
+/// connection came from (a `sockaddr_un` is no `SocketAddr`).
 fn from_std_refuses_a_socket_of_another_type(kind: BackendKind) -> Outcome {
     use std::os::fd::OwnedFd;
     let rt = runtime!(kind);
@@ -1664,6 +1666,25 @@ fn from_std_refuses_a_socket_of_another_type(kind: BackendKind) -> Outcome {
             Ok(std::net::TcpListener::bind("127.0.0.1:0")?.into())
         };
         let file = || -> std::io::Result<OwnedFd> { Ok(std::fs::File::open("/dev/null")?.into()) };
+        // Of the right type but another family: a Unix datagram socket's senders have no IP
+        // address, so a `UdpSocket` could not report where a datagram came from; a Unix
+        // listener's connections none for a `TcpListener`, and the other way round.
+        let unix_dgram = || -> std::io::Result<OwnedFd> {
+            Ok(std::os::unix::net::UnixDatagram::unbound()?.into())
+        };
+        let unix_stream =
+            || -> std::io::Result<OwnedFd> { Ok(std::os::unix::net::UnixStream::pair()?.0.into()) };
+        let unix_listener = || -> std::io::Result<OwnedFd> {
+            let dir = std::env::temp_dir().join(format!("ring-rt-fam-{}", std::process::id()));
+            let _ = std::fs::remove_file(&dir);
+            let listener = std::os::unix::net::UnixListener::bind(&dir)?;
+            let _ = std::fs::remove_file(&dir);
+            Ok(listener.into())
+        };
+        let tcp_stream = || -> std::io::Result<OwnedFd> {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+            Ok(std::net::TcpStream::connect(listener.local_addr()?)?.into())
+        };
         let err = |res: std::io::Result<()>| res.err().map(|e| (e.kind(), e.to_string()));
         std::io::Result::Ok(vec![
             (
@@ -1690,6 +1711,26 @@ fn from_std_refuses_a_socket_of_another_type(kind: BackendKind) -> Outcome {
                 "UnixStream(file)",
                 err(UnixStream::from_std(file()?.into()).map(drop)),
             ),
+            (
+                "UdpSocket(unix datagram)",
+                err(UdpSocket::from_std(unix_dgram()?.into()).map(drop)),
+            ),
+            (
+                "TcpStream(unix stream)",
+                err(TcpStream::from_std(unix_stream()?.into()).map(drop)),
+            ),
+            (
+                "TcpListener(unix listener)",
+                err(TcpListener::from_std(unix_listener()?.into()).map(drop)),
+            ),
+            (
+                "UnixStream(tcp stream)",
+                err(UnixStream::from_std(tcp_stream()?.into()).map(drop)),
+            ),
+            (
+                "UnixListener(tcp listener)",
+                err(UnixListener::from_std(tcp()?.into()).map(drop)),
+            ),
         ])
     })?;
     for (what, refused) in refusals {
@@ -1706,6 +1747,13 @@ fn from_std_refuses_a_socket_of_another_type(kind: BackendKind) -> Outcome {
         UnixStream::from_std(a)?;
         UdpSocket::from_std(std::net::UdpSocket::bind("127.0.0.1:0")?)?;
         TcpListener::from_std(std::net::TcpListener::bind("127.0.0.1:0")?)?;
+        TcpStream::from_std(std::net::TcpStream::connect(
+            std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?,
+        )?)?;
+        // IPv6 where this machine has it (a sandbox without it is not the point here).
+        if let Ok(v6) = std::net::UdpSocket::bind("[::1]:0") {
+            UdpSocket::from_std(v6)?;
+        }
         std::io::Result::Ok(())
     })?;
     Ok(Completion::Completed)

@@ -50,11 +50,20 @@ impl Socket {
     }
 
     /// Adopts `fd`, a socket a caller handed over (`from_std`), on the current worker, if
-    /// it is of the type `what` (the ring-rt type taking it) needs: a stream type reads a
-    /// `SOCK_SEQPACKET` or datagram socket's records as stream bytes, and on epoll a short
-    /// record marks it drained with more queued (the next read then waits for ever).
-    pub(crate) fn from_std(fd: OwnedFd, want: Type, what: &str) -> io::Result<Socket> {
-        let got = socket2::SockRef::from(&fd).r#type().map_err(|err| {
+    /// it is of the type and of one of the families `what` (the ring-rt type taking it)
+    /// needs. A stream type reads a `SOCK_SEQPACKET` or datagram socket's records as stream
+    /// bytes, and on epoll a short record marks it drained with more queued (the next read
+    /// then waits for ever); a UDP or TCP type given a Unix socket cannot name a datagram's
+    /// sender or a connection's peer (a `sockaddr_un` is no `SocketAddr`), and a Unix type
+    /// given an IP socket the other way round.
+    pub(crate) fn from_std(
+        fd: OwnedFd,
+        want: Type,
+        families: &[Domain],
+        what: &str,
+    ) -> io::Result<Socket> {
+        let sock = socket2::SockRef::from(&fd);
+        let got = sock.r#type().map_err(|err| {
             if err.raw_os_error() == Some(libc::ENOTSOCK) {
                 let msg = format!("{what} needs a socket; this fd is not one (ENOTSOCK)");
                 io::Error::new(io::ErrorKind::InvalidInput, msg)
@@ -62,13 +71,17 @@ impl Socket {
                 err
             }
         })?;
-        if got != want {
+        let family = sock.domain()?;
+        if got != want || !families.contains(&family) {
+            let wanted: Vec<String> = families.iter().map(|&f| family_name(f)).collect();
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(
-                    "{what} needs a {} socket; this one is {}",
+                    "{what} needs a {} socket of {}; this one is {} of {}",
                     type_name(want),
-                    type_name(got)
+                    wanted.join(" or "),
+                    type_name(got),
+                    family_name(family)
                 ),
             ));
         }
@@ -682,6 +695,21 @@ macro_rules! socket_traits {
 }
 
 pub(crate) use {socket_traits, stream_methods};
+
+/// The families an IP type (`TcpStream`, `TcpListener`, `UdpSocket`) adopts.
+pub(crate) const IP: &[Domain] = &[Domain::IPV4, Domain::IPV6];
+/// The family a Unix type adopts.
+pub(crate) const UNIX: &[Domain] = &[Domain::UNIX];
+
+/// A socket family's name, for errors.
+fn family_name(family: Domain) -> String {
+    match family {
+        Domain::IPV4 => "AF_INET".into(),
+        Domain::IPV6 => "AF_INET6".into(),
+        Domain::UNIX => "AF_UNIX".into(),
+        other => format!("family {}", i32::from(other)),
+    }
+}
 
 /// A socket type's name, for errors.
 fn type_name(ty: Type) -> String {

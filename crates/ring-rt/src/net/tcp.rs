@@ -13,7 +13,7 @@ use socket2::{Domain, SockAddr, Type};
 
 use super::into_fd::IntoFdError;
 use super::recv_stream::RecvStream;
-use super::socket::{socket_traits, stream_methods, Socket};
+use super::socket::{socket_traits, stream_methods, Socket, IP};
 use ring_core::direct::DirectCloser;
 
 use crate::backend::Capability;
@@ -155,8 +155,9 @@ impl TcpListener {
 
     /// Adopts a listening std listener on the current worker (it is switched to the
     /// blocking mode the backend wants). The listener must already listen, as std's
-    /// `TcpListener::bind` leaves it. An fd that is not a `SOCK_STREAM` socket is refused
-    /// (`InvalidInput`).
+    /// `TcpListener::bind` leaves it. An fd that is not a `SOCK_STREAM` socket of `AF_INET`
+    /// or `AF_INET6` is refused (`InvalidInput`): a Unix listener's peers have no
+    /// `SocketAddr`.
     ///
     /// # Examples
     ///
@@ -172,7 +173,7 @@ impl TcpListener {
     /// ```
     pub fn from_std(listener: std::net::TcpListener) -> io::Result<TcpListener> {
         Ok(TcpListener {
-            socket: Socket::from_std(listener.into(), Type::STREAM, "a TcpListener")?,
+            socket: Socket::from_std(listener.into(), Type::STREAM, IP, "a TcpListener")?,
         })
     }
 
@@ -707,8 +708,8 @@ impl TcpStream {
     }
 
     /// Adopts a connected std stream on the current worker (it is switched to the blocking
-    /// mode the backend wants). An fd that is not a `SOCK_STREAM` socket is refused
-    /// (`InvalidInput`).
+    /// mode the backend wants). An fd that is not a `SOCK_STREAM` socket of `AF_INET` or
+    /// `AF_INET6` is refused (`InvalidInput`).
     ///
     /// # Examples
     ///
@@ -725,7 +726,7 @@ impl TcpStream {
     /// ```
     pub fn from_std(stream: std::net::TcpStream) -> io::Result<TcpStream> {
         Ok(TcpStream {
-            socket: Socket::from_std(stream.into(), Type::STREAM, "a TcpStream")?,
+            socket: Socket::from_std(stream.into(), Type::STREAM, IP, "a TcpStream")?,
         })
     }
 

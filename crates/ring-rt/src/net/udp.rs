@@ -5,7 +5,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 
 use socket2::{Domain, SockAddr, Type};
 
-use super::socket::Socket;
+use super::socket::{Socket, IP};
 use crate::buf::{IoBuf, IoBufMut};
 use crate::op::net::{MsgHdr, RecvMsg, SendMsg};
 use crate::op::unclaimed::TurnSlot;
@@ -63,7 +63,8 @@ impl UdpSocket {
     }
 
     /// Adopts a bound std socket on the current worker (switched to the blocking mode the
-    /// backend wants). An fd that is not a `SOCK_DGRAM` socket is refused (`InvalidInput`).
+    /// backend wants). An fd that is not a `SOCK_DGRAM` socket of `AF_INET` or `AF_INET6`
+    /// is refused (`InvalidInput`): a Unix datagram socket's senders have no `SocketAddr`.
     ///
     /// # Examples
     ///
@@ -80,7 +81,7 @@ impl UdpSocket {
     /// ```
     pub fn from_std(socket: std::net::UdpSocket) -> io::Result<UdpSocket> {
         Ok(UdpSocket {
-            socket: Socket::from_std(socket.into(), Type::DGRAM, "a UdpSocket")?,
+            socket: Socket::from_std(socket.into(), Type::DGRAM, IP, "a UdpSocket")?,
         })
     }
 

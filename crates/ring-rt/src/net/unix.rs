@@ -8,7 +8,7 @@ use socket2::{Domain, SockAddr, Type};
 
 use super::into_fd::IntoFdError;
 use super::recv_stream::RecvStream;
-use super::socket::{socket_traits, stream_methods, Socket};
+use super::socket::{socket_traits, stream_methods, Socket, UNIX};
 use super::tcp::accept_one;
 use crate::buf::{IoBuf, IoBufMut};
 use crate::op::link::Pending;
@@ -58,7 +58,7 @@ impl UnixListener {
     }
 
     /// Adopts a listening std listener on the current worker (switched to the blocking mode
-    /// the backend wants). An fd that is not a `SOCK_STREAM` socket is refused
+    /// the backend wants). An fd that is not an `AF_UNIX` `SOCK_STREAM` socket is refused
     /// (`InvalidInput`): a `SOCK_SEQPACKET` listener's connections are not streams.
     ///
     /// # Examples
@@ -80,7 +80,7 @@ impl UnixListener {
     /// ```
     pub fn from_std(listener: std::os::unix::net::UnixListener) -> io::Result<UnixListener> {
         Ok(UnixListener {
-            socket: Socket::from_std(listener.into(), Type::STREAM, "a UnixListener")?,
+            socket: Socket::from_std(listener.into(), Type::STREAM, UNIX, "a UnixListener")?,
         })
     }
 
@@ -149,8 +149,9 @@ impl UnixStream {
     }
 
     /// Adopts a connected std stream on the current worker (switched to the blocking mode
-    /// the backend wants). An fd that is not a `SOCK_STREAM` socket (a `SOCK_SEQPACKET` one,
-    /// say) is refused (`InvalidInput`): its records would be read as stream bytes.
+    /// the backend wants). An fd that is not an `AF_UNIX` `SOCK_STREAM` socket (a
+    /// `SOCK_SEQPACKET` one, say) is refused (`InvalidInput`): its records would be read as
+    /// stream bytes.
     ///
     /// # Examples
     ///
@@ -167,7 +168,7 @@ impl UnixStream {
     /// ```
     pub fn from_std(stream: std::os::unix::net::UnixStream) -> io::Result<UnixStream> {
         Ok(UnixStream {
-            socket: Socket::from_std(stream.into(), Type::STREAM, "a UnixStream")?,
+            socket: Socket::from_std(stream.into(), Type::STREAM, UNIX, "a UnixStream")?,
         })
     }
 
