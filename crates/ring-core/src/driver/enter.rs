@@ -276,8 +276,12 @@ impl Driver {
     pub(super) fn copy_cqes(&mut self) {
         let mut cq = self.ring.completion();
         let lost = u64::from(cq.overflow());
-        self.scratch
-            .extend(cq.by_ref().map(|entry| Cqe::from(&entry)));
+        // Room first, then a plain loop: `extend` over the mapped iterator, which does not
+        // know its length, cost about 40 instructions per CQE (callgrind, echo).
+        self.scratch.reserve(cq.len());
+        for entry in cq.by_ref() {
+            self.scratch.push_back(Cqe::from(&entry));
+        }
         drop(cq);
         let seen = self.overflow_seen;
         if lost > seen {

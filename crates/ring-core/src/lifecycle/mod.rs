@@ -298,7 +298,7 @@ impl Lifecycle {
         match self {
             Lifecycle::Completed(cqe) => {
                 let cqe = *cqe;
-                *self = Lifecycle::Submitted;
+                self.leave_plain(Lifecycle::Submitted);
                 Poll::Ready(cqe)
             }
             Lifecycle::Multishot(queue) => match queue.cqes.pop_front() {
@@ -308,16 +308,36 @@ impl Lifecycle {
                     Poll::Pending
                 }
             },
-            Lifecycle::Waiting(current) if current.will_wake(waker) => Poll::Pending,
-            Lifecycle::Submitted | Lifecycle::Waiting(_) => {
-                let previous = std::mem::replace(self, Lifecycle::Waiting(waker.clone()));
-                if let Lifecycle::Waiting(old) = previous {
+            Lifecycle::Waiting(current) => {
+                if !current.will_wake(waker) {
+                    let old = std::mem::replace(current, waker.clone());
                     deferred.drop_waker_later(old);
                 }
                 Poll::Pending
             }
+            Lifecycle::Submitted => {
+                self.leave_plain(Lifecycle::Waiting(waker.clone()));
+                Poll::Pending
+            }
             Lifecycle::Orphaned(_) => panic!("an orphaned op has no future left to poll it"),
         }
+    }
+
+    /// Moves a slot in a state that owns nothing (`Submitted`, or `Completed` with its
+    /// plain CQE) to `next` without running the enum's destructor: `*self = next` calls it
+    /// out of line for whatever variant was there (3 calls per echo request, about 14
+    /// instructions each, callgrind). Another state's waker, queue or orphan would leak
+    /// here, so only those two arms call it.
+    #[inline]
+    fn leave_plain(&mut self, next: Lifecycle) {
+        debug_assert!(self.owns_nothing(), "{self:?} owns what it holds");
+        std::mem::forget(std::mem::replace(self, next));
+    }
+
+    /// True in the states that own nothing a destructor must free.
+    #[inline]
+    pub(crate) fn owns_nothing(&self) -> bool {
+        matches!(self, Lifecycle::Submitted | Lifecycle::Completed(_))
     }
 
     /// The future was dropped: hand `orphan` the op's memory. CQEs that already arrived are

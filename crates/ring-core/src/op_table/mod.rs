@@ -257,7 +257,12 @@ impl OpTable {
             Poll::Ready(cqe) => cqe,
         };
         if !cqe.is_more() {
-            self.slots.remove(id.index as usize);
+            let slot = self.slots.remove(id.index as usize);
+            // A single-shot op's slot is left `Submitted` by its last poll, which owns
+            // nothing: skip the enum's out-of-line destructor (see `Lifecycle::leave_plain`).
+            if slot.state.owns_nothing() {
+                std::mem::forget(slot);
+            }
         }
         Poll::Ready(Ok(cqe))
     }

@@ -759,6 +759,12 @@ impl Drop for EpollBackend {
 
 /// Takes every waker out of `waiters`, to be woken at the worker's next safe point.
 fn wake_every(waiters: &mut Waiters, woken: &mut Deferred) {
+    // Looked at first: most events find nobody waiting in one of their directions (an echo
+    // request's write edge), and taking an empty set out clones and drops a no-op waker
+    // (33 instructions per echo request, callgrind).
+    if waiters.is_empty() {
+        return;
+    }
     for waker in std::mem::take(waiters) {
         woken.wake(waker);
     }
