@@ -1685,52 +1685,29 @@ fn from_std_refuses_a_socket_of_another_type(kind: BackendKind) -> Outcome {
             let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
             Ok(std::net::TcpStream::connect(listener.local_addr()?)?.into())
         };
-        let err = |res: std::io::Result<()>| res.err().map(|e| (e.kind(), e.to_string()));
+        // `Type(fd)`: what adopting that fd as that type says (`None`: it was adopted).
+        macro_rules! adopt {
+            ($ty:ident($fd:ident)) => {
+                (
+                    concat!(stringify!($ty), "(", stringify!($fd), ")"),
+                    $ty::from_std($fd()?.into())
+                        .err()
+                        .map(|e| (e.kind(), e.to_string())),
+                )
+            };
+        }
         std::io::Result::Ok(vec![
-            (
-                "UnixStream(seqpacket)",
-                err(UnixStream::from_std(seqpacket()?.into()).map(drop)),
-            ),
-            (
-                "UnixListener(seqpacket)",
-                err(UnixListener::from_std(seqpacket()?.into()).map(drop)),
-            ),
-            (
-                "TcpStream(udp)",
-                err(TcpStream::from_std(udp()?.into()).map(drop)),
-            ),
-            (
-                "TcpListener(udp)",
-                err(TcpListener::from_std(udp()?.into()).map(drop)),
-            ),
-            (
-                "UdpSocket(tcp)",
-                err(UdpSocket::from_std(tcp()?.into()).map(drop)),
-            ),
-            (
-                "UnixStream(file)",
-                err(UnixStream::from_std(file()?.into()).map(drop)),
-            ),
-            (
-                "UdpSocket(unix datagram)",
-                err(UdpSocket::from_std(unix_dgram()?.into()).map(drop)),
-            ),
-            (
-                "TcpStream(unix stream)",
-                err(TcpStream::from_std(unix_stream()?.into()).map(drop)),
-            ),
-            (
-                "TcpListener(unix listener)",
-                err(TcpListener::from_std(unix_listener()?.into()).map(drop)),
-            ),
-            (
-                "UnixStream(tcp stream)",
-                err(UnixStream::from_std(tcp_stream()?.into()).map(drop)),
-            ),
-            (
-                "UnixListener(tcp listener)",
-                err(UnixListener::from_std(tcp()?.into()).map(drop)),
-            ),
+            adopt!(UnixStream(seqpacket)),
+            adopt!(UnixListener(seqpacket)),
+            adopt!(TcpStream(udp)),
+            adopt!(TcpListener(udp)),
+            adopt!(UdpSocket(tcp)),
+            adopt!(UnixStream(file)),
+            adopt!(UdpSocket(unix_dgram)),
+            adopt!(TcpStream(unix_stream)),
+            adopt!(TcpListener(unix_listener)),
+            adopt!(UnixStream(tcp_stream)),
+            adopt!(UnixListener(tcp)),
         ])
     })?;
     for (what, refused) in refusals {
