@@ -376,15 +376,18 @@ impl Core {
             if self.deferred.borrow().is_empty() {
                 return;
             }
-            let mut batch = self.running.take();
-            std::mem::swap(&mut batch, &mut *self.deferred.borrow_mut());
+            // The spare batch is borrowed across the wakes and drops it runs: only this
+            // function touches it, and `is_running_deferred` keeps it from running twice at
+            // once. Swapped in place, not taken out and put back: that made and dropped an
+            // empty `Deferred` every turn (27 instructions per echo request, callgrind).
+            let mut batch = self.running.borrow_mut();
+            std::mem::swap(&mut *batch, &mut *self.deferred.borrow_mut());
             let guard = RequeueOnPanic {
                 core: self,
                 batch: &mut batch,
             };
             guard.batch.run();
             std::mem::forget(guard);
-            self.running.replace(batch);
         }
     }
 
