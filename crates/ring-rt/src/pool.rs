@@ -54,6 +54,7 @@ enum Data {
 
 impl PooledBuf {
     /// The received bytes (see the [type's example](PooledBuf)).
+    #[inline]
     pub fn as_slice(&self) -> &[u8] {
         let all: &[u8] = match &self.data {
             Data::Lease(lease) => lease,
@@ -89,6 +90,7 @@ impl PooledBuf {
 impl Deref for PooledBuf {
     type Target = [u8];
 
+    #[inline]
     fn deref(&self) -> &[u8] {
         self.as_slice()
     }
@@ -106,13 +108,18 @@ impl fmt::Debug for PooledBuf {
 // SAFETY: the bytes are a lease's buffer, which belongs to the group the lease keeps alive,
 // or a Vec's heap buffer; neither moves with the value, and `as_slice` covers exactly the
 // received bytes still in the chunk.
+// Inline, as the slice's own accessors are: out of line, these three were 3-4 calls of
+// 10-14 instructions per echo request (callgrind).
 unsafe impl IoBuf for PooledBuf {
+    #[inline]
     fn stable_ptr(&self) -> *const u8 {
         self.as_slice().as_ptr()
     }
+    #[inline]
     fn bytes_init(&self) -> usize {
         self.len()
     }
+    #[inline]
     fn bytes_total(&self) -> usize {
         self.len()
     }

@@ -605,6 +605,7 @@ impl Group {
 
     /// Start of `bid`'s buffer. Callers check `bid < count`; `wrapping_add` keeps the pointer
     /// arithmetic itself safe regardless.
+    #[inline]
     fn buf(&self, bid: u16) -> *mut u8 {
         self.mem
             .base
@@ -837,6 +838,7 @@ impl BufLease {
     }
 
     /// Bytes received into the buffer.
+    #[inline]
     pub fn len(&self) -> usize {
         self.len as usize
     }
@@ -847,6 +849,7 @@ impl BufLease {
     }
 
     /// The received bytes.
+    #[inline]
     pub fn as_slice(&self) -> &[u8] {
         // SAFETY: the bid is Leased, so nobody else writes it (it is in no ring, not provided,
         // not on the free list); the lease holds the group, so the memory is alive; `len <=
@@ -864,6 +867,7 @@ impl BufLease {
 impl Deref for BufLease {
     type Target = [u8];
 
+    #[inline]
     fn deref(&self) -> &[u8] {
         self.as_slice()
     }

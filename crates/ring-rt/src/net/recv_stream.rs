@@ -497,7 +497,13 @@ impl<'a> RecvStream<'a> {
                         group: group.clone(),
                         unclaimed: unclaimed.clone(),
                     };
-                    **boxed = OneShot::InFlight(Op::new(self.socket.core.clone(), def));
+                    // Over `Spent`, which owns nothing: forgotten, not dropped (the enum's
+                    // destructor is out of line).
+                    let spent = std::mem::replace(
+                        &mut **boxed,
+                        OneShot::InFlight(Op::new(self.socket.core.clone(), def)),
+                    );
+                    std::mem::forget(spent);
                 }
                 let OneShot::InFlight(op) = &mut **boxed else {
                     unreachable!("started just above");
