@@ -386,6 +386,7 @@ where
 /// so far after a step that started at `done` and gave `res`, or the error that ends the
 /// loop. `EINTR` moves nothing and goes on; a step that moved nothing ends it with
 /// `on_zero(done, total)`.
+#[inline]
 pub(crate) fn advance(
     res: std::io::Result<usize>,
     done: usize,

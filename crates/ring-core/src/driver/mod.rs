@@ -539,6 +539,7 @@ impl Driver {
         self.reap_provide(cqe) || self.dispatch_direct(cqe)
     }
 
+    #[inline]
     fn note_in_flight(&self) {
         Metrics::set(&self.metrics.ops_in_flight, self.ops.len() as u64);
     }

@@ -65,6 +65,7 @@ pub struct Deferred {
 
 impl Deferred {
     /// Queues a wake-up.
+    #[inline]
     pub fn wake(&mut self, waker: Waker) {
         self.wakers.push_back(waker);
     }

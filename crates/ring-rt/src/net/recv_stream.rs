@@ -416,6 +416,7 @@ impl<'a> RecvStream<'a> {
     }
 
     /// The retry after a starved wait took a buffer (or found the returned one gone).
+    #[inline]
     fn used_turn(&mut self) {
         if let Some(starved) = self.starved.take() {
             starved.used();

@@ -47,6 +47,7 @@ fn writable(fd: RawFd) -> Emulation {
 /// Socket op lengths: io_uring's send/recv reject lengths above `i32::MAX` (`EINVAL`) where
 /// `send(2)`/`recv(2)` clamp, so a larger buffer is used up to `i32::MAX` bytes (a short
 /// transfer, which every caller already handles).
+#[inline]
 fn len_u32(len: usize) -> u32 {
     len.min(i32::MAX as usize) as u32
 }
