@@ -348,8 +348,9 @@ impl<T: OpDef> Op<T> {
     }
 
     /// Replaces the `Done` a transition left in the state with `next`. `Done` owns nothing,
-    /// so it is forgotten rather than dropped: `self.state = next` ran the state's
-    /// out-of-line destructor on it (an op start and a chunk each, callgrind).
+    /// so it is forgotten rather than dropped: an assignment, `self.state = next`, drops the
+    /// value it overwrites, through the state's out-of-line destructor (an op start and a
+    /// chunk each, callgrind).
     #[inline]
     fn leave_done(&mut self, next: State<T>) {
         debug_assert!(matches!(self.state, State::Done));
@@ -430,7 +431,8 @@ impl<T: OpDef> Drop for Op<T> {
     /// The one orphan path (see the module header): what is in flight goes to the worker.
     fn drop(&mut self) {
         // A finished op (the usual drop) has nothing to let go: looked at first, as taking
-        // its state out ran the state's out-of-line destructor on the `Done` left behind.
+        // its state out wrote a `Done` in its place and dropped the `Done` taken out (an
+        // out-of-line call; the field's own drop glue still runs after this either way).
         if matches!(self.state, State::Done) {
             return;
         }
