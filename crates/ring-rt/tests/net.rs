@@ -1685,6 +1685,27 @@ fn from_std_refuses_a_socket_of_another_type(kind: BackendKind) -> Outcome {
             let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
             Ok(std::net::TcpStream::connect(listener.local_addr()?)?.into())
         };
+        // Of the right type and family, but not listening where a listener is wanted (or the
+        // other way round), or of another protocol: UDP-Lite is `SOCK_DGRAM` of `AF_INET`.
+        let unlistened = || -> std::io::Result<OwnedFd> {
+            let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+            sock.bind(
+                &"127.0.0.1:0"
+                    .parse::<std::net::SocketAddr>()
+                    .unwrap()
+                    .into(),
+            )?;
+            Ok(sock.into())
+        };
+        let unix_unlistened = || -> std::io::Result<OwnedFd> {
+            Ok(socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)?.into())
+        };
+        let udplite = || -> std::io::Result<OwnedFd> {
+            let protocol = socket2::Protocol::from(libc::IPPROTO_UDPLITE);
+            let sock =
+                socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, Some(protocol))?;
+            Ok(sock.into())
+        };
         // `Type(fd)`: what adopting that fd as that type says (`None`: it was adopted).
         macro_rules! adopt {
             ($ty:ident($fd:ident)) => {
@@ -1708,6 +1729,13 @@ fn from_std_refuses_a_socket_of_another_type(kind: BackendKind) -> Outcome {
             adopt!(TcpListener(unix_listener)),
             adopt!(UnixStream(tcp_stream)),
             adopt!(UnixListener(tcp)),
+            adopt!(TcpListener(tcp_stream)),
+            adopt!(TcpListener(unlistened)),
+            adopt!(TcpStream(tcp)),
+            adopt!(UnixListener(unix_stream)),
+            adopt!(UnixListener(unix_unlistened)),
+            adopt!(UnixStream(unix_listener)),
+            adopt!(UdpSocket(udplite)),
         ])
     })?;
     for (what, refused) in refusals {

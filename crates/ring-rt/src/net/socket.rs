@@ -8,7 +8,7 @@ use std::net::Shutdown;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
 
-use socket2::{Domain, SockAddr, Type};
+use socket2::{Domain, Protocol, SockAddr, Type};
 
 use super::recv_stream::RecvStream;
 use super::write_all::WriteAll;
@@ -49,42 +49,11 @@ impl Socket {
         })
     }
 
-    /// Adopts `fd`, a socket a caller handed over (`from_std`), on the current worker, if
-    /// it is of the type and of one of the families `what` (the ring-rt type taking it)
-    /// needs. A stream type reads a `SOCK_SEQPACKET` or datagram socket's records as stream
-    /// bytes, and on epoll a short record marks it drained with more queued (the next read
-    /// then waits for ever); a UDP or TCP type given a Unix socket cannot name a datagram's
-    /// sender or a connection's peer (a `sockaddr_un` is no `SocketAddr`), and a Unix type
-    /// given an IP socket the other way round.
-    pub(crate) fn from_std(
-        fd: OwnedFd,
-        want: Type,
-        families: &[Domain],
-        what: &str,
-    ) -> io::Result<Socket> {
-        let sock = socket2::SockRef::from(&fd);
-        let got = sock.r#type().map_err(|err| {
-            if err.raw_os_error() == Some(libc::ENOTSOCK) {
-                let msg = format!("{what} needs a socket; this fd is not one (ENOTSOCK)");
-                io::Error::new(io::ErrorKind::InvalidInput, msg)
-            } else {
-                err
-            }
-        })?;
-        let family = sock.domain()?;
-        if got != want || !families.contains(&family) {
-            let wanted: Vec<String> = families.iter().map(|&f| family_name(f)).collect();
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "{what} needs a {} socket of {}; this one is {} of {}",
-                    type_name(want),
-                    wanted.join(" or "),
-                    type_name(got),
-                    family_name(family)
-                ),
-            ));
-        }
+    /// Adopts `fd`, a socket a caller handed over (`from_std`), on the current worker, if it
+    /// is what `kind` (the ring-rt type taking it) adopts; else `InvalidInput` saying what
+    /// is wrong (see [`Adopts`]).
+    pub(crate) fn from_std(fd: OwnedFd, kind: &Adopts) -> io::Result<Socket> {
+        kind.check(&socket2::SockRef::from(&fd))?;
         Socket::from_owned(Core::current_io()?, fd)
     }
 
@@ -696,10 +665,115 @@ macro_rules! socket_traits {
 
 pub(crate) use {socket_traits, stream_methods};
 
-/// The families an IP type (`TcpStream`, `TcpListener`, `UdpSocket`) adopts.
-pub(crate) const IP: &[Domain] = &[Domain::IPV4, Domain::IPV6];
-/// The family a Unix type adopts.
-pub(crate) const UNIX: &[Domain] = &[Domain::UNIX];
+/// What a ring-rt socket type adopts in `from_std`. A stream type reads a `SOCK_SEQPACKET`
+/// or datagram socket's records as stream bytes, and on epoll a short record marks it
+/// drained with more queued (the next read then waits for ever); a UDP or TCP type given a
+/// Unix socket cannot name a datagram's sender or a connection's peer (a `sockaddr_un` is
+/// no `SocketAddr`), and a Unix type given an IP socket the other way round; an SCTP stream
+/// is no TCP stream, nor an ICMP "ping" socket a UDP one; and a listener's `accept` fails
+/// on a socket that does not listen, as a stream's reads do on one that does.
+pub(crate) struct Adopts {
+    /// The type taking it, for errors ("a TcpStream").
+    what: &'static str,
+    ty: Type,
+    families: &'static [Domain],
+    /// An IP socket's protocol (`None` for Unix sockets, whose protocol is 0).
+    protocol: Option<Protocol>,
+    /// Whether it must listen (`listen(2)` called: `SO_ACCEPTCONN`), or must not.
+    listens: bool,
+}
+
+const IP: &[Domain] = &[Domain::IPV4, Domain::IPV6];
+
+pub(crate) const TCP_STREAM: Adopts = Adopts {
+    what: "a TcpStream",
+    ty: Type::STREAM,
+    families: IP,
+    protocol: Some(Protocol::TCP),
+    listens: false,
+};
+pub(crate) const TCP_LISTENER: Adopts = Adopts {
+    what: "a TcpListener",
+    listens: true,
+    ..TCP_STREAM
+};
+pub(crate) const UDP_SOCKET: Adopts = Adopts {
+    what: "a UdpSocket",
+    ty: Type::DGRAM,
+    families: IP,
+    protocol: Some(Protocol::UDP),
+    listens: false,
+};
+pub(crate) const UNIX_STREAM: Adopts = Adopts {
+    what: "a UnixStream",
+    ty: Type::STREAM,
+    families: &[Domain::UNIX],
+    protocol: None,
+    listens: false,
+};
+pub(crate) const UNIX_LISTENER: Adopts = Adopts {
+    what: "a UnixListener",
+    listens: true,
+    ..UNIX_STREAM
+};
+
+impl Adopts {
+    /// `Ok` if `sock` is what this type adopts; else `InvalidInput` naming what is wrong.
+    fn check(&self, sock: &socket2::SockRef<'_>) -> io::Result<()> {
+        let what = self.what;
+        let refuse = |msg: String| Err(io::Error::new(io::ErrorKind::InvalidInput, msg));
+        let got = match sock.r#type() {
+            Ok(got) => got,
+            Err(err) if err.raw_os_error() == Some(libc::ENOTSOCK) => {
+                return refuse(format!(
+                    "{what} needs a socket; this fd is not one (ENOTSOCK)"
+                ));
+            }
+            Err(err) => return Err(err),
+        };
+        let family = sock.domain()?;
+        if got != self.ty || !self.families.contains(&family) {
+            let wanted: Vec<String> = self.families.iter().map(|&f| family_name(f)).collect();
+            return refuse(format!(
+                "{what} needs a {} socket of {}; this one is {} of {}",
+                type_name(self.ty),
+                wanted.join(" or "),
+                type_name(got),
+                family_name(family)
+            ));
+        }
+        if let Some(want) = self.protocol {
+            let protocol = sock.protocol()?;
+            if protocol != Some(want) {
+                return refuse(format!(
+                    "{what} needs a {} socket; this one is {}",
+                    protocol_name(Some(want)),
+                    protocol_name(protocol)
+                ));
+            }
+        }
+        if self.ty == Type::STREAM && sock.is_listener()? != self.listens {
+            return refuse(if self.listens {
+                format!("{what} needs a listening socket; listen(2) was not called on this one")
+            } else {
+                format!("{what} needs a connection; this socket is a listener")
+            });
+        }
+        Ok(())
+    }
+}
+
+/// An IP protocol's name, for errors.
+fn protocol_name(protocol: Option<Protocol>) -> String {
+    match protocol {
+        Some(Protocol::TCP) => "TCP".into(),
+        Some(Protocol::UDP) => "UDP".into(),
+        Some(Protocol::ICMPV4) => "ICMP".into(),
+        Some(Protocol::ICMPV6) => "ICMPv6".into(),
+        Some(other) => format!("protocol {}", i32::from(other)),
+        None => "protocol 0".into(),
+    }
+}
 
 /// A socket family's name, for errors.
 fn family_name(family: Domain) -> String {

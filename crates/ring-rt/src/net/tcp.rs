@@ -13,7 +13,7 @@ use socket2::{Domain, SockAddr, Type};
 
 use super::into_fd::IntoFdError;
 use super::recv_stream::RecvStream;
-use super::socket::{socket_traits, stream_methods, Socket, IP};
+use super::socket::{socket_traits, stream_methods, Socket, TCP_LISTENER, TCP_STREAM};
 use ring_core::direct::DirectCloser;
 
 use crate::backend::Capability;
@@ -155,9 +155,10 @@ impl TcpListener {
 
     /// Adopts a listening std listener on the current worker (it is switched to the
     /// blocking mode the backend wants). The listener must already listen, as std's
-    /// `TcpListener::bind` leaves it. An fd that is not a `SOCK_STREAM` socket of `AF_INET`
-    /// or `AF_INET6` is refused (`InvalidInput`): a Unix listener's peers have no
-    /// `SocketAddr`.
+    /// `TcpListener::bind` leaves it. An fd that is not a listening TCP socket (`SOCK_STREAM`,
+    /// `IPPROTO_TCP`, of `AF_INET` or `AF_INET6`, `listen(2)` called) is refused
+    /// (`InvalidInput`): a Unix listener's peers have no `SocketAddr`, and `accept` fails on
+    /// a socket that does not listen.
     ///
     /// # Examples
     ///
@@ -173,7 +174,7 @@ impl TcpListener {
     /// ```
     pub fn from_std(listener: std::net::TcpListener) -> io::Result<TcpListener> {
         Ok(TcpListener {
-            socket: Socket::from_std(listener.into(), Type::STREAM, IP, "a TcpListener")?,
+            socket: Socket::from_std(listener.into(), &TCP_LISTENER)?,
         })
     }
 
@@ -708,8 +709,8 @@ impl TcpStream {
     }
 
     /// Adopts a connected std stream on the current worker (it is switched to the blocking
-    /// mode the backend wants). An fd that is not a `SOCK_STREAM` socket of `AF_INET` or
-    /// `AF_INET6` is refused (`InvalidInput`).
+    /// mode the backend wants). An fd that is not a TCP socket (`SOCK_STREAM`, `IPPROTO_TCP`,
+    /// of `AF_INET` or `AF_INET6`), or is a listening one, is refused (`InvalidInput`).
     ///
     /// # Examples
     ///
@@ -726,7 +727,7 @@ impl TcpStream {
     /// ```
     pub fn from_std(stream: std::net::TcpStream) -> io::Result<TcpStream> {
         Ok(TcpStream {
-            socket: Socket::from_std(stream.into(), Type::STREAM, IP, "a TcpStream")?,
+            socket: Socket::from_std(stream.into(), &TCP_STREAM)?,
         })
     }
 

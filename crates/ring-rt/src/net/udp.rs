@@ -5,7 +5,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 
 use socket2::{Domain, SockAddr, Type};
 
-use super::socket::{Socket, IP};
+use super::socket::{Socket, UDP_SOCKET};
 use crate::buf::{IoBuf, IoBufMut};
 use crate::op::net::{MsgHdr, RecvMsg, SendMsg};
 use crate::op::unclaimed::TurnSlot;
@@ -63,8 +63,9 @@ impl UdpSocket {
     }
 
     /// Adopts a bound std socket on the current worker (switched to the blocking mode the
-    /// backend wants). An fd that is not a `SOCK_DGRAM` socket of `AF_INET` or `AF_INET6`
-    /// is refused (`InvalidInput`): a Unix datagram socket's senders have no `SocketAddr`.
+    /// backend wants). An fd that is not a UDP socket (`SOCK_DGRAM`, `IPPROTO_UDP`, of
+    /// `AF_INET` or `AF_INET6`) is refused (`InvalidInput`): a Unix datagram socket's
+    /// senders have no `SocketAddr`, and a UDP-Lite or ICMP socket is not UDP.
     ///
     /// # Examples
     ///
@@ -81,7 +82,7 @@ impl UdpSocket {
     /// ```
     pub fn from_std(socket: std::net::UdpSocket) -> io::Result<UdpSocket> {
         Ok(UdpSocket {
-            socket: Socket::from_std(socket.into(), Type::DGRAM, IP, "a UdpSocket")?,
+            socket: Socket::from_std(socket.into(), &UDP_SOCKET)?,
         })
     }
 

@@ -8,7 +8,7 @@ use socket2::{Domain, SockAddr, Type};
 
 use super::into_fd::IntoFdError;
 use super::recv_stream::RecvStream;
-use super::socket::{socket_traits, stream_methods, Socket, UNIX};
+use super::socket::{socket_traits, stream_methods, Socket, UNIX_LISTENER, UNIX_STREAM};
 use super::tcp::accept_one;
 use crate::buf::{IoBuf, IoBufMut};
 use crate::op::link::Pending;
@@ -58,8 +58,9 @@ impl UnixListener {
     }
 
     /// Adopts a listening std listener on the current worker (switched to the blocking mode
-    /// the backend wants). An fd that is not an `AF_UNIX` `SOCK_STREAM` socket is refused
-    /// (`InvalidInput`): a `SOCK_SEQPACKET` listener's connections are not streams.
+    /// the backend wants). An fd that is not a listening `AF_UNIX` `SOCK_STREAM` socket is
+    /// refused (`InvalidInput`): a `SOCK_SEQPACKET` listener's connections are not streams,
+    /// and `accept` fails on a socket that does not listen.
     ///
     /// # Examples
     ///
@@ -80,7 +81,7 @@ impl UnixListener {
     /// ```
     pub fn from_std(listener: std::os::unix::net::UnixListener) -> io::Result<UnixListener> {
         Ok(UnixListener {
-            socket: Socket::from_std(listener.into(), Type::STREAM, UNIX, "a UnixListener")?,
+            socket: Socket::from_std(listener.into(), &UNIX_LISTENER)?,
         })
     }
 
@@ -150,8 +151,8 @@ impl UnixStream {
 
     /// Adopts a connected std stream on the current worker (switched to the blocking mode
     /// the backend wants). An fd that is not an `AF_UNIX` `SOCK_STREAM` socket (a
-    /// `SOCK_SEQPACKET` one, say) is refused (`InvalidInput`): its records would be read as
-    /// stream bytes.
+    /// `SOCK_SEQPACKET` one, say), or is a listening one, is refused (`InvalidInput`): its
+    /// records would be read as stream bytes.
     ///
     /// # Examples
     ///
@@ -168,7 +169,7 @@ impl UnixStream {
     /// ```
     pub fn from_std(stream: std::os::unix::net::UnixStream) -> io::Result<UnixStream> {
         Ok(UnixStream {
-            socket: Socket::from_std(stream.into(), Type::STREAM, UNIX, "a UnixStream")?,
+            socket: Socket::from_std(stream.into(), &UNIX_STREAM)?,
         })
     }
 
