@@ -1686,7 +1686,7 @@ fn from_std_refuses_a_socket_of_another_type(kind: BackendKind) -> Outcome {
             Ok(std::net::TcpStream::connect(listener.local_addr()?)?.into())
         };
         // Of the right type and family, but not listening where a listener is wanted (or the
-        // other way round), or of another protocol: UDP-Lite is `SOCK_DGRAM` of `AF_INET`.
+        // other way round).
         let unlistened = || -> std::io::Result<OwnedFd> {
             let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
             sock.bind(
@@ -1699,12 +1699,6 @@ fn from_std_refuses_a_socket_of_another_type(kind: BackendKind) -> Outcome {
         };
         let unix_unlistened = || -> std::io::Result<OwnedFd> {
             Ok(socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)?.into())
-        };
-        let udplite = || -> std::io::Result<OwnedFd> {
-            let protocol = socket2::Protocol::from(libc::IPPROTO_UDPLITE);
-            let sock =
-                socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, Some(protocol))?;
-            Ok(sock.into())
         };
         // `Type(fd)`: what adopting that fd as that type says (`None`: it was adopted).
         macro_rules! adopt {
@@ -1735,7 +1729,6 @@ fn from_std_refuses_a_socket_of_another_type(kind: BackendKind) -> Outcome {
             adopt!(UnixListener(unix_stream)),
             adopt!(UnixListener(unix_unlistened)),
             adopt!(UnixStream(unix_listener)),
-            adopt!(UdpSocket(udplite)),
         ])
     })?;
     for (what, refused) in refusals {
@@ -1755,6 +1748,21 @@ fn from_std_refuses_a_socket_of_another_type(kind: BackendKind) -> Outcome {
         TcpStream::from_std(std::net::TcpStream::connect(
             std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?,
         )?)?;
+        // An MPTCP listener is a TCP listener to its user (the protocol is not checked),
+        // where the kernel has MPTCP (`IPPROTO_MPTCP`, 5.6+).
+        let mptcp = socket2::Protocol::from(262);
+        if let Ok(sock) =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, Some(mptcp))
+        {
+            sock.bind(
+                &"127.0.0.1:0"
+                    .parse::<std::net::SocketAddr>()
+                    .unwrap()
+                    .into(),
+            )?;
+            sock.listen(8)?;
+            TcpListener::from_std(std::net::TcpListener::from(sock))?;
+        }
         // IPv6 where this machine has it (a sandbox without it is not the point here).
         if let Ok(v6) = std::net::UdpSocket::bind("[::1]:0") {
             UdpSocket::from_std(v6)?;

@@ -8,7 +8,7 @@ use std::net::Shutdown;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
 
-use socket2::{Domain, Protocol, SockAddr, Type};
+use socket2::{Domain, SockAddr, Type};
 
 use super::recv_stream::RecvStream;
 use super::write_all::WriteAll;
@@ -669,16 +669,15 @@ pub(crate) use {socket_traits, stream_methods};
 /// or datagram socket's records as stream bytes, and on epoll a short record marks it
 /// drained with more queued (the next read then waits for ever); a UDP or TCP type given a
 /// Unix socket cannot name a datagram's sender or a connection's peer (a `sockaddr_un` is
-/// no `SocketAddr`), and a Unix type given an IP socket the other way round; an SCTP stream
-/// is no TCP stream, nor an ICMP "ping" socket a UDP one; and a listener's `accept` fails
-/// on a socket that does not listen, as a stream's reads do on one that does.
+/// no `SocketAddr`), and a Unix type given an IP socket the other way round; and a
+/// listener's `accept` fails on a socket that does not listen, as a stream's reads do on one
+/// that does. The protocol is not looked at: an MPTCP socket is a TCP stream to its user,
+/// and UDP-Lite, one-to-one SCTP and ICMP "ping" sockets read and write as their type does.
 pub(crate) struct Adopts {
     /// The type taking it, for errors ("a TcpStream").
     what: &'static str,
     ty: Type,
     families: &'static [Domain],
-    /// An IP socket's protocol (`None` for Unix sockets, whose protocol is 0).
-    protocol: Option<Protocol>,
     /// Whether it must listen (`listen(2)` called: `SO_ACCEPTCONN`), or must not.
     listens: bool,
 }
@@ -689,7 +688,6 @@ pub(crate) const TCP_STREAM: Adopts = Adopts {
     what: "a TcpStream",
     ty: Type::STREAM,
     families: IP,
-    protocol: Some(Protocol::TCP),
     listens: false,
 };
 pub(crate) const TCP_LISTENER: Adopts = Adopts {
@@ -701,14 +699,12 @@ pub(crate) const UDP_SOCKET: Adopts = Adopts {
     what: "a UdpSocket",
     ty: Type::DGRAM,
     families: IP,
-    protocol: Some(Protocol::UDP),
     listens: false,
 };
 pub(crate) const UNIX_STREAM: Adopts = Adopts {
     what: "a UnixStream",
     ty: Type::STREAM,
     families: &[Domain::UNIX],
-    protocol: None,
     listens: false,
 };
 pub(crate) const UNIX_LISTENER: Adopts = Adopts {
@@ -742,16 +738,6 @@ impl Adopts {
                 family_name(family)
             ));
         }
-        if let Some(want) = self.protocol {
-            let protocol = sock.protocol()?;
-            if protocol != Some(want) {
-                return refuse(format!(
-                    "{what} needs a {} socket; this one is {}",
-                    protocol_name(Some(want)),
-                    protocol_name(protocol)
-                ));
-            }
-        }
         if self.ty == Type::STREAM && sock.is_listener()? != self.listens {
             return refuse(if self.listens {
                 format!("{what} needs a listening socket; listen(2) was not called on this one")
@@ -760,18 +746,6 @@ impl Adopts {
             });
         }
         Ok(())
-    }
-}
-
-/// An IP protocol's name, for errors.
-fn protocol_name(protocol: Option<Protocol>) -> String {
-    match protocol {
-        Some(Protocol::TCP) => "TCP".into(),
-        Some(Protocol::UDP) => "UDP".into(),
-        Some(Protocol::ICMPV4) => "ICMP".into(),
-        Some(Protocol::ICMPV6) => "ICMPv6".into(),
-        Some(other) => format!("protocol {}", i32::from(other)),
-        None => "protocol 0".into(),
     }
 }
 

@@ -155,10 +155,10 @@ impl TcpListener {
 
     /// Adopts a listening std listener on the current worker (it is switched to the
     /// blocking mode the backend wants). The listener must already listen, as std's
-    /// `TcpListener::bind` leaves it. An fd that is not a listening TCP socket (`SOCK_STREAM`,
-    /// `IPPROTO_TCP`, of `AF_INET` or `AF_INET6`, `listen(2)` called) is refused
-    /// (`InvalidInput`): a Unix listener's peers have no `SocketAddr`, and `accept` fails on
-    /// a socket that does not listen.
+    /// `TcpListener::bind` leaves it. An fd that is not a listening `SOCK_STREAM` socket of
+    /// `AF_INET` or `AF_INET6` (`listen(2)` called) is refused (`InvalidInput`): a Unix
+    /// listener's peers have no `SocketAddr`, and `accept` fails on a socket that does not
+    /// listen.
     ///
     /// # Examples
     ///
@@ -709,8 +709,8 @@ impl TcpStream {
     }
 
     /// Adopts a connected std stream on the current worker (it is switched to the blocking
-    /// mode the backend wants). An fd that is not a TCP socket (`SOCK_STREAM`, `IPPROTO_TCP`,
-    /// of `AF_INET` or `AF_INET6`), or is a listening one, is refused (`InvalidInput`).
+    /// mode the backend wants). An fd that is not a `SOCK_STREAM` socket of `AF_INET` or
+    /// `AF_INET6`, or is a listening one, is refused (`InvalidInput`).
     ///
     /// # Examples
     ///

@@ -63,9 +63,8 @@ impl UdpSocket {
     }
 
     /// Adopts a bound std socket on the current worker (switched to the blocking mode the
-    /// backend wants). An fd that is not a UDP socket (`SOCK_DGRAM`, `IPPROTO_UDP`, of
-    /// `AF_INET` or `AF_INET6`) is refused (`InvalidInput`): a Unix datagram socket's
-    /// senders have no `SocketAddr`, and a UDP-Lite or ICMP socket is not UDP.
+    /// backend wants). An fd that is not a `SOCK_DGRAM` socket of `AF_INET` or `AF_INET6`
+    /// is refused (`InvalidInput`): a Unix datagram socket's senders have no `SocketAddr`.
     ///
     /// # Examples
     ///
