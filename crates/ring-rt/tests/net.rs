@@ -146,6 +146,10 @@ fn main() {
             "a_unix_write_after_the_peer_shut_its_reading_down_fails_with_epipe",
             a_unix_write_after_the_peer_shut_its_reading_down_fails_with_epipe,
         ),
+        (
+            "an_accept_on_a_unix_listener_shut_down_fails",
+            an_accept_on_a_unix_listener_shut_down_fails,
+        ),
     ])
 }
 
@@ -1666,6 +1670,15 @@ fn from_std_refuses_a_socket_of_another_type(kind: BackendKind) -> Outcome {
             Ok(std::net::TcpListener::bind("127.0.0.1:0")?.into())
         };
         let file = || -> std::io::Result<OwnedFd> { Ok(std::fs::File::open("/dev/null")?.into()) };
+        // An `O_PATH` fd takes no getsockopt at all (EBADF).
+        let o_path = || -> std::io::Result<OwnedFd> {
+            use std::os::unix::fs::OpenOptionsExt;
+            let dir = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_PATH)
+                .open("/")?;
+            Ok(dir.into())
+        };
         // Of the right type but another family: a Unix datagram socket's senders have no IP
         // address, so a `UdpSocket` could not report where a datagram came from; a Unix
         // listener's connections none for a `TcpListener`, and the other way round.
@@ -1718,6 +1731,7 @@ fn from_std_refuses_a_socket_of_another_type(kind: BackendKind) -> Outcome {
             adopt!(TcpListener(udp)),
             adopt!(UdpSocket(tcp)),
             adopt!(UnixStream(file)),
+            adopt!(TcpStream(o_path)),
             adopt!(UdpSocket(unix_dgram)),
             adopt!(TcpStream(unix_stream)),
             adopt!(TcpListener(unix_listener)),
@@ -1769,6 +1783,39 @@ fn from_std_refuses_a_socket_of_another_type(kind: BackendKind) -> Outcome {
         }
         std::io::Result::Ok(())
     })?;
+    Ok(Completion::Completed)
+}
+
+/// An accept on a Unix listener shut down (it still says it listens, so `from_std` takes it)
+/// fails. On epoll the non-blocking `accept4` says `EAGAIN` there, and epoll reports the
+/// socket closed for reading, where a receive ends with 0: an accept ended with 0 too, and
+/// safe code got a `UnixStream` owning fd 0 (review CJ), closing it when dropped. io_uring's
+/// blocking accept says `EINVAL`.
+fn an_accept_on_a_unix_listener_shut_down_fails(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let dir = std::env::temp_dir().join(format!("ring-rt-shut-{}-{kind:?}", std::process::id()));
+    let _ = std::fs::remove_file(&dir);
+    let got = rt.block_on(async {
+        let std_listener = std::os::unix::net::UnixListener::bind(&dir)?;
+        socket2::SockRef::from(&std_listener).shutdown(Shutdown::Both)?;
+        let listener = UnixListener::from_std(std_listener)?;
+        std::io::Result::Ok(timeout(Duration::from_secs(2), listener.accept()).await)
+    });
+    let _ = std::fs::remove_file(&dir);
+    let got = got?;
+    match got {
+        Ok(Ok(stream)) => {
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
+            // Not dropped: it would close an fd it does not own.
+            std::mem::forget(stream);
+            check!(false, "the accept gave a stream with fd {fd}");
+        }
+        Ok(Err(err)) => check!(
+            err.kind() == ErrorKind::InvalidInput,
+            "the accept failed with {err:?}, not EINVAL"
+        ),
+        Err(_) => check!(false, "the accept waited for ever"),
+    }
     Ok(Completion::Completed)
 }
 

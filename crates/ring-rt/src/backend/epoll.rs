@@ -211,8 +211,15 @@ impl EpollBackend {
                 if self.is_read_closed(fd, events) {
                     // Shut down for reading (a UDP socket shut down locally): the blocking
                     // call io_uring makes returns 0 here, while the non-blocking one keeps
-                    // answering EAGAIN after the one edge epoll reported. Say 0 too.
-                    return Poll::Ready(Ok(Cqe::new(0, 0, 0)));
+                    // answering EAGAIN after the one edge epoll reported. Say 0 too, for a
+                    // receive; an accept (on a Unix listener shut down) says EINVAL, as
+                    // io_uring's does: its 0 would be fd 0.
+                    let res = if op.ends_at_read_shutdown() {
+                        0
+                    } else {
+                        -libc::EINVAL
+                    };
+                    return Poll::Ready(Ok(Cqe::new(0, res, 0)));
                 }
             }
             return match self.wait_ready(fd, events, wait, waker) {

@@ -91,6 +91,15 @@ pub unsafe trait Operation {
         None
     }
 
+    /// For [`Emulation::Readiness`] ops on epoll that wait to read: whether a socket shut
+    /// down for reading ends the op with 0, as a receive ends at the end of the stream
+    /// (the default). The non-blocking syscall keeps answering `EAGAIN` there after the one
+    /// edge epoll reported, where io_uring's blocking one returns. An accept says no: its 0
+    /// would be fd 0, handed to safe code to own and close (review CJ).
+    fn ends_at_read_shutdown(&self) -> bool {
+        true
+    }
+
     /// For [`Emulation::Blocking`] ops: whether a successful result is a new fd (an open),
     /// which the blocking pool closes itself if the runtime stopped waiting for the job.
     fn returns_fd(&self) -> bool {

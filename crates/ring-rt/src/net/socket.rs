@@ -720,10 +720,9 @@ impl Adopts {
         let refuse = |msg: String| Err(io::Error::new(io::ErrorKind::InvalidInput, msg));
         let got = match sock.r#type() {
             Ok(got) => got,
-            Err(err) if err.raw_os_error() == Some(libc::ENOTSOCK) => {
-                return refuse(format!(
-                    "{what} needs a socket; this fd is not one (ENOTSOCK)"
-                ));
+            // ENOTSOCK: a file, a pipe; EBADF: an `O_PATH` fd, which takes no getsockopt.
+            Err(err) if matches!(err.raw_os_error(), Some(libc::ENOTSOCK | libc::EBADF)) => {
+                return refuse(format!("{what} needs a socket; this fd is not one ({err})"));
             }
             Err(err) => return Err(err),
         };
@@ -740,7 +739,7 @@ impl Adopts {
         }
         if self.ty == Type::STREAM && sock.is_listener()? != self.listens {
             return refuse(if self.listens {
-                format!("{what} needs a listening socket; listen(2) was not called on this one")
+                format!("{what} needs a listening socket; this one does not listen (SO_ACCEPTCONN is 0)")
             } else {
                 format!("{what} needs a connection; this socket is a listener")
             });

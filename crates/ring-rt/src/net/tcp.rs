@@ -160,6 +160,11 @@ impl TcpListener {
     /// listener's peers have no `SocketAddr`, and `accept` fails on a socket that does not
     /// listen.
     ///
+    /// The blocking mode is the socket's, shared by every dup of its fd (`try_clone`): a dup
+    /// kept elsewhere sees the switch, and a dup adopted by a runtime of the other backend
+    /// switches it back, after which an epoll runtime's loop thread can block in a call on
+    /// it. Adopt one socket in one runtime.
+    ///
     /// # Examples
     ///
     /// ```
@@ -711,6 +716,11 @@ impl TcpStream {
     /// Adopts a connected std stream on the current worker (it is switched to the blocking
     /// mode the backend wants). An fd that is not a `SOCK_STREAM` socket of `AF_INET` or
     /// `AF_INET6`, or is a listening one, is refused (`InvalidInput`).
+    ///
+    /// The blocking mode is the socket's, shared by every dup of its fd (`try_clone`): a dup
+    /// kept elsewhere sees the switch, and a dup adopted by a runtime of the other backend
+    /// switches it back, after which an epoll runtime's loop thread can block in a call on
+    /// it. Adopt one socket in one runtime.
     ///
     /// # Examples
     ///

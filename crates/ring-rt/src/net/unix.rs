@@ -62,6 +62,11 @@ impl UnixListener {
     /// refused (`InvalidInput`): a `SOCK_SEQPACKET` listener's connections are not streams,
     /// and `accept` fails on a socket that does not listen.
     ///
+    /// The blocking mode is the socket's, shared by every dup of its fd (`try_clone`): a dup
+    /// kept elsewhere sees the switch, and a dup adopted by a runtime of the other backend
+    /// switches it back, after which an epoll runtime's loop thread can block in a call on
+    /// it. Adopt one socket in one runtime.
+    ///
     /// # Examples
     ///
     /// ```
@@ -153,6 +158,11 @@ impl UnixStream {
     /// the backend wants). An fd that is not an `AF_UNIX` `SOCK_STREAM` socket (a
     /// `SOCK_SEQPACKET` one, say), or is a listening one, is refused (`InvalidInput`): its
     /// records would be read as stream bytes.
+    ///
+    /// The blocking mode is the socket's, shared by every dup of its fd (`try_clone`): a dup
+    /// kept elsewhere sees the switch, and a dup adopted by a runtime of the other backend
+    /// switches it back, after which an epoll runtime's loop thread can block in a call on
+    /// it. Adopt one socket in one runtime.
     ///
     /// # Examples
     ///

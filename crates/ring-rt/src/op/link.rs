@@ -148,6 +148,9 @@ unsafe impl<T: OpDef> Operation for Raw<T> {
     fn returns_fd(&self) -> bool {
         self.0.returns_fd()
     }
+    fn ends_at_read_shutdown(&self) -> bool {
+        self.0.ends_at_read_shutdown()
+    }
     fn submits_at_once(&self) -> bool {
         self.0.submits_at_once()
     }

@@ -147,6 +147,11 @@ unsafe impl Operation for Accept {
         Some(self.fd)
     }
 
+    /// An accept's 0 would be an fd (see the trait's docs).
+    fn ends_at_read_shutdown(&self) -> bool {
+        false
+    }
+
     fn emulate(&mut self) -> Emulation {
         readable(self.fd)
     }
@@ -263,6 +268,11 @@ impl AcceptMulti {
 unsafe impl Operation for AcceptMulti {
     fn fd(&self) -> Option<RawFd> {
         Some(self.fd)
+    }
+
+    /// An accept's 0 would be an fd (see the trait's docs).
+    fn ends_at_read_shutdown(&self) -> bool {
+        false
     }
 
     fn sqe(&mut self) -> squeue::Entry {
