@@ -1789,7 +1789,7 @@ fn from_std_refuses_a_socket_of_another_type(kind: BackendKind) -> Outcome {
 /// An accept on a Unix listener shut down (it still says it listens, so `from_std` takes it)
 /// fails. On epoll the non-blocking `accept4` says `EAGAIN` there, and epoll reports the
 /// socket closed for reading, where a receive ends with 0: an accept ended with 0 too, and
-/// safe code got a `UnixStream` owning fd 0 (review CJ), closing it when dropped. io_uring's
+/// safe code got a `UnixStream` owning fd 0 (review CK), closing it when dropped. io_uring's
 /// blocking accept says `EINVAL`.
 fn an_accept_on_a_unix_listener_shut_down_fails(kind: BackendKind) -> Outcome {
     let rt = runtime!(kind);

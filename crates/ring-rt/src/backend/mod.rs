@@ -95,7 +95,7 @@ pub unsafe trait Operation {
     /// down for reading ends the op with 0, as a receive ends at the end of the stream
     /// (the default). The non-blocking syscall keeps answering `EAGAIN` there after the one
     /// edge epoll reported, where io_uring's blocking one returns. An accept says no: its 0
-    /// would be fd 0, handed to safe code to own and close (review CJ).
+    /// would be fd 0, handed to safe code to own and close (review CK).
     fn ends_at_read_shutdown(&self) -> bool {
         true
     }
