@@ -1648,6 +1648,12 @@ fn a_read_that_stopped_at_passed_fds_leaves_the_bytes_behind_them_to_the_next(
     Ok(Completion::Completed)
 }
 
+/// Binds a socket2 socket to an ephemeral port on 127.0.0.1.
+fn bind_loopback(sock: &socket2::Socket) -> std::io::Result<()> {
+    let addr: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+    sock.bind(&addr.into())
+}
+
 /// A stream type adopting a socket that is not a byte stream (a `SOCK_SEQPACKET` Unix
 /// socket, a UDP socket) would read records as stream bytes, and on epoll a short record
 /// marked the socket drained with more records queued: the next read waited for ever.
@@ -1702,12 +1708,7 @@ fn from_std_refuses_a_socket_of_another_type(kind: BackendKind) -> Outcome {
         // other way round).
         let unlistened = || -> std::io::Result<OwnedFd> {
             let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
-            sock.bind(
-                &"127.0.0.1:0"
-                    .parse::<std::net::SocketAddr>()
-                    .unwrap()
-                    .into(),
-            )?;
+            bind_loopback(&sock)?;
             Ok(sock.into())
         };
         let unix_unlistened = || -> std::io::Result<OwnedFd> {
@@ -1768,12 +1769,7 @@ fn from_std_refuses_a_socket_of_another_type(kind: BackendKind) -> Outcome {
         if let Ok(sock) =
             socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, Some(mptcp))
         {
-            sock.bind(
-                &"127.0.0.1:0"
-                    .parse::<std::net::SocketAddr>()
-                    .unwrap()
-                    .into(),
-            )?;
+            bind_loopback(&sock)?;
             sock.listen(8)?;
             TcpListener::from_std(std::net::TcpListener::from(sock))?;
         }
