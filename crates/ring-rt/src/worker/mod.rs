@@ -731,19 +731,17 @@ pub(crate) fn is_final_cancel(cqe: &Cqe) -> bool {
 /// one poll) can shut the runtime down or move the poll to another thread.
 pub(crate) struct Startable(());
 
-// Cold: the hot op paths that can refuse keep only a call.
+// The three refusals are cold: the hot op paths that can refuse keep only a call.
 #[cold]
 fn busy() -> io::Error {
     Refused::Busy.error()
 }
 
-// Cold: the hot op paths that can refuse keep only a call.
 #[cold]
 fn elsewhere() -> io::Error {
     Refused::Elsewhere.error()
 }
 
-// Cold: the hot op paths that can refuse keep only a call.
 #[cold]
 fn shut_down() -> io::Error {
     Refused::ShutDown.error()
