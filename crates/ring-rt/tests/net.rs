@@ -150,6 +150,14 @@ fn main() {
             "an_accept_on_a_unix_listener_shut_down_fails",
             an_accept_on_a_unix_listener_shut_down_fails,
         ),
+        (
+            "a_tcp_listener_listening_again_after_a_shutdown_accepts",
+            a_tcp_listener_listening_again_after_a_shutdown_accepts,
+        ),
+        (
+            "a_socket_made_blocking_by_another_owner_never_blocks_the_loop",
+            a_socket_made_blocking_by_another_owner_never_blocks_the_loop,
+        ),
     ])
 }
 
@@ -1812,6 +1820,137 @@ fn an_accept_on_a_unix_listener_shut_down_fails(kind: BackendKind) -> Outcome {
         ),
         Err(_) => check!(false, "the accept waited for ever"),
     }
+    Ok(Completion::Completed)
+}
+
+/// A TCP listener shut down for reading stops listening (the kernel reports it hung up),
+/// and `listen(2)` on it again makes it a listener again: its next accept waits for a client
+/// and takes it. On epoll the hang-up's mark stayed on the fd while it was open, and that
+/// accept failed at once with `EINVAL` (review CL), where io_uring's waited.
+fn a_tcp_listener_listening_again_after_a_shutdown_accepts(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let got = rt.block_on(async {
+        let listener = Rc::new(TcpListener::bind("127.0.0.1:0")?);
+        // A waiting accept registers the listener with epoll.
+        let _ = timeout(Duration::from_millis(5), listener.accept()).await;
+        socket2::SockRef::from(&*listener).shutdown(Shutdown::Read)?;
+        // A loop turn, in which epoll reports the hang-up (it asks the socket at
+        // `epoll_wait`: after `listen(2)` again there would be none to report).
+        sleep(Duration::from_millis(20)).await;
+        // An accept now fails on both backends: the socket no longer listens.
+        let refused = timeout(Duration::from_secs(2), listener.accept()).await;
+        let refused = refused.map(|r| r.map(|_| ()).map_err(|e| e.kind()));
+        socket2::SockRef::from(&*listener).listen(16)?;
+        let addr = listener.local_addr()?;
+        let waiting = ring_rt::spawn({
+            let listener = listener.clone();
+            async move { timeout(Duration::from_secs(2), listener.accept()).await }
+        });
+        // The accept waits before the client comes.
+        sleep(Duration::from_millis(20)).await;
+        let _client = std::net::TcpStream::connect(addr)?;
+        let accepted = match waiting.await? {
+            Ok(Ok((stream, peer))) => Ok(stream.peer_addr()? == peer),
+            Ok(Err(err)) => Err(format!("failed: {err:?}")),
+            Err(_) => Err("waited for ever".to_string()),
+        };
+        std::io::Result::Ok((refused, accepted))
+    })?;
+    let (refused, accepted) = got;
+    check!(
+        refused == Ok(Err(ErrorKind::InvalidInput)),
+        "the accept after the shutdown: {refused:?}"
+    );
+    check!(
+        accepted == Ok(true),
+        "the accept after listen(2) again: {accepted:?}"
+    );
+    Ok(Completion::Completed)
+}
+
+/// A socket's blocking mode belongs to the socket, shared by every dup of its fd: another
+/// owner of a dup (a library, or `set_nonblocking(false)` on a `try_clone`) can make it
+/// blocking under the runtime. On epoll a receive or a send is a syscall on the loop's own
+/// thread, and one that blocked there stopped every task until the peer moved (here 300 ms;
+/// for ever if it never does). Each is asked not to block (`MSG_DONTWAIT`) whatever the
+/// fd's mode; a timer spawned beside it fires on time. io_uring's ops wait in the kernel.
+fn a_socket_made_blocking_by_another_owner_never_blocks_the_loop(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let late = Duration::from_millis(300);
+    let fired = rt.block_on(async move {
+        // A TCP read, a TCP write into a full buffer, a UDP receive with its sender.
+        let std_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let mut peer = std::net::TcpStream::connect(std_listener.local_addr()?)?;
+        let (ours, _) = std_listener.accept()?;
+        let dup = ours.try_clone()?;
+        let stream = TcpStream::from_std(ours)?;
+        dup.set_nonblocking(false)?;
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0")?;
+        let udp_dup = udp.try_clone()?;
+        let udp = UdpSocket::from_std(udp)?;
+        udp_dup.set_nonblocking(false)?;
+        let udp_addr = udp.local_addr()?;
+        // The peer moves `late` after each step starts: sends, or drains what the write
+        // filled.
+        let (step_tx, step_rx) = std::sync::mpsc::channel::<&'static str>();
+        let peer_thread = std::thread::spawn(move || -> std::io::Result<()> {
+            peer.set_read_timeout(Some(Duration::from_millis(100)))?;
+            let mut sink = vec![0u8; 1 << 16];
+            for step in step_rx {
+                std::thread::sleep(late);
+                match step {
+                    "read" => peer.write_all(b"late")?,
+                    "write" => loop {
+                        match peer.read(&mut sink) {
+                            Ok(0) => break,
+                            Ok(_) => {}
+                            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                            Err(e) => return Err(e),
+                        }
+                    },
+                    _ => {
+                        let sender = std::net::UdpSocket::bind("127.0.0.1:0")?;
+                        sender.send_to(b"late", udp_addr)?;
+                    }
+                }
+            }
+            Ok(())
+        });
+        let mut fired = Vec::new();
+        for what in ["read", "write", "recv_from"] {
+            let started = std::time::Instant::now();
+            let timer = ring_rt::spawn(async move {
+                sleep(Duration::from_millis(20)).await;
+                started.elapsed()
+            });
+            step_tx
+                .send(what)
+                .map_err(|_| std::io::Error::other("the peer is gone"))?;
+            match what {
+                "read" => stream.read(vec![0u8; 16]).await.0.map(drop)?,
+                // Larger than any socket buffer: a blocking send waits for the peer to read
+                // all but the last buffer's worth.
+                "write" => stream.write(vec![7u8; 64 << 20]).await.0.map(drop)?,
+                _ => udp.recv_from(vec![0u8; 16]).await.0.map(drop)?,
+            }
+            fired.push((what, timer.await?));
+        }
+        drop((stream, dup, step_tx));
+        peer_thread
+            .join()
+            .map_err(|_| std::io::Error::other("the peer thread panicked"))??;
+        std::io::Result::Ok(fired)
+    })?;
+    let slow: Vec<String> = fired
+        .iter()
+        .filter(|(_, after)| *after >= late)
+        .map(|(what, after)| format!("beside a {what} after {after:?}"))
+        .collect();
+    check!(
+        slow.is_empty(),
+        "{kind}: a 20 ms timer fired {}",
+        slow.join(", ")
+    );
     Ok(Completion::Completed)
 }
 

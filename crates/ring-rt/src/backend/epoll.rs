@@ -49,8 +49,8 @@ struct Registration {
     /// write) and no event has refilled since: the next op there waits for readiness
     /// instead of trying a syscall bound to fail with EAGAIN.
     unready: u32,
-    /// Directions epoll reported closed (peer shutdown, hang-up). Sticky: edge triggering
-    /// reports them once, and a drained queue whose peer has shut down gives end of file
+    /// Directions epoll reported closed (peer shutdown, hang-up). Kept until the kernel
+    /// says otherwise (see `is_still_read_closed`): edge triggering reports them once, and a drained queue whose peer has shut down gives end of file
     /// at once rather than EAGAIN, so these are never marked unready. Not an error alone
     /// (`EPOLLERR`): a connected UDP socket's ICMP error is reported once by the next
     /// receive, and the socket goes on (review CD: marked closed, every later receive that
@@ -208,7 +208,7 @@ impl EpollBackend {
                     }
                     return Poll::Ready(Ok(cqe));
                 }
-                if self.is_read_closed(fd, events) {
+                if self.is_read_closed(fd, events) && self.is_still_read_closed(fd) {
                     // Shut down for reading (a UDP socket shut down locally): the blocking
                     // call io_uring makes returns 0 here, while the non-blocking one keeps
                     // answering EAGAIN after the one edge epoll reported. Say 0 too, for a
@@ -323,6 +323,33 @@ impl EpollBackend {
                 .ok()
                 .and_then(|i| self.regs.get(i))
                 .is_some_and(|reg| reg.closed & read != 0)
+    }
+
+    /// Whether `fd`, marked closed for reading, still is, asked of the kernel by a `poll(2)`
+    /// that never blocks; if not, the mark goes. A socket can read again while its fd stays
+    /// open (a TCP listener shut down, then made to listen again: review CL), and epoll
+    /// reports no event for that. Asked only where an op's syscall said `EAGAIN` under the
+    /// mark. A `poll` that fails keeps the mark.
+    #[cold]
+    fn is_still_read_closed(&mut self, fd: RawFd) -> bool {
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN | libc::POLLRDHUP,
+            revents: 0,
+        };
+        // SAFETY: one valid `pollfd` for the call's duration; a zero timeout never blocks.
+        if unsafe { libc::poll(&mut pfd, 1, 0) } < 0 {
+            return true;
+        }
+        let (read_hup, hup) = (libc::POLLRDHUP, libc::POLLHUP);
+        if pfd.revents & (read_hup | hup) != 0 {
+            return true;
+        }
+        if let Some(reg) = usize::try_from(fd).ok().and_then(|i| self.regs.get_mut(i)) {
+            // No hang-up either: neither direction is closed any more.
+            reg.closed = 0;
+        }
+        false
     }
 
     /// Whether `fd` is known to be drained for all of `events`.

@@ -627,7 +627,8 @@ macro_rules! stream_methods {
 
 /// `AsFd`, `AsRawFd` and `Debug` for a type whose `socket` field owns the fd (as std's
 /// and tokio's sockets have them: for options and syscalls the type does not wrap; the
-/// blocking mode is the backend's and must not be changed).
+/// blocking mode is the backend's and must not be changed: receives and sends never block
+/// whatever it is, but an epoll accept on a listener made blocking waits on the loop thread).
 macro_rules! socket_traits {
     ($($ty:ident),+) => {$(
         /// A direct descriptor (see

@@ -67,9 +67,8 @@ impl UdpSocket {
     /// is refused (`InvalidInput`): a Unix datagram socket's senders have no `SocketAddr`.
     ///
     /// The blocking mode is the socket's, shared by every dup of its fd (`try_clone`): a dup
-    /// kept elsewhere sees the switch, and a dup adopted by a runtime of the other backend
-    /// switches it back, after which an epoll runtime's loop thread can block in a call on
-    /// it. Adopt one socket in one runtime.
+    /// kept elsewhere sees the switch. Receives and sends never block the runtime's thread,
+    /// whatever the mode (epoll asks each call not to).
     ///
     /// # Examples
     ///

@@ -64,8 +64,9 @@ impl UnixListener {
     ///
     /// The blocking mode is the socket's, shared by every dup of its fd (`try_clone`): a dup
     /// kept elsewhere sees the switch, and a dup adopted by a runtime of the other backend
-    /// switches it back, after which an epoll runtime's loop thread can block in a call on
-    /// it. Adopt one socket in one runtime.
+    /// (or made blocking by its owner) switches it back, after which an epoll runtime's
+    /// accept can block its loop thread: `accept4` has no flag to refuse to wait. Adopt one
+    /// listener in one runtime.
     ///
     /// # Examples
     ///
@@ -160,9 +161,8 @@ impl UnixStream {
     /// records would be read as stream bytes.
     ///
     /// The blocking mode is the socket's, shared by every dup of its fd (`try_clone`): a dup
-    /// kept elsewhere sees the switch, and a dup adopted by a runtime of the other backend
-    /// switches it back, after which an epoll runtime's loop thread can block in a call on
-    /// it. Adopt one socket in one runtime.
+    /// kept elsewhere sees the switch. Receives and sends never block the runtime's thread,
+    /// whatever the mode (epoll asks each call not to).
     ///
     /// # Examples
     ///

@@ -28,6 +28,13 @@ use crate::sys;
 /// accepting.
 pub const ACCEPT_QUEUE_MAX: u16 = 16;
 
+/// The flag every receive and send `try_syscall` makes carries: it runs on the loop's own
+/// thread, and must not block there whatever the fd's mode. The mode belongs to the socket,
+/// shared by every dup of its fd, and another owner of a dup can make it blocking: a
+/// receive then waited on the loop thread for the peer, stopping every task (review CK).
+/// Accept and connect have no such flag, and still rely on `O_NONBLOCK`.
+const NO_WAIT: i32 = libc::MSG_DONTWAIT;
+
 /// How a socket op waits on epoll (and a readiness-only op on io_uring): for `fd` to take
 /// or give data.
 fn readable(fd: RawFd) -> Emulation {
@@ -378,11 +385,11 @@ unsafe impl<B: IoBufMut> Operation for Recv<B> {
         let ptr = self.buf.stable_mut_ptr();
         if !self.is_stream {
             // SAFETY: the buffer is writable for bytes_total bytes and owned by the op.
-            let n = unsafe { libc::recv(self.fd, ptr.cast(), len, self.flags) };
+            let n = unsafe { libc::recv(self.fd, ptr.cast(), len, self.flags | NO_WAIT) };
             return Cqe::new(0, sys::res(n), 0);
         }
         // SAFETY: the buffer is writable for bytes_total bytes and owned by the op.
-        unsafe { recv_stream_bytes(self.fd, ptr, len, self.flags) }
+        unsafe { recv_stream_bytes(self.fd, ptr, len, self.flags | NO_WAIT) }
     }
 
     fn sqe(&mut self) -> squeue::Entry {
@@ -625,7 +632,7 @@ unsafe impl<B: IoBuf> Operation for Send<B> {
                 self.fd,
                 self.buf.stable_ptr().cast(),
                 len,
-                self.flags | libc::MSG_NOSIGNAL,
+                self.flags | libc::MSG_NOSIGNAL | NO_WAIT,
             )
         };
         Cqe::new(0, sys::res(n), 0)
@@ -689,7 +696,7 @@ unsafe impl<B: IoBuf> Operation for SendZc<B> {
                 self.fd,
                 self.buf.stable_ptr().cast(),
                 len,
-                libc::MSG_NOSIGNAL,
+                libc::MSG_NOSIGNAL | NO_WAIT,
             )
         };
         Cqe::new(0, sys::res(n), 0)
@@ -967,7 +974,7 @@ unsafe impl<B: IoBuf> Operation for SendMsg<B> {
 
     fn try_syscall(&mut self) -> Cqe {
         // SAFETY: the msghdr points at the op's own iovec, buffer and address.
-        let n = unsafe { libc::sendmsg(self.fd, &self.hdr.msg, libc::MSG_NOSIGNAL) };
+        let n = unsafe { libc::sendmsg(self.fd, &self.hdr.msg, libc::MSG_NOSIGNAL | NO_WAIT) };
         Cqe::new(0, sys::res(n), 0)
     }
 
@@ -1014,7 +1021,7 @@ unsafe impl<B: IoBufMut> Operation for RecvMsg<B> {
 
     fn try_syscall(&mut self) -> Cqe {
         // SAFETY: the msghdr points at the op's own iovec, buffer and address storage.
-        let n = unsafe { libc::recvmsg(self.fd, &mut self.hdr.msg, 0) };
+        let n = unsafe { libc::recvmsg(self.fd, &mut self.hdr.msg, NO_WAIT) };
         Cqe::new(0, sys::res(n), 0)
     }
 
@@ -1140,7 +1147,7 @@ pub(crate) fn recv_into_group(fd: RawFd, group: &BufGroup) -> Cqe {
     // MSG_DONTWAIT: on io_uring the socket is in blocking mode, and a readiness report
     // another reader raced us to must give EAGAIN, not block the loop.
     // SAFETY: `take` handed us bid exclusively; its memory is `len` writable bytes.
-    let cqe = unsafe { recv_stream_bytes(fd, ptr, len, libc::MSG_DONTWAIT) };
+    let cqe = unsafe { recv_stream_bytes(fd, ptr, len, NO_WAIT) };
     if cqe.res < 0 {
         // SAFETY: the bid came from `take` above and was not leased.
         unsafe { group.recycle(bid) };
