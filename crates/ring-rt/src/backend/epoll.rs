@@ -50,8 +50,9 @@ struct Registration {
     /// instead of trying a syscall bound to fail with EAGAIN.
     unready: u32,
     /// Directions epoll reported closed (peer shutdown, hang-up). Kept until the kernel
-    /// says otherwise (see `is_still_read_closed`): edge triggering reports them once, and a drained queue whose peer has shut down gives end of file
-    /// at once rather than EAGAIN, so these are never marked unready. Not an error alone
+    /// says otherwise (see `is_still_read_closed`): edge triggering reports them once, and
+    /// a drained queue whose peer has shut down gives end of file at once rather than
+    /// EAGAIN, so these are never marked unready. Not an error alone
     /// (`EPOLLERR`): a connected UDP socket's ICMP error is reported once by the next
     /// receive, and the socket goes on (review CD: marked closed, every later receive that
     /// met EAGAIN said end of file at once, and a receive loop spun).

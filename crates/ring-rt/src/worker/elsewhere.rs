@@ -84,9 +84,10 @@ impl Core {
         let id = match token {
             Token::Ready { wait, fd, events } => {
                 // Nothing of the op is in flight (its readiness poll owns no memory): one
-                // try of its syscall, which cannot block (epoll's sockets are non-blocking,
-                // io_uring's readiness-only receive passes MSG_DONTWAIT), else it fails.
-                // Either way it waits for readiness no more.
+                // try of its syscall, which does not block (receives and sends pass
+                // MSG_DONTWAIT; an accept relies on the listener's O_NONBLOCK, which its
+                // owner can clear: see the listeners' `from_std`), else it fails. Either
+                // way it waits for readiness no more.
                 match std::mem::replace(wait, ReadyWait::Idle) {
                     ReadyWait::Poll(id) => self.orphan(id, Box::new(Keep(()))),
                     ReadyWait::Parked(key) => self.readiness_dropped(*fd, *events, key),
