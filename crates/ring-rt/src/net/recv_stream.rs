@@ -92,10 +92,13 @@ enum Receiver {
 }
 
 /// The boxed one-shot receive. The box is made once, with the stream's way of receiving,
-/// and each receive is written into it and dropped in place when it finishes: a stream
-/// receiving chunk after chunk allocates once, not once per chunk (an allocation and a
-/// free were 135 of epoll's instructions per echo request, callgrind).
+/// and so is the receive in it, which waits `Unstarted` between chunks (`Op::poll_kept`):
+/// a stream receiving chunk after chunk allocates once, not once per chunk (an allocation
+/// and a free were 135 of epoll's instructions per echo request, callgrind), and makes its
+/// op once. It is dropped in place (`Spent`) when it ended without running or another
+/// receive took it over (`disown`), and made again by the next receive.
 enum OneShot {
+    /// Running, or kept `Unstarted` for the next receive.
     InFlight(Op<RecvSelect>),
     Spent,
 }
@@ -492,7 +495,6 @@ impl<'a> RecvStream<'a> {
             }
             Receiver::Single { op: boxed, .. } => {
                 if let OneShot::Spent = **boxed {
-                    self.epoch = group.returns();
                     let def = RecvSelect {
                         fd: self.socket.fd(),
                         group: group.clone(),
@@ -507,11 +509,16 @@ impl<'a> RecvStream<'a> {
                     std::mem::forget(spent);
                 }
                 let OneShot::InFlight(op) = &mut **boxed else {
-                    unreachable!("started just above");
+                    unreachable!("made just above");
                 };
-                let cqe = ready!(Pin::new(op).poll(cx));
-                // Finished: dropped in place, its box kept for the next receive.
-                **boxed = OneShot::Spent;
+                if op.is_unstarted() {
+                    self.epoch = group.returns();
+                }
+                let cqe = ready!(op.poll_kept(cx));
+                if op.is_done() {
+                    // Ended without running (refused): dropped in place, its box kept.
+                    **boxed = OneShot::Spent;
+                }
                 Poll::Ready(Ok(cqe))
             }
             Receiver::Unset => unreachable!("`group` chose the way before any receive"),

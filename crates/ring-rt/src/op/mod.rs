@@ -90,6 +90,13 @@ pub trait OpDef: Operation + Unpin + 'static {
         false
     }
 
+    /// The output of a final completion that leaves the op's definition in place for a
+    /// next run (see `Op::poll_kept`): `Some` only for an op whose output owns nothing of
+    /// the definition (a pool receive's CQE).
+    fn kept_output(&self, _cqe: &Cqe) -> Option<Self::Output> {
+        None
+    }
+
     /// Whether the recalled op's cancel is still to be sent (true once, and only if the
     /// socket's `unread` did not send it).
     fn take_recall(&self) -> bool {
@@ -258,13 +265,16 @@ impl<T: OpDef> Future for Op<T> {
     #[inline]
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T::Output> {
         std::task::ready!(crate::worker::poll_budget(cx));
-        coop::spending(self.poll_op(cx))
+        coop::spending(self.poll_op::<false>(cx))
     }
 }
 
 impl<T: OpDef> Op<T> {
+    /// Polls the op; with `KEEP`, a final completion whose output owns nothing of the
+    /// definition (see [`OpDef::kept_output`]) leaves the op `Unstarted` for its next run
+    /// instead of done.
     #[inline]
-    fn poll_op(&mut self, cx: &mut Context<'_>) -> Poll<T::Output> {
+    fn poll_op<const KEEP: bool>(&mut self, cx: &mut Context<'_>) -> Poll<T::Output> {
         let this = self;
         loop {
             match &mut this.state {
@@ -320,6 +330,12 @@ impl<T: OpDef> Op<T> {
                     if op.restarts_after(&cqe) {
                         this.restart();
                         continue;
+                    }
+                    if KEEP {
+                        if let Some(output) = op.kept_output(&cqe) {
+                            this.restart();
+                            return Poll::Ready(output);
+                        }
                     }
                     return Poll::Ready(this.finish(cqe));
                 }
@@ -415,6 +431,29 @@ fn let_readiness_wait_go(core: &Core, token: &Token) {
 }
 
 impl Op<net::RecvSelect> {
+    /// Polls the receive as awaiting it does, but its completion leaves it `Unstarted` for
+    /// the next receive instead of done: a receive stream's one-shot receive is made once,
+    /// not once per chunk (its worker, pool group and unclaimed receives are three
+    /// reference counts taken and let go per chunk, and the op's drop). An op that ended
+    /// without running (refused: see `is_done`) is done, as any op is.
+    #[inline]
+    pub(crate) fn poll_kept(&mut self, cx: &mut Context<'_>) -> Poll<Cqe> {
+        std::task::ready!(crate::worker::poll_budget(cx));
+        coop::spending(self.poll_op::<true>(cx))
+    }
+
+    /// Whether the op has not started (made, or kept after a completion).
+    #[inline]
+    pub(crate) fn is_unstarted(&self) -> bool {
+        matches!(self.state, State::Unstarted(_))
+    }
+
+    /// Whether the op is done: it cannot run again.
+    #[inline]
+    pub(crate) fn is_done(&self) -> bool {
+        matches!(self.state, State::Done)
+    }
+
     /// Drops the op without orphaning what is in flight: the caller orphaned it already,
     /// with an orphan of its own. Only for this op, which has no memory of its own (the
     /// kernel picks a pool buffer): nothing is freed under the kernel.

@@ -783,6 +783,11 @@ impl OpDef for RecvSelect {
         cqe
     }
 
+    /// The CQE owns nothing of the op (the kernel or the syscall picked the buffer).
+    fn kept_output(&self, cqe: &Cqe) -> Option<Cqe> {
+        Some(*cqe)
+    }
+
     fn into_orphan(self) -> Box<dyn Orphan> {
         keep_chunks(&self.group, &self.unclaimed, None)
     }
