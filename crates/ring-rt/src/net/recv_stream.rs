@@ -92,13 +92,13 @@ enum Receiver {
 }
 
 /// The boxed one-shot receive. The box is made once, with the stream's way of receiving,
-/// and so is the receive in it, which waits `Unstarted` between chunks (`Op::poll_kept`):
+/// and so is the receive in it, which waits between chunks (`Op::poll_kept`):
 /// a stream receiving chunk after chunk allocates once, not once per chunk (an allocation
 /// and a free were 135 of epoll's instructions per echo request, callgrind), and makes its
 /// op once. It is dropped in place (`Spent`) when it ended without running or another
 /// receive took it over (`disown`), and made again by the next receive.
 enum OneShot {
-    /// Running, or kept `Unstarted` for the next receive.
+    /// Running, or kept for the next receive.
     InFlight(Op<RecvSelect>),
     Spent,
 }
@@ -511,7 +511,9 @@ impl<'a> RecvStream<'a> {
                 let OneShot::InFlight(op) = &mut **boxed else {
                     unreachable!("made just above");
                 };
-                if op.is_unstarted() {
+                if op.in_flight_id().is_none() {
+                    // Its syscall (if any) is tried in this poll: returns from now on
+                    // are returns after it. (One in the kernel keeps its start's.)
                     self.epoch = group.returns();
                 }
                 let cqe = ready!(op.poll_kept(cx));

@@ -333,7 +333,18 @@ impl<T: OpDef> Op<T> {
                     }
                     if KEEP {
                         if let Some(output) = op.kept_output(&cqe) {
-                            this.restart();
+                            // A readiness op with nothing in flight and no wait is what a
+                            // start would make again: it stays running (its next poll tries
+                            // the syscall). One in the kernel starts over.
+                            if !matches!(
+                                token,
+                                Token::Ready {
+                                    wait: ReadyWait::Idle,
+                                    ..
+                                }
+                            ) {
+                                this.restart();
+                            }
                             return Poll::Ready(output);
                         }
                     }
@@ -431,21 +442,20 @@ fn let_readiness_wait_go(core: &Core, token: &Token) {
 }
 
 impl Op<net::RecvSelect> {
-    /// Polls the receive as awaiting it does, but its completion leaves it `Unstarted` for
-    /// the next receive instead of done: a receive stream's one-shot receive is made once,
-    /// not once per chunk (its worker, pool group and unclaimed receives are three
-    /// reference counts taken and let go per chunk, and the op's drop). An op that ended
-    /// without running (refused: see `is_done`) is done, as any op is.
+    /// Polls the receive as awaiting it does, but its completion leaves it for the next
+    /// receive instead of done: a receive stream's one-shot receive is made once, not once
+    /// per chunk (its worker, pool group and unclaimed receives are three reference counts
+    /// taken and let go per chunk, and the op's drop). A readiness receive (epoll, and
+    /// io_uring's without a kernel buffer ring) stays running with an idle wait, which is
+    /// what its start would make again; one that was in the kernel is `Unstarted` again.
+    /// After shutdown the running one fails as every running readiness op does
+    /// (`Core::poll`); polled outside its runtime it makes one try of its syscall, as they
+    /// do, and fails if that finds nothing. An op that ended without running (refused: see
+    /// `is_done`) is done, as any op is.
     #[inline]
     pub(crate) fn poll_kept(&mut self, cx: &mut Context<'_>) -> Poll<Cqe> {
         std::task::ready!(crate::worker::poll_budget(cx));
         coop::spending(self.poll_op::<true>(cx))
-    }
-
-    /// Whether the op has not started (made, or kept after a completion).
-    #[inline]
-    pub(crate) fn is_unstarted(&self) -> bool {
-        matches!(self.state, State::Unstarted(_))
     }
 
     /// Whether the op is done: it cannot run again.
