@@ -25,6 +25,10 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 fn main() {
     support::run(&[
         (
+            "a_write_whose_first_polls_waker_clone_panics_goes_on",
+            a_write_whose_first_polls_waker_clone_panics_goes_on,
+        ),
+        (
             "a_receive_stream_polled_by_many_wakers_keeps_only_the_last",
             a_receive_stream_polled_by_many_wakers_keeps_only_the_last,
         ),
@@ -92,6 +96,69 @@ fn main() {
 }
 
 const LIMIT: Duration = Duration::from_secs(20);
+
+/// A `write_all` into a full socket whose waker's clone panics in its first poll (on epoll
+/// a write is tried at its start, and its waker parked there when the socket has no room)
+/// has sent nothing behind its caller's back: polled again with a good waker it finishes,
+/// and every byte arrives once, in order, after the ones that filled the socket.
+fn a_write_whose_first_polls_waker_clone_panics_goes_on(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(bounded(LIMIT, async {
+        let (a, b) = UnixStream::pair()?;
+        // Fills the socket's buffer (a short write, or one cut at its deadline).
+        let (filled, _) = a
+            .write(vec![1u8; 8 << 20])
+            .timeout(Duration::from_millis(20))
+            .await;
+        let filled = match filled {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => 0,
+            Err(e) => return Err(e.into()),
+        };
+        let data = support::pattern(23, 64 << 10);
+        let reader = ring_rt::spawn(async move {
+            // The write's first poll comes before this task's.
+            let mut got = Vec::new();
+            loop {
+                let (n, buf) = b.read(Vec::with_capacity(256 << 10)).await;
+                if n? == 0 {
+                    return std::io::Result::Ok(got);
+                }
+                got.extend_from_slice(&buf);
+            }
+        });
+        let first = {
+            let mut write = std::pin::pin!(a.write_all(data.clone()).into_future());
+            let waker = support::waker_calling_on_clone(|| panic!("this waker's clone panics"));
+            let first = support::expecting_panics(|| {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    write
+                        .as_mut()
+                        .poll(&mut Context::from_waker(&waker))
+                        .map(|(res, _)| res.is_ok())
+                }))
+            });
+            let (res, _) = write.await;
+            res?;
+            first
+        };
+        drop(a);
+        let got = reader.await??;
+        let mut want = vec![1u8; filled];
+        want.extend_from_slice(&data);
+        check!(
+            got == want,
+            "{} bytes arrived of {} ({filled} filling, then the write's {}); the first poll: {first:?}",
+            got.len(),
+            want.len(),
+            data.len()
+        );
+        Ok(match first {
+            Err(_) => Completion::Completed,
+            Ok(_) => Completion::ignored_with("the first poll cloned no waker on this backend"),
+        })
+    }))?
+}
 const POLLS: usize = 1000;
 
 /// A waker that only counts: the runtime holds it while `Arc::strong_count` is above one.
