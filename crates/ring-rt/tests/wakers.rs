@@ -29,6 +29,10 @@ fn main() {
             a_write_whose_first_polls_waker_clone_panics_goes_on,
         ),
         (
+            "a_receive_streams_first_poll_inside_a_wakers_clone_waits",
+            a_receive_streams_first_poll_inside_a_wakers_clone_waits,
+        ),
+        (
             "a_receive_stream_polled_by_many_wakers_keeps_only_the_last",
             a_receive_stream_polled_by_many_wakers_keeps_only_the_last,
         ),
@@ -96,6 +100,76 @@ fn main() {
 }
 
 const LIMIT: Duration = Duration::from_secs(20);
+
+thread_local! {
+    /// A receive stream's first chunk, polled by `poll_nested` (from a waker's `clone`).
+    static NESTED: RefCell<Option<Pin<Box<dyn Future<Output = String>>>>> = const { RefCell::new(None) };
+    /// What `NESTED` ended with, if it ended inside a `clone`.
+    static NESTED_OUT: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Polls `NESTED` once, with a no-op waker.
+fn poll_nested() {
+    let Some(mut next) = NESTED.with(|n| n.borrow_mut().take()) else {
+        return;
+    };
+    match next.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(out) => NESTED_OUT.with(|o| *o.borrow_mut() = Some(out)),
+        Poll::Pending => NESTED.with(|n| *n.borrow_mut() = Some(next)),
+    }
+}
+
+/// A receive stream's first poll made inside the runtime's own bookkeeping (a waker's
+/// `clone`, while another receive of the socket parks) waits and tries again from its
+/// task: it ended with a "busy" `WouldBlock` error, and the stream with it (review CN).
+fn a_receive_streams_first_poll_inside_a_wakers_clone_waits(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(bounded(LIMIT, async {
+        let (a, b) = UnixStream::pair()?;
+        let b = Rc::new(b);
+        let mut rx = b.recv_stream();
+        a.write_all(&b"x"[..]).await.0?;
+        let first = rx.next().await.transpose()?.map(|c| c.to_vec());
+        check!(
+            first.as_deref() == Some(&b"x"[..]),
+            "the first chunk: {first:?}"
+        );
+        let reader = b.clone();
+        NESTED.with(|n| {
+            *n.borrow_mut() = Some(Box::pin(async move {
+                match reader.recv_stream().next().await {
+                    Some(Ok(chunk)) => format!("chunk {:?}", String::from_utf8_lossy(&chunk)),
+                    Some(Err(e)) => format!("error {e} ({:?})", e.kind()),
+                    None => "end".to_string(),
+                }
+            }))
+        });
+        let waker = support::waker_calling_on_clone(poll_nested);
+        let polled = std::pin::pin!(rx.next()).poll(&mut Context::from_waker(&waker));
+        check!(
+            polled.is_pending(),
+            "our stream with no data: {:?}",
+            polled.map(|_| ())
+        );
+        let ended = NESTED_OUT.with(|o| o.borrow_mut().take());
+        check!(
+            ended.is_none(),
+            "the stream polled first inside the clone ended: {ended:?}"
+        );
+        // Our stream lets the turn go; the other gets what comes next.
+        drop(rx);
+        let nested = NESTED
+            .with(|n| n.borrow_mut().take())
+            .ok_or("the nested stream is gone")?;
+        a.write_all(&b"y"[..]).await.0?;
+        let got = timeout(Duration::from_secs(5), nested).await;
+        check!(
+            got.as_deref() == Ok("chunk \"y\""),
+            "the nested stream then: {got:?}"
+        );
+        Ok(Completion::Completed)
+    }))?
+}
 
 /// A `write_all` into a full socket whose waker's clone panics in its first poll (on epoll
 /// a write is tried at its start, and its waker parked there when the socket has no room)

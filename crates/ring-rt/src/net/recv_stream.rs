@@ -16,6 +16,7 @@ use ring_core::user_data::OpId;
 
 use super::socket::Socket;
 use crate::backend::Capability;
+use crate::completion::Refused;
 use crate::op::multishot::Multishot;
 use crate::op::net::{keep_chunks, RecvMulti, RecvSelect};
 use crate::op::unclaimed::{TurnTicket, Unclaimed};
@@ -209,7 +210,10 @@ impl<'a> RecvStream<'a> {
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<Option<PooledBuf>>> {
-        let (group, unclaimed) = self.group()?;
+        let (group, unclaimed) = match self.group() {
+            Ok(parts) => parts,
+            Err(err) => return self.group_refused(err, cx),
+        };
         loop {
             if self
                 .hold
@@ -337,6 +341,23 @@ impl<'a> RecvStream<'a> {
                 }
             }
         }
+    }
+
+    /// The stream's first poll could not choose its way of receiving. The backend was
+    /// busy (the poll is nested in the runtime's own bookkeeping: a waker's `clone`): the
+    /// task tries again, as an op's start does (review CN: the stream ended with a
+    /// "busy" error). Anything else is the stream's error.
+    #[cold]
+    fn group_refused(
+        &self,
+        err: io::Error,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<Option<PooledBuf>>> {
+        if Refused::of(&err) == Some(Refused::Busy) {
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        Poll::Ready(Err(err))
     }
 
     /// Lets the socket's receive turn go: a receive in flight is orphaned with the turn,
