@@ -484,6 +484,12 @@ macro_rules! stream_methods {
         /// Writes `buf`'s initialised bytes once (possibly partially); returns the count and
         /// the buffer. Use [`write_all`](Self::write_all) to send everything.
         ///
+        /// Not cancel-safe the way [`read`](Self::read) is: a write dropped once started
+        /// (a `timeout` or `select` around it) may still send some or all of its bytes, and
+        /// the count goes with the future (on io_uring the kernel finishes a send it has
+        /// taken). To bound a write and learn what it sent, bound the op itself:
+        /// `stream.write(buf).timeout(d)` gives the count, or `TimedOut` when nothing went.
+        ///
         /// # Examples
         ///
         /// Shown on a [`UnixStream`](crate::net::UnixStream) pair;
@@ -510,7 +516,8 @@ macro_rules! stream_methods {
         }
 
         /// Writes all of `buf`'s initialised bytes, looping over short writes; `WriteZero` if
-        /// the peer accepts nothing. The buffer comes back on success and on error.
+        /// the peer accepts nothing. The buffer comes back on success and on error. Dropped
+        /// before it finishes, it may have sent a part of `buf` (see [`write`](Self::write)).
         ///
         /// # Examples
         ///

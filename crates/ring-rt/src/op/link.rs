@@ -563,7 +563,10 @@ impl<C: Chain> Drop for InKernel<C> {
 /// op when the one before succeeds; on epoll the same ops run one after another. Either
 /// way, an op after a failed one completes with `ECANCELED`. A chain that cannot start at
 /// all (awaited outside its runtime) fails every op with that error instead. Dropping the
-/// chain in flight cancels what is still running.
+/// chain in flight cancels what is still running. A short transfer ends the chain for a
+/// file op (as the kernel's rule is) but not for a socket op: in `a.write(x).link(a.write(y))`
+/// a short first send is followed by all of `y`, so `x`'s tail is not on the wire before it.
+/// To send both whole and in order, await a `write_all` of each.
 ///
 /// A chain's receives of one socket get consecutive bytes: from the moment the chain first
 /// receives from a socket until it ends, a receive of that socket asked for later waits
