@@ -271,8 +271,9 @@ impl<T: OpDef> Future for Op<T> {
 
 impl<T: OpDef> Op<T> {
     /// Polls the op; with `KEEP`, a final completion whose output owns nothing of the
-    /// definition (see [`OpDef::kept_output`]) leaves the op `Unstarted` for its next run
-    /// instead of done.
+    /// definition (see [`OpDef::kept_output`]) leaves the op for its next run instead of
+    /// done: running, where its start would make again what it has (an idle readiness
+    /// wait), else `Unstarted`.
     #[inline]
     fn poll_op<const KEEP: bool>(&mut self, cx: &mut Context<'_>) -> Poll<T::Output> {
         let this = self;
