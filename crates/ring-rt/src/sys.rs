@@ -100,3 +100,19 @@ pub(crate) fn socket_int(fd: std::os::fd::RawFd, level: i32, name: i32) -> Resul
     }
     Ok(value)
 }
+
+/// What `fd` is ready for among `events` now, by a `poll(2)` that never blocks: its
+/// `revents` (0: nothing yet), or the negative errno as a CQE result would carry it.
+pub(crate) fn poll_now(fd: std::os::fd::RawFd, events: i16) -> Result<i16, i32> {
+    let mut pfd = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
+    // SAFETY: one valid `pollfd` for the call's duration; a zero timeout never blocks.
+    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+    if n < 0 {
+        return Err(res(n as isize));
+    }
+    Ok(pfd.revents)
+}

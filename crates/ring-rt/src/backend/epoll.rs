@@ -337,18 +337,10 @@ impl EpollBackend {
     /// mark. A `poll` that fails keeps the mark.
     #[cold]
     fn is_still_read_closed(&mut self, fd: RawFd) -> bool {
-        let mut pfd = libc::pollfd {
-            fd,
-            events: libc::POLLIN | libc::POLLRDHUP,
-            revents: 0,
-        };
-        // SAFETY: one valid `pollfd` for the call's duration; a zero timeout never blocks.
-        if unsafe { libc::poll(&mut pfd, 1, 0) } < 0 {
-            return true;
-        }
-        let (read_hup, hup) = (libc::POLLRDHUP, libc::POLLHUP);
-        if pfd.revents & (read_hup | hup) != 0 {
-            return true;
+        let hang_ups = libc::POLLRDHUP | libc::POLLHUP;
+        match crate::sys::poll_now(fd, libc::POLLIN | libc::POLLRDHUP) {
+            Ok(revents) if revents & hang_ups == 0 => {}
+            _ => return true,
         }
         if let Some(reg) = usize::try_from(fd).ok().and_then(|i| self.regs.get_mut(i)) {
             // No hang-up either: neither direction is closed any more.

@@ -1124,13 +1124,7 @@ fn connect_step(fd: RawFd, addr: &SockAddr, started: &mut bool) -> Cqe {
     }
     // A wake is not proof the connect finished (a timer may share the task): only a
     // writable (or failed) socket has an outcome to read.
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLOUT,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd, zero timeout.
-    if unsafe { libc::poll(&mut pfd, 1, 0) } == 0 {
+    if sys::poll_now(fd, libc::POLLOUT) == Ok(0) {
         return Cqe::new(0, -libc::EAGAIN, 0);
     }
     match sys::socket_int(fd, libc::SOL_SOCKET, libc::SO_ERROR) {
@@ -1218,17 +1212,10 @@ unsafe impl Operation for Writable {
     /// epoll: whether the socket takes data now (`EAGAIN` if not), by a `poll(2)` that
     /// never blocks.
     fn try_syscall(&mut self) -> Cqe {
-        let mut pfd = libc::pollfd {
-            fd: self.fd,
-            events: libc::POLLOUT,
-            revents: 0,
-        };
-        // SAFETY: one valid `pollfd` for the call's duration; a zero timeout never blocks.
-        let n = unsafe { libc::poll(&mut pfd, 1, 0) };
-        match n {
-            0 => Cqe::new(0, -libc::EAGAIN, 0),
-            n if n < 0 => Cqe::new(0, sys::res(n as isize), 0),
-            _ => Cqe::new(0, i32::from(pfd.revents), 0),
+        match sys::poll_now(self.fd, libc::POLLOUT) {
+            Ok(0) => Cqe::new(0, -libc::EAGAIN, 0),
+            Ok(revents) => Cqe::new(0, i32::from(revents), 0),
+            Err(res) => Cqe::new(0, res, 0),
         }
     }
 
