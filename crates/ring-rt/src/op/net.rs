@@ -1199,7 +1199,8 @@ pub(crate) struct Writable {
 
 #[cfg(any(feature = "tokio-io", feature = "futures-io"))]
 // SAFETY: the SQE (a `POLL_ADD`, unused: the op is readiness-only) points at no memory;
-// `try_syscall`'s `poll(2)` reads and writes one `pollfd` on its own stack.
+// `try_syscall`'s `poll(2)` (`sys::poll_now`) reads and writes one `pollfd` on that
+// function's own stack.
 unsafe impl Operation for Writable {
     fn fd(&self) -> Option<RawFd> {
         Some(self.fd)
