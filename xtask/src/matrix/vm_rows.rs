@@ -3,8 +3,6 @@
 //! VMs, as many at once as there are cores (each VM is one emulated CPU).
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::report::RowResult;
@@ -34,25 +32,55 @@ struct VmAssets {
     limit: Duration,
 }
 
-/// Runs `rows` (all VM rows share one suite, so one initramfs).
-pub fn run(rows: &[Row], root: &Path, logs: &Path) -> Vec<RowResult> {
+/// What the VM rows boot with, built before any boots: the assets every VM shares (or why
+/// there are none) and each row's kernel image, in row order.
+pub struct Prepared {
+    assets: Result<VmAssets, String>,
+    images: Vec<Result<PathBuf, String>>,
+}
+
+impl Prepared {
+    /// Nothing to boot with, for the reason given (each row reports it).
+    pub fn failed(problem: impl Into<String>) -> Prepared {
+        Prepared {
+            assets: Err(problem.into()),
+            images: Vec::new(),
+        }
+    }
+}
+
+/// Builds the static test binaries and the initramfs (all VM rows share one suite, so one
+/// initramfs), then fetches or builds each row's kernel. Boots nothing: `mod.rs` runs this
+/// beside the host rows and boots once they are done (see [`run`]).
+pub fn prepare(rows: &[Row], root: &Path, logs: &Path) -> Prepared {
     let Some(first) = rows.first() else {
-        return Vec::new();
+        return Prepared::failed("no VM rows");
     };
     let start = Instant::now();
-    let assets = match prepare(first, root, logs) {
+    let assets = match prepare_assets(first, root, logs) {
         Ok(assets) => assets,
-        Err(err) => return rows.iter().map(|r| failed_row(r, err.clone())).collect(),
+        Err(err) => return Prepared::failed(err),
     };
     progress!(
         "VM binaries and initramfs ready in {:.0} s",
         start.elapsed().as_secs_f64()
     );
-    let images: Vec<Result<PathBuf, String>> = rows
+    let images = rows
         .iter()
         .map(|row| kernel_image(row, root, logs))
         .collect();
-    boot_all(rows, &images, &assets, logs)
+    Prepared {
+        assets: Ok(assets),
+        images,
+    }
+}
+
+/// Boots `rows` with what [`prepare`] made for them.
+pub fn run(rows: &[Row], prepared: Prepared, logs: &Path) -> Vec<RowResult> {
+    match prepared.assets {
+        Ok(assets) => boot_all(rows, &prepared.images, &assets, logs),
+        Err(err) => rows.iter().map(|r| failed_row(r, err.clone())).collect(),
+    }
 }
 
 /// A row that could not run at all.
@@ -66,7 +94,7 @@ fn failed_row(row: &Row, problem: String) -> RowResult {
     }
 }
 
-fn prepare(row: &Row, root: &Path, logs: &Path) -> Result<VmAssets, String> {
+fn prepare_assets(row: &Row, root: &Path, logs: &Path) -> Result<VmAssets, String> {
     tools::ensure(tools::QEMU).map_err(|e| e.to_string())?;
     binaries::ensure_musl_target().map_err(|e| e.to_string())?;
     let built = binaries::build_all(Some(binaries::MUSL), logs);
@@ -147,30 +175,11 @@ fn boot_all(
     assets: &VmAssets,
     logs: &Path,
 ) -> Vec<RowResult> {
-    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<RowResult>>> = Mutex::new(vec![None; rows.len()]);
-    std::thread::scope(|scope| {
-        for _ in 0..jobs.min(rows.len()) {
-            scope.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(row) = rows.get(i) else { break };
-                let result = match &images[i] {
-                    Ok(image) => boot_row(row, image, assets, logs),
-                    Err(err) => failed_row(row, err.clone()),
-                };
-                if let Ok(mut slots) = results.lock() {
-                    slots[i] = Some(result);
-                }
-            });
-        }
-    });
-    results
-        .into_inner()
-        .unwrap_or_default()
-        .into_iter()
-        .flatten()
-        .collect()
+    let jobs: Vec<_> = rows.iter().zip(images).collect();
+    super::in_parallel(&jobs, super::cores(), |&(row, image)| match image {
+        Ok(image) => boot_row(row, image, assets, logs),
+        Err(err) => failed_row(row, err.clone()),
+    })
 }
 
 fn boot_row(row: &Row, image: &Path, assets: &VmAssets, logs: &Path) -> RowResult {
