@@ -1437,13 +1437,17 @@ fn sub_millisecond_sleeps_are_not_rounded_up(kind: BackendKind) -> Outcome {
         }
     });
     late.sort();
-    let median = late[late.len() / 2];
-    // 1 ms rounding shows as ~900 µs late at the median; a busy machine adds far less.
+    let (least, median) = (late[0], late[late.len() / 2]);
+    // A timeout rounded up to whole milliseconds makes every sleep at least ~900 µs late,
+    // the least late too; a busy machine only adds lateness, so the least of 41 is the
+    // figure load cannot push over the bound. (The median was checked until 2026-11-29:
+    // two test binaries at once on 2 cores, as the kernel matrix now runs them, can delay
+    // most wake-ups by a scheduler slice, 0.75-3 ms.)
     check!(
-        median < Duration::from_micros(600),
-        "a 100 µs sleep overshot by {median:?} at the median"
+        least < Duration::from_micros(600),
+        "every 100 µs sleep overshot by {least:?} or more (median {median:?})"
     );
-    eprintln!("{kind}: 100 µs sleep, median overshoot {median:?}");
+    eprintln!("{kind}: 100 µs sleep, overshoot {least:?} at least, {median:?} at the median");
     Ok(Completion::Completed)
 }
 
