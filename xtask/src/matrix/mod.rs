@@ -116,8 +116,9 @@ pub fn run(args: &[String]) -> ExitCode {
     let results = std::thread::scope(|scope| {
         // What the VMs boot with (static builds, kernel downloads, the 6.1 kernel build:
         // about 7 minutes of CPU-bound work in a fresh clone) is made while the host rows
-        // run, at the lowest priority: those rows leave most of the CPU idle (a profile
-        // row: 139 s on the clock, 67 s of CPU, 2026-11-29), and they must not be slowed.
+        // run, at the lowest CPU priority: those rows leave CPU idle (a profile row: 139 s
+        // on the clock, 67 s of CPU, 2026-11-29; two at once about one core), and they must
+        // not be slowed.
         // Started after the host build, so the two cargo builds never wait on each other.
         let prep = (!vm_rows.is_empty()).then(|| {
             scope.spawn(|| {
@@ -138,29 +139,16 @@ pub fn run(args: &[String]) -> ExitCode {
 }
 
 /// Gives the calling thread, and every process it starts from now on, the lowest CPU
-/// priority (nice 19) and the lowest best-effort I/O priority (the kernel build untars and
-/// writes about a gigabyte beside the `fs` tests). Linux keeps both per thread and a child
-/// starts with its parent thread's, so the rest of xtask and the tests it runs keep theirs.
-/// Best effort: a failure is reported and the work runs at the default priority.
+/// priority (nice 19). Linux keeps the nice value per thread and a child starts with its
+/// parent thread's, so the rest of xtask and the tests it runs keep theirs. Best effort: a
+/// failure is reported and the work runs at the default priority. (No I/O priority: nice
+/// 19 already means best-effort level 7, and the build's writes go out through the page
+/// cache's writeback threads at their own priority, review of 2026-11-29.)
 fn lower_this_threads_priority() {
     // SAFETY: gettid has no preconditions and cannot fail.
     let tid = unsafe { libc::gettid() };
     // SAFETY: setpriority takes and returns plain integers; no memory is involved.
-    let cpu = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19) };
-    // ioprio_set(IOPRIO_WHO_PROCESS, tid, IOPRIO_PRIO_VALUE(IOPRIO_CLASS_BE, 7)): libc has
-    // no wrapper or constants for it (linux/ioprio.h: class in bits 13 and up, BE = 2).
-    const IOPRIO_WHO_PROCESS: libc::c_long = 1;
-    const BE_LOWEST: libc::c_long = (2 << 13) | 7;
-    // SAFETY: a raw syscall taking three integers; no memory is involved.
-    let io = unsafe {
-        libc::syscall(
-            libc::SYS_ioprio_set,
-            IOPRIO_WHO_PROCESS,
-            libc::c_long::from(tid),
-            BE_LOWEST,
-        )
-    };
-    if cpu != 0 || io != 0 {
+    if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19) } != 0 {
         progress!(
             "cannot lower the VM preparation's priority ({}); it runs at the default",
             std::io::Error::last_os_error()
