@@ -119,7 +119,8 @@ const WARM: usize = 63;
 const MEASURED: usize = 448;
 
 /// Heap bytes an idle echo connection may hold on the server's thread. Measured on
-/// 2026-11-26 (Linux 6.18, all features): io_uring 424 B, epoll 704 B; io_uring without
+/// 2026-11-26 (Linux 6.18, all features): io_uring 424 B, epoll 704 B (676 B since
+/// 2026-11-29: epoll's per-fd `Registration` is 56 B, not 64); io_uring without
 /// multishot receive (`RING_FEATURES=5.19`) 480 B, as it boxes a one-shot receive as epoll
 /// does. Before the receive stream, the pending write and the socket's queues were packed
 /// and the handler reshaped: 560 B and 840 B.

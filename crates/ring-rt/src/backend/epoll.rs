@@ -38,6 +38,22 @@ const TOKEN_TIMER: u64 = u64::MAX - 2;
 /// Events collected per `epoll_wait`.
 const EVENTS_MAX: usize = 1024;
 
+/// `POLLIN` and `POLLOUT` as the bits of [`Registration::unready`] and `closed`.
+const IN: u8 = libc::POLLIN as u8;
+const OUT: u8 = libc::POLLOUT as u8;
+
+/// The read and write bits of `events` (`POLLIN`, `POLLOUT`), as a `Registration` keeps them.
+fn directions(events: u32) -> u8 {
+    let mut out = 0;
+    if events & libc::POLLIN as u32 != 0 {
+        out |= IN;
+    }
+    if events & libc::POLLOUT as u32 != 0 {
+        out |= OUT;
+    }
+    out
+}
+
 /// Tasks waiting for one fd to become readable or writable.
 #[derive(Default)]
 struct Registration {
@@ -47,8 +63,9 @@ struct Registration {
     writers: Waiters,
     /// Directions (`POLLIN`/`POLLOUT`) a syscall showed drained (a short stream read or
     /// write) and no event has refilled since: the next op there waits for readiness
-    /// instead of trying a syscall bound to fail with EAGAIN.
-    unready: u32,
+    /// instead of trying a syscall bound to fail with EAGAIN. A byte, as `closed`: they
+    /// hold only those two bits, and every fd number has a `Registration` (56 B, not 64).
+    unready: u8,
     /// Directions epoll reported closed (peer shutdown, hang-up). Kept until the kernel
     /// says otherwise (see `is_still_read_closed`): edge triggering reports them once, and
     /// a drained queue whose peer has shut down gives end of file at once rather than
@@ -56,7 +73,7 @@ struct Registration {
     /// (`EPOLLERR`): a connected UDP socket's ICMP error is reported once by the next
     /// receive, and the socket goes on (review CD: marked closed, every later receive that
     /// met EAGAIN said end of file at once, and a receive loop spun).
-    closed: u32,
+    closed: u8,
     /// epoll reported urgent data (`EPOLLPRI`, TCP's out-of-band byte). Sticky: a read
     /// stops short at the urgent mark with bytes queued behind it and no edge to come, so
     /// on such a socket a short read no longer says it is drained (review CD: the next read
@@ -309,15 +326,14 @@ impl EpollBackend {
         if !reg.registered {
             return;
         }
-        let (read, write) = (libc::POLLIN as u32, libc::POLLOUT as u32);
         let mut never = reg.closed;
         if reg.urgent {
-            never |= read;
+            never |= IN;
         }
-        if events & write != 0 && *reg.unix.get_or_insert_with(|| is_unix(fd)) {
-            never |= write;
+        if events & libc::POLLOUT as u32 != 0 && *reg.unix.get_or_insert_with(|| is_unix(fd)) {
+            never |= OUT;
         }
-        reg.unready |= events & !never;
+        reg.unready |= directions(events) & !never;
     }
 
     /// Whether epoll reported `fd` closed for reading and `events` asks to read.
@@ -327,7 +343,7 @@ impl EpollBackend {
             && usize::try_from(fd)
                 .ok()
                 .and_then(|i| self.regs.get(i))
-                .is_some_and(|reg| reg.closed & read != 0)
+                .is_some_and(|reg| reg.closed & IN != 0)
     }
 
     /// Whether `fd`, marked closed for reading, still is, asked of the kernel by a `poll(2)`
@@ -354,7 +370,7 @@ impl EpollBackend {
         usize::try_from(fd)
             .ok()
             .and_then(|i| self.regs.get(i))
-            .is_some_and(|reg| reg.unready & events == events)
+            .is_some_and(|reg| u32::from(reg.unready) & events == events)
     }
 
     /// Hands `job` to the blocking pool as op `id`, already waiting with `waker`: the
@@ -446,10 +462,10 @@ impl EpollBackend {
         let hup = libc::EPOLLHUP as u32;
         let err = libc::EPOLLERR as u32 | hup;
         if events & (libc::EPOLLRDHUP as u32 | hup) != 0 {
-            reg.closed |= libc::POLLIN as u32;
+            reg.closed |= IN;
         }
         if events & hup != 0 {
-            reg.closed |= libc::POLLOUT as u32;
+            reg.closed |= OUT;
         }
         if events & libc::EPOLLPRI as u32 != 0 {
             reg.urgent = true;
@@ -458,11 +474,11 @@ impl EpollBackend {
             || events & err != 0;
         let writable = events & libc::EPOLLOUT as u32 != 0 || events & err != 0;
         if readable {
-            reg.unready &= !(libc::POLLIN as u32);
+            reg.unready &= !IN;
             wake_every(&mut reg.readers, &mut self.woken);
         }
         if writable {
-            reg.unready &= !(libc::POLLOUT as u32);
+            reg.unready &= !OUT;
             wake_every(&mut reg.writers, &mut self.woken);
         }
     }
@@ -909,5 +925,26 @@ mod tests {
         assert_eq!((ts.tv_sec, ts.tv_nsec), (0, 100_000));
         let ts = timespec(Duration::MAX);
         assert_eq!(ts.tv_sec, i64::MAX as libc::time_t);
+    }
+
+    /// Every fd number up to the highest one registered has a `Registration`: its size is
+    /// what an idle connection pays on epoll, twice over while the vector's spare half is
+    /// unused (BENCHMARKS.md, issue 19 goal 6).
+    #[test]
+    fn a_registration_is_two_waiter_slots_and_a_word() {
+        assert!(
+            std::mem::size_of::<Registration>() <= 2 * std::mem::size_of::<Waiters>() + 8,
+            "{} B",
+            std::mem::size_of::<Registration>()
+        );
+    }
+
+    #[test]
+    fn directions_keep_only_read_and_write() {
+        let all = (libc::POLLIN | libc::POLLOUT | libc::POLLRDHUP | libc::POLLPRI) as u32;
+        assert_eq!(directions(all), IN | OUT);
+        assert_eq!(directions(libc::POLLOUT as u32), OUT);
+        assert_eq!(directions(0), 0);
+        assert_eq!(u32::from(IN | OUT), (libc::POLLIN | libc::POLLOUT) as u32);
     }
 }
