@@ -42,16 +42,10 @@ const EVENTS_MAX: usize = 1024;
 const IN: u8 = libc::POLLIN as u8;
 const OUT: u8 = libc::POLLOUT as u8;
 
-/// The read and write bits of `events` (`POLLIN`, `POLLOUT`), as a `Registration` keeps them.
+/// The read and write bits of `events` (`POLLIN`, `POLLOUT`), as a `Registration` keeps them:
+/// the same bits, so a mask (`IN` and `OUT` are those bits as bytes).
 fn directions(events: u32) -> u8 {
-    let mut out = 0;
-    if events & libc::POLLIN as u32 != 0 {
-        out |= IN;
-    }
-    if events & libc::POLLOUT as u32 != 0 {
-        out |= OUT;
-    }
-    out
+    (events & u32::from(IN | OUT)) as u8
 }
 
 /// Tasks waiting for one fd to become readable or writable.
@@ -943,6 +937,7 @@ mod tests {
     fn directions_keep_only_read_and_write() {
         let all = (libc::POLLIN | libc::POLLOUT | libc::POLLRDHUP | libc::POLLPRI) as u32;
         assert_eq!(directions(all), IN | OUT);
+        assert_eq!(directions(libc::POLLIN as u32), IN);
         assert_eq!(directions(libc::POLLOUT as u32), OUT);
         assert_eq!(directions(0), 0);
         assert_eq!(u32::from(IN | OUT), (libc::POLLIN | libc::POLLOUT) as u32);
