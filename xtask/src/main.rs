@@ -4,6 +4,7 @@
 
 use std::process::ExitCode;
 
+mod asan;
 mod layers;
 mod matrix;
 mod probe;
@@ -16,6 +17,8 @@ commands:
                   (docs/ARCHITECTURE.md) and that ring-core names nothing of ring-rt
   kernel-matrix   run the tests on the host, feature profiles, seccomp and qemu kernels
                   (`cargo xtask kernel-matrix --help` for options)
+  asan            run ring-core's and ring-rt's tests under AddressSanitizer (nightly),
+                  as many test binaries at once as there are cores
   matrix-backend  print the backend a default ring-rt runtime picks here (one line)";
 
 fn main() -> ExitCode {
@@ -26,6 +29,7 @@ fn main() -> ExitCode {
         Some("probe") => probe::run(&rest),
         Some("layers") => layers::run(&rest),
         Some("kernel-matrix") => matrix::run(&rest),
+        Some("asan") => asan::run(&rest),
         Some("matrix-backend") => matrix::backend::run(&rest),
         Some("help" | "-h" | "--help") => {
             println!("{USAGE}");

@@ -32,6 +32,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+pub(crate) use binaries::{workspace_root, PACKAGES};
 use binaries::{Built, TestBinary};
 use report::RowResult;
 use rows::{Group, Row};
@@ -333,14 +334,18 @@ fn run_host_rows(rows: &[Row], built: &[Built], logs: &Path) -> Vec<RowResult> {
 }
 
 /// The machine's cores (1 when unknown).
-fn cores() -> usize {
+pub(crate) fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// `f` over `items` on up to `jobs` threads, each taking the next item as it finishes one;
 /// the results come back in `items`' order. A panic in `f` is raised again here once every
 /// thread has stopped (`thread::scope` does that).
-fn in_parallel<T: Sync, R: Send>(items: &[T], jobs: usize, f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+pub(crate) fn in_parallel<T: Sync, R: Send>(
+    items: &[T],
+    jobs: usize,
+    f: impl Fn(&T) -> R + Sync,
+) -> Vec<R> {
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<Option<R>>> = Mutex::new((0..items.len()).map(|_| None).collect());
     std::thread::scope(|scope| {
