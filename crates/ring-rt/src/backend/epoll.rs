@@ -942,4 +942,81 @@ mod tests {
         assert_eq!(directions(0), 0);
         assert_eq!(u32::from(IN | OUT), (libc::POLLIN | libc::POLLOUT) as u32);
     }
+
+    /// A bare backend, its wake fd an eventfd the test keeps.
+    fn backend() -> (EpollBackend, OwnedFd) {
+        // SAFETY: no pointers; the result is checked.
+        let wake = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        assert!(wake >= 0, "{}", io::Error::last_os_error());
+        // SAFETY: a fresh eventfd nobody else owns.
+        let wake = unsafe { OwnedFd::from_raw_fd(wake) };
+        let backend = EpollBackend::new(
+            wake.as_raw_fd(),
+            Box::new(|| {}),
+            RecvBuffers { count: 4, len: 64 },
+            FixedBuffers { count: 0, len: 0 },
+            1,
+            None,
+        )
+        .expect("an epoll backend");
+        (backend, wake)
+    }
+
+    /// The readiness marks through what sets, reads and clears them: a drained direction
+    /// is unready until an event for it, only for its own direction and only once epoll
+    /// watches the fd; a read-closed socket and a Unix socket's write side are never
+    /// marked (review CR's gap: the byte masks were tested only through `directions`).
+    #[test]
+    fn readiness_marks_round_trip_through_events() {
+        let (mut epoll, _wake) = backend();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let tcp = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let fd = tcp.as_raw_fd();
+        let (read, write, both) = (
+            libc::POLLIN as u32,
+            libc::POLLOUT as u32,
+            (libc::POLLIN | libc::POLLOUT) as u32,
+        );
+
+        // Not watched yet: nothing would clear a mark, so none is kept.
+        epoll.mark_unready(fd, read);
+        assert!(!epoll.is_unready(fd, read));
+
+        let mut wait = ReadyWait::Idle;
+        epoll
+            .wait_ready(fd, read, &mut wait, Waker::noop())
+            .unwrap();
+        epoll.mark_unready(fd, read);
+        assert!(epoll.is_unready(fd, read));
+        assert!(!epoll.is_unready(fd, write), "only the drained direction");
+        assert!(!epoll.is_unready(fd, both), "both asked, one drained");
+        epoll.mark_unready(fd, write);
+        assert!(epoll.is_unready(fd, both));
+
+        // An event for one direction clears that one only.
+        epoll.on_fd_event(fd as usize, libc::EPOLLOUT as u32);
+        assert!(epoll.is_unready(fd, read) && !epoll.is_unready(fd, write));
+        epoll.on_fd_event(fd as usize, libc::EPOLLIN as u32);
+        assert!(!epoll.is_unready(fd, read));
+
+        // Urgent data and a peer's shutdown keep reads from being marked drained.
+        epoll.on_fd_event(fd as usize, libc::EPOLLRDHUP as u32);
+        assert!(epoll.is_read_closed(fd, read) && !epoll.is_read_closed(fd, write));
+        epoll.mark_unready(fd, both);
+        assert!(!epoll.is_unready(fd, read) && epoll.is_unready(fd, write));
+
+        // A Unix socket's write side is never taken as full (review CE).
+        let (unix, _peer) = std::os::unix::net::UnixStream::pair().unwrap();
+        let ufd = unix.as_raw_fd();
+        let mut wait = ReadyWait::Idle;
+        epoll
+            .wait_ready(ufd, both, &mut wait, Waker::noop())
+            .unwrap();
+        epoll.mark_unready(ufd, both);
+        assert!(epoll.is_unready(ufd, read) && !epoll.is_unready(ufd, write));
+
+        // Marks of an fd number past every registration, or negative, are no-ops.
+        epoll.mark_unready(100_000, read);
+        assert!(!epoll.is_unready(100_000, read) && !epoll.is_unready(-1, read));
+    }
 }
