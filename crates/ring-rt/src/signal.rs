@@ -1,11 +1,22 @@
 //! Waiting for Unix signals (SIGINT, SIGTERM, ...) as I/O, through a signalfd.
 //!
-//! Signals must be blocked in every thread for a signalfd to receive them: call [`block`]
-//! first, before building a multi-worker runtime (threads inherit the mask).
+//! A signal sent to the process goes to one of its threads that does not block it, and a
+//! signalfd gets it only while every thread blocks it. So call [`block`] first, in `main`
+//! before the runtime or any other thread starts: threads inherit the mask, the runtime's
+//! workers and blocking-pool threads too (on epoll, file operations start pool threads).
+//! [`wait`] blocks its signals in the calling thread only: a thread started earlier
+//! that does not block them may take a signal meant for the wait, and its default action
+//! (for SIGTERM, SIGINT, SIGUSR1, ...) ends the process. `wait` logs a warning naming such
+//! threads.
+//!
+//! The mask is inherited by processes started from a thread that has it, too
+//! (`std::process::Command` keeps it): a child started after `block(&[SIGINT])` does not
+//! stop on Ctrl-C unless it unblocks the signal itself.
 
 use std::io;
 use std::os::fd::RawFd;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::op::net::ReadPollable;
 use crate::op::Op;
@@ -65,7 +76,8 @@ pub fn block(signals: &[i32]) -> io::Result<()> {
     Ok(())
 }
 
-/// Waits for one of `signals` (blocked first, see [`block`]); returns its number.
+/// Waits for one of `signals`, which it blocks in the calling thread first (see the
+/// [module docs](self) for the other threads, and [`block`]); returns its number.
 ///
 /// Each signal delivered is returned by one wait only: when several tasks wait for the
 /// same signal, one of them gets it. Cancel-safe: a wait dropped before it returned took
@@ -86,9 +98,12 @@ pub fn block(signals: &[i32]) -> io::Result<()> {
 /// # std::io::Result::Ok(())
 /// ```
 ///
-/// A server that stops on Ctrl-C or SIGTERM (`no_run`: it runs until a signal arrives):
+/// A server that stops on Ctrl-C or SIGTERM (`no_run`: it runs until a signal arrives).
+/// The signals are blocked before the runtime starts its threads: a default runtime runs
+/// more than one, and a signal one of them took would end the process.
 ///
 /// ```no_run
+/// ring_rt::signal::block(&[libc::SIGINT, libc::SIGTERM])?;
 /// # ring_rt::Runtime::new()?.block_on(async {
 /// let server = ring_rt::spawn(async {
 ///     // accept and serve connections ...
@@ -101,14 +116,20 @@ pub fn block(signals: &[i32]) -> io::Result<()> {
 /// # std::io::Result::Ok(())
 /// ```
 pub async fn wait(signals: &[i32]) -> io::Result<i32> {
-    block(signals)?;
+    // The runtime first: outside one (or after its drop) the wait fails before it blocks
+    // anything or opens a signalfd (review CS: a signalfd leaked on every such call, and
+    // the thread's mask changed).
+    let core = Core::current_io()?;
     let set = sigset(signals)?;
+    block(signals)?;
+    // Review CS: this module's server example, which did not call `block`, died of the
+    // first SIGTERM (taken by worker 1 or a blocking-pool thread). Say why, once.
+    warn_of_threads_not_blocking(signals);
     // SAFETY: valid set pointer; -1 asks for a new fd.
     let fd = unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
-    let core = Core::current_io()?;
     let fd = SignalFd {
         fd,
         core: core.clone(),
@@ -139,6 +160,70 @@ pub async fn wait(signals: &[i32]) -> io::Result<i32> {
     }
 }
 
+/// Signals [`warn_of_threads_not_blocking`] has warned of (bit `n - 1` for signal `n`): once
+/// per signal and process is enough to say why a process died of one.
+static WARNED: AtomicU64 = AtomicU64::new(0);
+
+/// Logs a warning, once per signal, naming the threads of this process other than the
+/// caller that do not block one of `signals`: a signal sent to the process may go to one
+/// of them instead of the wait, and end the process (or be lost, if ignored). Best effort:
+/// a thread that ends or starts meanwhile, or a `/proc` that cannot be read, is passed over.
+fn warn_of_threads_not_blocking(signals: &[i32]) {
+    let wanted = signals
+        .iter()
+        .filter_map(|&s| u32::try_from(s - 1).ok().and_then(|b| 1u64.checked_shl(b)))
+        .fold(0, |mask, bit| mask | bit);
+    let new = wanted & !WARNED.load(Ordering::Relaxed);
+    if new == 0 {
+        return;
+    }
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return;
+    };
+    // SAFETY: gettid has no arguments and cannot fail.
+    let me = unsafe { libc::gettid() }.to_string();
+    let mut missing = 0;
+    let mut threads = Vec::new();
+    for task in tasks.flatten() {
+        if task.file_name().to_str() == Some(me.as_str()) {
+            continue;
+        }
+        let Ok(status) = std::fs::read_to_string(task.path().join("status")) else {
+            continue;
+        };
+        let unblocked = new & !blocked_mask(&status).unwrap_or(u64::MAX);
+        if unblocked != 0 {
+            missing |= unblocked;
+            let name = status_field(&status, "Name:").unwrap_or("?");
+            threads.push(format!("{name} ({})", task.file_name().to_string_lossy()));
+        }
+    }
+    if missing == 0 || WARNED.fetch_or(missing, Ordering::Relaxed) & missing == missing {
+        return;
+    }
+    let numbers: Vec<u32> = (0..64)
+        .filter(|b| missing >> b & 1 == 1)
+        .map(|b| b + 1)
+        .collect();
+    tracing::warn!(target: "ring_rt", signals = ?numbers, threads = %threads.join(", "),
+        "signal::wait: these threads do not block the signals waited for; one sent to the \
+         process may go to them and end it: call ring_rt::signal::block in main before \
+         starting the runtime or any thread");
+}
+
+/// The `SigBlk` mask of a `/proc/<pid>/task/<tid>/status` text.
+fn blocked_mask(status: &str) -> Option<u64> {
+    u64::from_str_radix(status_field(status, "SigBlk:")?, 16).ok()
+}
+
+/// The value of a `/proc/.../status` line starting with `key`.
+fn status_field<'a>(status: &'a str, key: &str) -> Option<&'a str> {
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(key))
+        .map(str::trim)
+}
+
 /// The signalfd, closed through the worker's backend: the epoll backend must forget a
 /// registered fd before its number can be reused (by the next `wait`, for one).
 struct SignalFd {
@@ -149,5 +234,21 @@ struct SignalFd {
 impl Drop for SignalFd {
     fn drop(&mut self) {
         self.core.close(self.fd);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_files_blocked_mask_is_read() {
+        let status = "Name:\tring-rt-worker-1\nSigQ:\t0/94324\nSigPnd:\t0000000000000000\n\
+                      SigBlk:\t0000000000004202\nSigIgn:\t0000000000001000\n";
+        assert_eq!(status_field(status, "Name:"), Some("ring-rt-worker-1"));
+        // Signals 2 (SIGINT), 10 (SIGUSR1) and 15 (SIGTERM).
+        assert_eq!(blocked_mask(status), Some(1 << 1 | 1 << 9 | 1 << 14));
+        assert_eq!(blocked_mask("Name:\tx\n"), None);
+        assert_eq!(blocked_mask("SigBlk:\tzz\n"), None);
     }
 }
