@@ -93,6 +93,10 @@ fn main() {
             opening_a_fifo_never_waits_for_its_other_end,
         ),
         (
+            "whole_file_reads_and_writes_of_a_fifo_stream",
+            whole_file_reads_and_writes_of_a_fifo_stream,
+        ),
+        (
             "a_close_refused_in_flight_still_closes_the_file",
             a_close_refused_in_flight_still_closes_the_file,
         ),
@@ -1060,6 +1064,86 @@ fn close_outside_the_runtime_still_closes_the_file(kind: BackendKind) -> Outcome
         drop(alive);
     }
     Ok(Completion::Completed)
+}
+
+/// Review CS: `fs::read` and `fs::write` of a file without a position (a FIFO here; a pipe,
+/// `/dev/stdin` or a terminal the same) failed with `ESPIPE`, where std's read and write it
+/// as a stream: they went through `read_at` and `write_all_at`. A write's bytes were lost
+/// to the reader, who saw an empty stream. 256 KiB each way, more than a pipe holds.
+fn whole_file_reads_and_writes_of_a_fifo_stream(kind: BackendKind) -> Outcome {
+    const LEN: usize = 256 << 10;
+    let rt = runtime!(kind);
+    let dir = Scratch::new("fifo-whole", kind)?;
+    let fifo = dir.path("fifo");
+    support::mkfifo(&fifo).map_err(|e| format!("mkfifo: {e}"))?;
+    let data = support::pattern(7, LEN);
+    // O_RDWR never waits for the other end, and keeps a writer (or a reader) there until
+    // the thread has moved all of it: the stream ends when it drops. Non-blocking, with a
+    // deadline, so a side that fails leaves no thread waiting for ever.
+    let open_rdwr = || {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo)
+    };
+
+    let writer = open_rdwr()?;
+    let sent = data.clone();
+    let feeding = std::thread::spawn(move || {
+        move_all(&writer, sent.len(), |f, at| {
+            std::io::Write::write(&mut &*f, &sent[at..])
+        })
+    });
+    let got = rt.block_on(bounded(LIMIT, ring_rt::fs::read(&fifo)));
+    let fed = feeding.join().map_err(|_| "the writer panicked")?;
+    let got = got?.map_err(|e| format!("{kind}: fs::read of a FIFO: {e}"))?;
+    fed.map_err(|e| format!("{kind}: feeding the FIFO: {e}"))?;
+    check!(
+        got == data,
+        "{kind}: fs::read of a FIFO: {} bytes of {LEN}, or other bytes",
+        got.len()
+    );
+
+    let reader = open_rdwr()?;
+    let draining = std::thread::spawn(move || {
+        let mut back = vec![0; LEN];
+        move_all(&reader, LEN, |f, at| {
+            std::io::Read::read(&mut &*f, &mut back[at..])
+        })
+        .map(|()| back)
+    });
+    let wrote = rt.block_on(bounded(LIMIT, ring_rt::fs::write(&fifo, data.clone())));
+    let back = draining.join().map_err(|_| "the reader panicked")?;
+    wrote?.map_err(|e| format!("{kind}: fs::write to a FIFO: {e}"))?;
+    let back = back.map_err(|e| format!("{kind}: draining the FIFO: {e}"))?;
+    check!(
+        back == data,
+        "{kind}: fs::write to a FIFO: the bytes differ"
+    );
+    Ok(Completion::Completed)
+}
+
+/// Moves `len` bytes through the non-blocking `file` with `step` (given the bytes moved so
+/// far), waiting out `WouldBlock`, for 10 s at most.
+fn move_all(
+    file: &std::fs::File,
+    len: usize,
+    mut step: impl FnMut(&std::fs::File, usize) -> std::io::Result<usize>,
+) -> std::io::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut at = 0;
+    while at < len {
+        match step(file, at) {
+            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => at += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// Opening a FIFO does not wait for its other end, the same on both backends (as

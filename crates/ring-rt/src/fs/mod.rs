@@ -35,7 +35,7 @@ pub use file::File;
 pub use metadata::Metadata;
 pub use open_options::OpenOptions;
 
-use crate::buf::IoBuf;
+use crate::buf::{transfer_all, write_zero, IoBuf};
 use crate::op::fs::{MkDirAt, RenameAt, Statx, UnlinkAt};
 use crate::op::Op;
 use crate::worker::Core;
@@ -190,6 +190,10 @@ async fn stat(path: &Path, flags: i32) -> io::Result<Metadata> {
 
 /// Reads a whole file.
 ///
+/// A file without a position (a FIFO, a pipe such as `/dev/stdin`, a terminal) is read as
+/// a stream to its end, as std's `read` does. Opening a FIFO does not wait for a writer
+/// (see [`OpenOptions::open`]): with none there, its stream is empty.
+///
 /// # Examples
 ///
 /// ```
@@ -220,9 +224,13 @@ pub async fn read(path: impl AsRef<Path>) -> io::Result<Vec<u8>> {
             let more = out.capacity().max(8192);
             reserve(&mut out, more)?;
         }
-        let pos = out.len() as u64;
         let start = out.len();
-        let (res, slice) = file.read_at(out.slice(start..), pos).await;
+        let (res, slice) = if file.is_stream() {
+            // A FIFO, a pipe, a terminal: read as it comes, as std's `read` does.
+            file.read_stream(out.slice(start..)).await
+        } else {
+            file.read_at(out.slice(start..), start as u64).await
+        };
         out = slice.into_inner();
         match res {
             Ok(0) => return Ok(out),
@@ -246,6 +254,10 @@ fn reserve(out: &mut Vec<u8>, additional: usize) -> io::Result<()> {
 /// Writes `data` (any [`IoBuf`]) as the whole content of `path`, creating or truncating
 /// it.
 ///
+/// A file without a position (a FIFO, a pipe such as `/dev/stdout`, a terminal) is
+/// written as a stream, as std's `write` does. Opening a FIFO does not wait for a reader
+/// (see [`OpenOptions::open`]): with none there, it fails with `ENXIO`.
+///
 /// # Examples
 ///
 /// ```
@@ -260,6 +272,12 @@ fn reserve(out: &mut Vec<u8>, additional: usize) -> io::Result<()> {
 /// ```
 pub async fn write<B: IoBuf>(path: impl AsRef<Path>, data: B) -> io::Result<()> {
     let file = File::create(path).await?;
+    if file.is_stream() {
+        // A FIFO, a pipe, a terminal: written as a stream, as std's `write` does.
+        let total = data.bytes_init();
+        let written = transfer_all(data, total, write_zero, |slice, _| file.write_stream(slice));
+        return written.await.0;
+    }
     let (res, _) = file.write_all_at(data, 0).await;
     res
 }
