@@ -97,6 +97,10 @@ fn main() {
             whole_file_reads_and_writes_of_a_fifo_stream,
         ),
         (
+            "a_dropped_stream_read_or_write_moves_nothing_after",
+            a_dropped_stream_read_or_write_moves_nothing_after,
+        ),
+        (
             "a_close_refused_in_flight_still_closes_the_file",
             a_close_refused_in_flight_still_closes_the_file,
         ),
@@ -1121,6 +1125,88 @@ fn whole_file_reads_and_writes_of_a_fifo_stream(kind: BackendKind) -> Outcome {
         back == data,
         "{kind}: fs::write to a FIFO: the bytes differ"
     );
+    Ok(Completion::Completed)
+}
+
+/// Review CT: on epoll, `fs::read` and `fs::write` of a FIFO ran `read(2)` and `write(2)` in
+/// the blocking pool, where a dropped future's call went on: it took the first bytes a
+/// writer sent later ("ello" reached the next reader of "hello"), wrote a whole 1 MiB after
+/// its timeout, and held a pool thread until data came, so 20 timed-out reads left no
+/// thread for a plain file's read (2 s and more). Now they wait by readiness, as io_uring
+/// does, and a dropped one moves nothing.
+fn a_dropped_stream_read_or_write_moves_nothing_after(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind, ring_rt::Builder::default().threads(1));
+    let dir = Scratch::new("fifo-dropped", kind)?;
+    let fifo = dir.path("fifo");
+    support::mkfifo(&fifo).map_err(|e| format!("mkfifo: {e}"))?;
+    let plain = dir.path("plain");
+    std::fs::write(&plain, b"plain")?;
+    // Both ends at once, never waiting: an idle writer for the reads, an idle reader for
+    // the write.
+    let mut held = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&fifo)?;
+    let fds = support::open_fds();
+    rt.block_on(bounded(LIMIT, async {
+        for _ in 0..20 {
+            let read = timeout(Duration::from_millis(10), ring_rt::fs::read(&fifo)).await;
+            check!(
+                read.is_err(),
+                "{kind}: a read of an idle FIFO ended: {read:?}"
+            );
+        }
+        let read = timeout(Duration::from_secs(2), ring_rt::fs::read(&plain)).await;
+        check!(
+            matches!(&read, Ok(Ok(b)) if b == b"plain"),
+            "{kind}: a plain file's read after 20 dropped FIFO reads: {read:?}"
+        );
+        Outcome::Ok(Completion::Completed)
+    }))??;
+    std::io::Write::write_all(&mut held, b"hello")?;
+    std::thread::sleep(Duration::from_millis(100));
+    let mut got = [0; 16];
+    let n = std::io::Read::read(&mut held, &mut got)?;
+    check!(
+        &got[..n] == b"hello",
+        "{kind}: the next reader got {:?}",
+        String::from_utf8_lossy(&got[..n])
+    );
+
+    // SAFETY: F_GETPIPE_SZ on an fd the test owns.
+    let room = unsafe { libc::fcntl(held.as_raw_fd(), libc::F_GETPIPE_SZ) };
+    check!(
+        room > 0,
+        "F_GETPIPE_SZ: {}",
+        std::io::Error::last_os_error()
+    );
+    rt.block_on(bounded(LIMIT, async {
+        let big = vec![b'w'; 4 * room as usize];
+        let wrote = timeout(Duration::from_millis(50), ring_rt::fs::write(&fifo, big)).await;
+        check!(
+            wrote.is_err(),
+            "{kind}: 4 pipes' worth went into an unread FIFO"
+        );
+        Outcome::Ok(Completion::Completed)
+    }))??;
+    std::thread::sleep(Duration::from_millis(100));
+    let mut drained = 0;
+    let mut chunk = vec![0; 1 << 16];
+    loop {
+        match std::io::Read::read(&mut held, &mut chunk) {
+            Ok(n) if n > 0 => drained += n,
+            _ => break,
+        }
+    }
+    check!(
+        drained <= room as usize,
+        "{kind}: {drained} bytes reached the reader; a pipe holds {room}: the dropped write went on"
+    );
+    std::thread::sleep(Duration::from_millis(50)); // closes run at the next loop turn
+    rt.block_on(async {});
+    let now = support::open_fds();
+    check!(now == fds, "{kind}: {now} fds open, {fds} before");
     Ok(Completion::Completed)
 }
 

@@ -13,7 +13,8 @@ use super::OpenOptions;
 use crate::buf::Slice;
 use crate::buf::{transfer_all, write_zero, IoBuf, IoBufMut};
 use crate::op::fs::{
-    Close, Fallocate, Fsync, Ftruncate, ReadAt, ReadvAt, Statx, WriteAt, WritevAt, CURSOR,
+    Close, Fallocate, Fsync, Ftruncate, ReadAt, ReadStream, ReadvAt, Statx, WriteAt, WriteStream,
+    WritevAt,
 };
 use crate::op::link::Pending;
 use crate::op::{Op, OpDef};
@@ -361,23 +362,20 @@ impl File {
     }
 
     /// A read of what comes next on a file without a position, as `read(2)` does: for
-    /// `fs::read`, which reads such a file as std's does (review CS: `ESPIPE` before).
-    /// On a file with a position it is `ESPIPE`, as a positional read is on a stream:
-    /// nothing here reads or moves a position a positional API would not see.
-    pub(crate) fn read_stream<B: IoBufMut>(&self, buf: B) -> Op<ReadAt<B>> {
-        let mut def = self.read_at_def(buf, 0);
-        def.pos = CURSOR;
-        def.unpositioned = !self.unpositioned;
-        Op::new(self.core.clone(), def)
+    /// `fs::read`, which reads such a file as std's does (review CS: `ESPIPE` before). On a
+    /// file with a position it is `ESPIPE`, as a positional read is on a stream.
+    pub(crate) fn read_stream<B: IoBufMut>(&self, buf: B) -> Op<ReadStream<B>> {
+        let refused = !self.unpositioned;
+        let fd = self.fd;
+        Op::new(self.core.clone(), ReadStream { fd, buf, refused })
     }
 
-    /// A write at the end of what was written to a file without a position, as
-    /// `write(2)` does: for `fs::write` (see [`read_stream`](Self::read_stream)).
-    pub(crate) fn write_stream<B: IoBuf>(&self, buf: B) -> Op<WriteAt<B>> {
-        let mut def = self.write_at_def(buf, 0);
-        def.pos = CURSOR;
-        def.unpositioned = !self.unpositioned;
-        Op::new(self.core.clone(), def)
+    /// A write after what was written to a file without a position, as `write(2)` does:
+    /// for `fs::write` (see [`read_stream`](Self::read_stream)).
+    pub(crate) fn write_stream<B: IoBuf>(&self, buf: B) -> Op<WriteStream<B>> {
+        let refused = !self.unpositioned;
+        let fd = self.fd;
+        Op::new(self.core.clone(), WriteStream { fd, buf, refused })
     }
 
     /// The registered index `buf` goes to the kernel by on this file's worker: a chunk of

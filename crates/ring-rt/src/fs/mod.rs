@@ -255,8 +255,8 @@ fn reserve(out: &mut Vec<u8>, additional: usize) -> io::Result<()> {
 /// it.
 ///
 /// A file without a position (a FIFO, a pipe such as `/dev/stdout`, a terminal) is
-/// written as a stream, as std's `write` does. Opening a FIFO does not wait for a reader
-/// (see [`OpenOptions::open`]): with none there, it fails with `ENXIO`.
+/// written as a stream, as std's `write` does. Its open creates or truncates, so a FIFO's
+/// waits for a reader, as std's does (see [`OpenOptions::open`]).
 ///
 /// # Examples
 ///

@@ -4,8 +4,10 @@
 //! first takes what the page cache holds on the loop thread (as io_uring does inline).
 
 mod path;
+mod stream;
 
 pub(crate) use path::{MkDirAt, RenameAt, Statx, UnlinkAt};
+pub(crate) use stream::{ReadStream, WriteStream};
 
 use std::ffi::CString;
 use std::io;
@@ -169,8 +171,7 @@ pub(crate) struct ReadAt<B> {
     pub(crate) pos: u64,
     /// epoll: try `RWF_NOWAIT` on the loop thread first (the file is not `O_DIRECT`).
     pub(crate) nowait: bool,
-    /// Refused with `ESPIPE` before it starts (see [`no_position`]): a positional op on a
-    /// file without a position, or an op at [`CURSOR`] on a file with one.
+    /// The file has no position (see [`no_position`]).
     pub(crate) unpositioned: bool,
     /// The file is `O_DIRECT`: submitted as soon as it starts.
     pub(crate) at_once: bool,
@@ -210,16 +211,9 @@ unsafe impl<B: IoBufMut> Operation for ReadAt<B> {
         let pos = self.pos as libc::off_t;
         let len = len_u32(self.buf.bytes_total()) as usize;
         let ptr = self.buf.stable_mut_ptr() as usize;
-        let at_cursor = self.pos == CURSOR;
         on_dup(self.fd, move |fd| {
             // SAFETY: the op owns the buffer, writable for `len` bytes until completion.
-            sys::res(unsafe {
-                if at_cursor {
-                    libc::read(fd, ptr as *mut _, len)
-                } else {
-                    libc::pread(fd, ptr as *mut _, len, pos)
-                }
-            })
+            sys::res(unsafe { libc::pread(fd, ptr as *mut _, len, pos) })
         })
     }
 
@@ -322,8 +316,7 @@ pub(crate) struct WriteAt<B> {
     pub(crate) fd: RawFd,
     pub(crate) buf: B,
     pub(crate) pos: u64,
-    /// Refused with `ESPIPE` before it starts (see [`no_position`]): a positional op on a
-    /// file without a position, or an op at [`CURSOR`] on a file with one.
+    /// The file has no position (see [`no_position`]).
     pub(crate) unpositioned: bool,
     /// The file is `O_DIRECT`: submitted as soon as it starts.
     pub(crate) at_once: bool,
@@ -363,16 +356,9 @@ unsafe impl<B: IoBuf> Operation for WriteAt<B> {
         let pos = self.pos as libc::off_t;
         let len = len_u32(self.buf.bytes_init()) as usize;
         let ptr = self.buf.stable_ptr() as usize;
-        let at_cursor = self.pos == CURSOR;
         on_dup(self.fd, move |fd| {
             // SAFETY: the op owns the buffer, readable for `len` bytes until completion.
-            sys::res(unsafe {
-                if at_cursor {
-                    libc::write(fd, ptr as *const _, len)
-                } else {
-                    libc::pwrite(fd, ptr as *const _, len, pos)
-                }
-            })
+            sys::res(unsafe { libc::pwrite(fd, ptr as *const _, len, pos) })
         })
     }
 }
@@ -749,13 +735,6 @@ impl Orphan for CloseOrphan {
 fn short_or_failed(cqe: &Cqe, asked: usize) -> bool {
     cqe.res < 0 || cqe.res as usize != asked
 }
-
-/// The offset that makes a read or write use the file's own position, as `read(2)` and
-/// `write(2)` do: io_uring takes `-1` so (5.6+), and the blocking pool calls those instead of
-/// `pread` and `pwrite`. Only for a file without a position (a FIFO, a pipe, a terminal),
-/// read or written whole as a stream (`fs::read`, `fs::write`): a positional API never
-/// gives it (see `fs::file::kernel_pos`).
-pub(crate) const CURSOR: u64 = u64::MAX;
 
 /// The result of positional I/O on a file without a position (a FIFO, a pipe, a terminal):
 /// `ESPIPE`, as `pread(2)` and std's `FileExt::read_at` give. io_uring's READ and WRITE
