@@ -65,10 +65,6 @@ fn main() {
             a_signal_wait_outside_a_runtime_opens_and_blocks_nothing,
         ),
         (
-            "a_signal_wait_names_the_threads_that_could_take_its_signal",
-            a_signal_wait_names_the_threads_that_could_take_its_signal,
-        ),
-        (
             "a_write_to_a_dropped_peer_fails_on_both_backends",
             a_write_to_a_dropped_peer_fails_on_both_backends,
         ),
@@ -445,86 +441,6 @@ fn a_signal_wait_outside_a_runtime_opens_and_blocks_nothing(kind: BackendKind) -
     })
     .join()
     .map_err(|_| "the waiting thread panicked")?
-}
-
-/// Review CS: a wait whose signal another thread does not block can lose it to that thread
-/// (whose default action for most signals ends the process), as the module's server
-/// example did with no `signal::block`. The wait says so, once, naming the threads: this
-/// harness's own do not block it.
-fn a_signal_wait_names_the_threads_that_could_take_its_signal(kind: BackendKind) -> Outcome {
-    // One per backend, as the warning comes once per signal and process; signals no other
-    // test uses, whose default actions are harmless were one sent.
-    let signal = match kind {
-        BackendKind::Uring => libc::SIGWINCH,
-        BackendKind::Epoll => libc::SIGTTIN,
-    };
-    let rt = runtime!(kind);
-    // A thread that does not block it, there until the test ends (this harness may run the
-    // test on its only thread).
-    let (done, wait_done) = std::sync::mpsc::channel::<()>();
-    let bystander = std::thread::Builder::new()
-        .name("bystander".into())
-        .spawn(move || wait_done.recv())?;
-    let warnings = Warnings::default();
-    let seen = warnings.0.clone();
-    tracing::subscriber::with_default(warnings, || {
-        rt.block_on(async {
-            let waited = timeout(Duration::from_millis(10), ring_rt::signal::wait(&[signal])).await;
-            check!(
-                waited.is_err(),
-                "{kind}: a signal nobody sent arrived: {waited:?}"
-            );
-            // Once: a second wait says nothing more.
-            let _ = timeout(Duration::from_millis(1), ring_rt::signal::wait(&[signal])).await;
-            Outcome::Ok(Completion::Completed)
-        })
-    })?;
-    drop(done);
-    let _ = bystander.join();
-    let seen = seen.lock().map_err(|_| "poisoned")?.clone();
-    check!(
-        seen.len() == 1,
-        "{kind}: {} warnings, not one: {seen:?}",
-        seen.len()
-    );
-    check!(
-        seen[0].contains("do not block")
-            && seen[0].contains(&signal.to_string())
-            && seen[0].contains("bystander"),
-        "{kind}: the warning: {}",
-        seen[0]
-    );
-    Ok(Completion::Completed)
-}
-
-/// A tracing subscriber that keeps each warning's fields as text.
-#[derive(Default)]
-struct Warnings(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
-
-impl tracing::Subscriber for Warnings {
-    fn enabled(&self, meta: &tracing::Metadata<'_>) -> bool {
-        *meta.level() == tracing::Level::WARN
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        struct Text(String);
-        impl tracing::field::Visit for Text {
-            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-                self.0.push_str(&format!("{}={value:?} ", field.name()));
-            }
-        }
-        let mut text = Text(String::new());
-        event.record(&mut text);
-        if let Ok(mut seen) = self.0.lock() {
-            seen.push(text.0);
-        }
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
 }
 
 /// signalfds this process has open.

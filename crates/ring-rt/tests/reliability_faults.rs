@@ -2,7 +2,8 @@
 //! dry during a multishot recv (ENOBUFS), the SQ full while cancels are pushed, the process
 //! out of fds while accepting (EMFILE, in a child process with a lowered RLIMIT_NOFILE), a
 //! dropped multishot accept with connections queued in its slot, and the process stopped and
-//! continued while an open waits in the kernel (in a child process).
+//! continued while an open waits in the kernel (in a child process), and a signal wait that
+//! another thread could lose its signal to (in a child process).
 
 #[macro_use]
 mod support;
@@ -23,6 +24,8 @@ const LIMIT: Duration = Duration::from_secs(20);
 const EMFILE_CHILD: &str = "child_accept_at_fd_limit";
 /// The child trial stopped and continued while its open waits.
 const STOP_CHILD: &str = "child_open_across_a_stop";
+/// The child trial that waits for a signal a thread of its own does not block.
+const WARNING_CHILD: &str = "child_warning_of_threads_not_blocking";
 /// How long a child trial may take before it is killed (and fails).
 const CHILD_LIMIT: Duration = Duration::from_secs(60);
 
@@ -57,6 +60,10 @@ fn main() {
             "an_open_waiting_across_a_stop_and_continue_opens",
             an_open_waiting_across_a_stop_and_continue_opens,
         ),
+        (
+            "a_signal_wait_names_the_threads_that_could_take_its_signal",
+            a_signal_wait_names_the_threads_that_could_take_its_signal,
+        ),
     ];
     // Tests count this process's fds, buffers and CPU time: one at a time.
     support::run_with_children(
@@ -64,6 +71,7 @@ fn main() {
         &[
             (EMFILE_CHILD, child_accept_at_fd_limit),
             (STOP_CHILD, child_open_across_a_stop),
+            (WARNING_CHILD, child_warning_of_threads_not_blocking),
         ],
     )
 }
@@ -581,4 +589,95 @@ fn child_open_across_a_stop(kind: BackendKind) -> Outcome {
     let _reader = reader?;
     let _file = opened??;
     Ok(Completion::Completed)
+}
+
+/// Review CS: a wait whose signal another thread does not block can lose it to that thread
+/// (whose default action for most signals ends the process), as the `signal` module's
+/// server example did with no `signal::block`. The first wait says so, naming the threads.
+fn a_signal_wait_names_the_threads_that_could_take_its_signal(kind: BackendKind) -> Outcome {
+    support::child(WARNING_CHILD, kind, &[], CHILD_LIMIT)
+}
+
+/// The child of the test above: a process of its own, as the warning comes once per signal
+/// and process, and tracing's dispatch is process-wide state.
+fn child_warning_of_threads_not_blocking(kind: BackendKind) -> Outcome {
+    // Its default action (ignore) is harmless were one sent.
+    let signal = libc::SIGWINCH;
+    let rt = runtime!(kind);
+    // A thread that does not block it, there until the test ends.
+    let (done, wait_done) = std::sync::mpsc::channel::<()>();
+    let (running, runs) = std::sync::mpsc::channel::<()>();
+    let bystander = std::thread::Builder::new()
+        .name("bystander".into())
+        .spawn(move || {
+            let _ = running.send(());
+            wait_done.recv()
+        })?;
+    // Running: a thread starting has every signal blocked until then (glibc).
+    runs.recv_timeout(Duration::from_secs(10))
+        .map_err(|_| "the bystander never ran")?;
+    let warnings = Warnings::default();
+    let seen = warnings.0.clone();
+    tracing::subscriber::with_default(warnings, || {
+        rt.block_on(async {
+            let waited =
+                ring_rt::time::timeout(Duration::from_millis(10), ring_rt::signal::wait(&[signal]))
+                    .await;
+            check!(
+                waited.is_err(),
+                "{kind}: a signal nobody sent arrived: {waited:?}"
+            );
+            // Once: a second wait says nothing more.
+            let signals = [signal];
+            let again = ring_rt::signal::wait(&signals);
+            let _ = ring_rt::time::timeout(Duration::from_millis(1), again).await;
+            Outcome::Ok(Completion::Completed)
+        })
+    })?;
+    drop(done);
+    let _ = bystander.join();
+    let seen = seen.lock().map_err(|_| "poisoned")?.clone();
+    check!(
+        seen.len() == 1,
+        "{kind}: {} warnings, not one: {seen:?}",
+        seen.len()
+    );
+    check!(
+        seen[0].contains("do not block")
+            && seen[0].contains(&signal.to_string())
+            && seen[0].contains("bystander"),
+        "{kind}: the warning: {}",
+        seen[0]
+    );
+    Ok(Completion::Completed)
+}
+
+/// A tracing subscriber that keeps each warning's fields as text.
+#[derive(Default)]
+struct Warnings(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl tracing::Subscriber for Warnings {
+    fn enabled(&self, meta: &tracing::Metadata<'_>) -> bool {
+        *meta.level() == tracing::Level::WARN
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        struct Text(String);
+        impl tracing::field::Visit for Text {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                self.0.push_str(&format!("{}={value:?} ", field.name()));
+            }
+        }
+        let mut text = Text(String::new());
+        event.record(&mut text);
+        if let Ok(mut seen) = self.0.lock() {
+            seen.push(text.0);
+        }
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
 }
