@@ -7,7 +7,7 @@ mod support;
 
 use std::future::{poll_fn, Future, IntoFuture};
 use std::io::{self, ErrorKind};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::pin::{pin, Pin};
@@ -99,6 +99,10 @@ fn main() {
         (
             "a_dropped_stream_read_or_write_moves_nothing_after",
             a_dropped_stream_read_or_write_moves_nothing_after,
+        ),
+        (
+            "a_terminal_read_or_write_never_blocks_the_worker",
+            a_terminal_read_or_write_never_blocks_the_worker,
         ),
         (
             "a_close_refused_in_flight_still_closes_the_file",
@@ -902,7 +906,6 @@ fn positional_io_on_a_fifo_is_espipe_on_both_backends(kind: BackendKind) -> Outc
 /// backends. (io_uring's READ and WRITE read and added to the counter, found by the second
 /// attacker review: `lseek` alone does not tell.)
 fn positional_io_on_an_eventfd_is_espipe_on_both_backends(kind: BackendKind) -> Outcome {
-    use std::os::fd::FromRawFd;
     let rt = runtime!(kind);
     // SAFETY: eventfd returns a new fd (checked) that the File below owns.
     let fd = unsafe { libc::eventfd(1, libc::EFD_CLOEXEC) };
@@ -1208,6 +1211,135 @@ fn a_dropped_stream_read_or_write_moves_nothing_after(kind: BackendKind) -> Outc
     let now = support::open_fds();
     check!(now == fds, "{kind}: {now} fds open, {fds} before");
     Ok(Completion::Completed)
+}
+
+/// Review CU: a terminal says it can be read when one byte came, and a blocking `read(2)`
+/// then waits for `VMIN` bytes or `VTIME`; it says it can be written when any room is left,
+/// and a blocking write waits for the rest. `fs::read` and `fs::write` of a pty's slave sat
+/// inside such calls (epoll's `read(2)` after a `poll(2)`, io_uring's `READ` and `WRITE`),
+/// with the worker: a 200 ms timeout fired after 3 s, and a 1 MiB write finished whole
+/// through it. Each must time out on time now.
+fn a_terminal_read_or_write_never_blocks_the_worker(kind: BackendKind) -> Outcome {
+    let Some((master, slave)) = open_pty()? else {
+        return Ok(Completion::ignored_with(
+            "no pseudo-terminal here (posix_openpt)",
+        ));
+    };
+    let rt = runtime!(kind, ring_rt::Builder::default().threads(1));
+    let on_time = Duration::from_millis(1500);
+    // A worker inside a blocking terminal call hears no timeout: a failure here would hang
+    // (the write's, for ever: nobody reads the other end). The watchdog ends it instead.
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        if finished.recv_timeout(Duration::from_secs(20))
+            == Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+        {
+            eprintln!("FAILED: a terminal's read or write held the worker for 20 s");
+            std::process::exit(101);
+        }
+    });
+
+    // Raw, VMIN 5 and VTIME 3 s: two bytes come, and a blocking read would wait 3 s.
+    set_raw(&master, 5, 30)?;
+    let writer = master.try_clone()?;
+    let feeding = std::thread::spawn(move || {
+        for byte in [b"a", b"b"] {
+            std::thread::sleep(Duration::from_millis(100));
+            let _ = std::io::Write::write_all(&mut &writer, byte);
+        }
+    });
+    let start = Instant::now();
+    let read = rt.block_on(timeout(
+        Duration::from_millis(300),
+        ring_rt::fs::read(&slave),
+    ));
+    let took = start.elapsed();
+    let _ = feeding.join();
+    check!(
+        took < on_time,
+        "{kind}: a 300 ms timeout around a terminal's read took {took:?} ({read:?})"
+    );
+
+    // Cooked, nobody reading the other end: "\n" becomes "\r\n", and the room left is not
+    // a multiple of a write's size.
+    set_cooked(&master)?;
+    let start = Instant::now();
+    let lines = b"xx\n".repeat(1 << 18);
+    let wrote = rt.block_on(timeout(
+        Duration::from_millis(200),
+        ring_rt::fs::write(&slave, lines),
+    ));
+    let took = start.elapsed();
+    check!(
+        wrote.is_err() && took < on_time,
+        "{kind}: a 200 ms timeout around a terminal's 768 KiB write: {wrote:?} after {took:?}"
+    );
+    drop(done);
+    let _ = watchdog.join();
+    Ok(Completion::Completed)
+}
+
+/// A pseudo-terminal's master and its slave's path, or `None` where there is none.
+fn open_pty() -> std::io::Result<Option<(std::fs::File, PathBuf)>> {
+    // SAFETY: plain syscall; the result is checked.
+    let fd = unsafe { libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Ok(None);
+    }
+    // SAFETY: a fresh fd nobody else owns.
+    let master = unsafe { std::fs::File::from_raw_fd(fd) };
+    let mut name = [0 as libc::c_char; 128];
+    // SAFETY: the master fd is open; `name` is a live buffer of its length.
+    let failed = unsafe {
+        libc::grantpt(fd) != 0
+            || libc::unlockpt(fd) != 0
+            || libc::ptsname_r(fd, name.as_mut_ptr(), name.len()) != 0
+    };
+    if failed {
+        return Ok(None);
+    }
+    // SAFETY: ptsname_r wrote a NUL-terminated path into `name`.
+    let path = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) };
+    Ok(Some((
+        master,
+        PathBuf::from(path.to_string_lossy().into_owned()),
+    )))
+}
+
+/// Raw mode with `VMIN` and `VTIME` (tenths of a second) on the terminal `master` leads.
+fn set_raw(master: &std::fs::File, vmin: u8, vtime: u8) -> std::io::Result<()> {
+    let mut t = termios(master)?;
+    // SAFETY: `t` is a live termios read from the terminal.
+    unsafe { libc::cfmakeraw(&mut t) };
+    t.c_cc[libc::VMIN] = vmin;
+    t.c_cc[libc::VTIME] = vtime;
+    set_termios(master, &t)
+}
+
+/// Cooked mode, output post-processing on ("\n" written as "\r\n").
+fn set_cooked(master: &std::fs::File) -> std::io::Result<()> {
+    let mut t = termios(master)?;
+    t.c_oflag |= libc::OPOST | libc::ONLCR;
+    t.c_lflag |= libc::ICANON | libc::ECHO;
+    set_termios(master, &t)
+}
+
+fn termios(master: &std::fs::File) -> std::io::Result<libc::termios> {
+    // SAFETY: termios is plain data, filled in by tcgetattr.
+    let mut t: libc::termios = unsafe { std::mem::zeroed() };
+    // SAFETY: an open terminal fd and a live termios.
+    if unsafe { libc::tcgetattr(master.as_raw_fd(), &mut t) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(t)
+}
+
+fn set_termios(master: &std::fs::File, t: &libc::termios) -> std::io::Result<()> {
+    // SAFETY: an open terminal fd and a live termios.
+    if unsafe { libc::tcsetattr(master.as_raw_fd(), libc::TCSANOW, t) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Moves `len` bytes through the non-blocking `file` with `step` (given the bytes moved so

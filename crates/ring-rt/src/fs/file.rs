@@ -361,6 +361,23 @@ impl File {
         self.unpositioned
     }
 
+    /// Makes this file's reads and writes non-blocking (`O_NONBLOCK`), for
+    /// [`read_stream`](Self::read_stream) and [`write_stream`](Self::write_stream), which
+    /// need it: readiness says a terminal can be read, and a blocking read then still waits
+    /// (review CU). For `fs::read` and `fs::write` only: the flag belongs to the open file
+    /// description, which is theirs, as they opened it (a path opens a new one even where
+    /// it names an open fd, as `/dev/stdin` does), and no other user's.
+    pub(crate) fn set_stream_nonblocking(&self) -> io::Result<()> {
+        // SAFETY: fcntl on the fd this file owns, with integer arguments only.
+        let flags = unsafe { libc::fcntl(self.fd, libc::F_GETFL) };
+        // SAFETY: as above.
+        if flags < 0 || unsafe { libc::fcntl(self.fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     /// A read of what comes next on a file without a position, as `read(2)` does: for
     /// `fs::read`, which reads such a file as std's does (review CS: `ESPIPE` before). On a
     /// file with a position it is `ESPIPE`, as a positional read is on a stream.

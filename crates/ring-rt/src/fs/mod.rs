@@ -208,6 +208,9 @@ async fn stat(path: &Path, flags: i32) -> io::Result<Metadata> {
 /// ```
 pub async fn read(path: impl AsRef<Path>) -> io::Result<Vec<u8>> {
     let file = File::open(path).await?;
+    if file.is_stream() {
+        file.set_stream_nonblocking()?;
+    }
     // The size is a hint: the file may grow or shrink while it is read. Memory is asked
     // for with `try_reserve`: a file larger than memory is an `OutOfMemory` error, as in
     // std, not an abort.
@@ -274,6 +277,7 @@ pub async fn write<B: IoBuf>(path: impl AsRef<Path>, data: B) -> io::Result<()> 
     let file = File::create(path).await?;
     if file.is_stream() {
         // A FIFO, a pipe, a terminal: written as a stream, as std's `write` does.
+        file.set_stream_nonblocking()?;
         let total = data.bytes_init();
         let written = transfer_all(data, total, write_zero, |slice, _| file.write_stream(slice));
         return written.await.0;

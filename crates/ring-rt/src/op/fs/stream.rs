@@ -1,9 +1,12 @@
 //! Reads and writes of a file without a position (a FIFO, a pipe, a terminal) as a stream,
-//! for `fs::read` and `fs::write`. On io_uring, `READ` and `WRITE` at the file's own
-//! position (offset -1), which the kernel waits for and cancels as a socket's. On epoll,
-//! readiness, then a syscall that never blocks. Never the blocking pool: its `read(2)` went
-//! on after the future was dropped, took bytes meant for the next reader, and held its
-//! thread until data came (review CT).
+//! for `fs::read` and `fs::write`, which make the fd non-blocking first (its open file
+//! description is theirs: they opened it). On both backends: readiness (io_uring's
+//! `POLL_ADD`, epoll), then `read(2)` or `write(2)`, which cannot block, in the poll that
+//! returns. Not the blocking pool: its `read(2)` went on after the future was dropped, took
+//! bytes meant for the next reader, and held its thread until data came (review CT). Not
+//! io_uring's `READ` either, nor a `poll(2)` and a blocking `read(2)`: a terminal says it is
+//! readable, then a blocking read waits for `VMIN` bytes (and a write for room), with the
+//! worker inside it (review CU: 3 s past a 200 ms timeout, on both backends).
 
 use std::os::fd::RawFd;
 use std::task::{Context, Poll};
@@ -16,10 +19,7 @@ use crate::buf::{read_output, IoBuf, IoBufMut};
 use crate::op::{Emulation, OpDef, Operation};
 use crate::sys;
 
-/// What io_uring reads as "the file's own position", as `read(2)` and `write(2)` use.
-const OWN_POSITION: u64 = u64::MAX;
-
-/// A read of what comes next on a file without a position.
+/// A read of what comes next on a non-blocking file without a position.
 pub(crate) struct ReadStream<B> {
     pub(crate) fd: RawFd,
     pub(crate) buf: B,
@@ -28,8 +28,9 @@ pub(crate) struct ReadStream<B> {
     pub(crate) refused: bool,
 }
 
-// SAFETY: the SQE and the syscalls point only at the buffer this op owns (on the heap) and
-// at its own fd; nothing runs on another thread.
+// SAFETY: the syscall points only at the buffer this op owns (on the heap) and at its own
+// fd, and runs on the worker in the poll that returns its result: a dropped op has read
+// nothing. The SQE is never submitted (readiness only).
 unsafe impl<B: IoBufMut> Operation for ReadStream<B> {
     fn fd(&self) -> Option<RawFd> {
         Some(self.fd)
@@ -43,24 +44,23 @@ unsafe impl<B: IoBufMut> Operation for ReadStream<B> {
     }
 
     fn try_syscall(&mut self) -> Cqe {
-        let (ptr, len) = (self.buf.stable_mut_ptr(), len_u32(self.buf.bytes_total()));
-        let iov = libc::iovec {
-            iov_base: ptr.cast(),
-            iov_len: len as usize,
-        };
-        // SAFETY: one iovec over the buffer the op owns, writable for `len` bytes.
-        let n = unsafe { libc::preadv2(self.fd, &iov, 1, -1, libc::RWF_NOWAIT) };
-        // SAFETY: as above, for `read(2)`.
-        never_blocking(n, self.fd, libc::POLLIN, || unsafe {
-            libc::read(self.fd, ptr.cast(), len as usize)
-        })
+        let len = len_u32(self.buf.bytes_total()) as usize;
+        // SAFETY: the buffer is writable for `len` bytes and owned by the op; the fd is
+        // non-blocking (see the module docs).
+        let n = unsafe { libc::read(self.fd, self.buf.stable_mut_ptr().cast(), len) };
+        Cqe::new(0, sys::res(n), 0)
     }
 
     fn sqe(&mut self) -> squeue::Entry {
+        // Unused (readiness only).
         let len = len_u32(self.buf.bytes_total());
         opcode::Read::new(types::Fd(self.fd), self.buf.stable_mut_ptr(), len)
-            .offset(OWN_POSITION)
+            .offset(u64::MAX)
             .build()
+    }
+
+    fn is_readiness_only(&self) -> bool {
+        true
     }
 }
 
@@ -81,7 +81,7 @@ impl<B: IoBufMut> OpDef for ReadStream<B> {
     }
 }
 
-/// A write after what was written before to a file without a position.
+/// A write after what was written before to a non-blocking file without a position.
 pub(crate) struct WriteStream<B> {
     pub(crate) fd: RawFd,
     pub(crate) buf: B,
@@ -89,8 +89,8 @@ pub(crate) struct WriteStream<B> {
     pub(crate) refused: bool,
 }
 
-// SAFETY: the SQE and the syscalls point only at the buffer this op owns (on the heap) and
-// at its own fd; nothing runs on another thread.
+// SAFETY: as for `ReadStream`: the syscall reads only the buffer this op owns, on the
+// worker, in the poll that returns its result; a dropped op has written nothing.
 unsafe impl<B: IoBuf> Operation for WriteStream<B> {
     fn fd(&self) -> Option<RawFd> {
         Some(self.fd)
@@ -104,27 +104,27 @@ unsafe impl<B: IoBuf> Operation for WriteStream<B> {
     }
 
     fn try_syscall(&mut self) -> Cqe {
-        let (ptr, len) = (self.buf.stable_ptr(), len_u32(self.buf.bytes_init()));
-        let iov = libc::iovec {
-            iov_base: ptr.cast_mut().cast(),
-            iov_len: len as usize,
-        };
-        // SAFETY: one iovec over the buffer the op owns, readable for `len` bytes.
-        let n = unsafe { libc::pwritev2(self.fd, &iov, 1, -1, libc::RWF_NOWAIT) };
-        // Without RWF_NOWAIT, at most PIPE_BUF bytes: a pipe that has room (POLLOUT) takes
-        // that many at once, where a larger blocking write waits until it all went in.
-        let atomic = (len as usize).min(libc::PIPE_BUF);
-        // SAFETY: as above, for `write(2)` of the first `atomic` bytes.
-        never_blocking(n, self.fd, libc::POLLOUT, || unsafe {
-            libc::write(self.fd, ptr.cast(), atomic)
-        })
+        let len = len_u32(self.buf.bytes_init()) as usize;
+        // SAFETY: the buffer is readable for `len` bytes and owned by the op; the fd is
+        // non-blocking (see the module docs).
+        let n = unsafe { libc::write(self.fd, self.buf.stable_ptr().cast(), len) };
+        Cqe::new(0, sys::res(n), 0)
     }
 
     fn sqe(&mut self) -> squeue::Entry {
+        // Unused (readiness only).
         let len = len_u32(self.buf.bytes_init());
         opcode::Write::new(types::Fd(self.fd), self.buf.stable_ptr(), len)
-            .offset(OWN_POSITION)
+            .offset(u64::MAX)
             .build()
+    }
+
+    fn is_readiness_only(&self) -> bool {
+        true
+    }
+
+    fn moves_nothing(&self) -> bool {
+        self.buf.bytes_init() == 0
     }
 }
 
@@ -145,20 +145,4 @@ impl<B: IoBuf> OpDef for WriteStream<B> {
             self.buf,
         )
     }
-}
-
-/// The result of a `RWF_NOWAIT` transfer (`n`), or where the file refuses that flag (a
-/// terminal; a pipe before Linux 5.9) of `plain`, made only if a `poll(2)` that never blocks
-/// finds `fd` ready for `events` now: else `EAGAIN`, and the op waits for readiness again.
-fn never_blocking(n: isize, fd: RawFd, events: i16, plain: impl FnOnce() -> isize) -> Cqe {
-    let res = sys::res(n);
-    if res != -libc::EOPNOTSUPP {
-        return Cqe::new(0, res, 0);
-    }
-    let res = match sys::poll_now(fd, events) {
-        Ok(revents) if revents != 0 => sys::res(plain()),
-        Ok(_) => -libc::EAGAIN,
-        Err(err) => err,
-    };
-    Cqe::new(0, res, 0)
 }
