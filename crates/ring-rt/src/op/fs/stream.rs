@@ -1,8 +1,9 @@
 //! Reads and writes of a file without a position (a FIFO, a pipe, a terminal) as a stream,
 //! for `fs::read` and `fs::write`, which make the fd non-blocking first (its open file
 //! description is theirs: they opened it). On both backends: readiness (io_uring's
-//! `POLL_ADD`, epoll), then `read(2)` or `write(2)`, which cannot block, in the poll that
-//! returns. Not the blocking pool: its `read(2)` went on after the future was dropped, took
+//! `POLL_ADD`, epoll), then `read(2)` or `write(2)` in the poll that returns, which does
+//! not block on a FIFO, a pipe or a terminal (a file that ignores `O_NONBLOCK`, such as a
+//! FUSE file opened as a stream, still can: review CV). Not the blocking pool: its `read(2)` went on after the future was dropped, took
 //! bytes meant for the next reader, and held its thread until data came (review CT). Not
 //! io_uring's `READ` either, nor a `poll(2)` and a blocking `read(2)`: a terminal says it is
 //! readable, then a blocking read waits for `VMIN` bytes (and a write for room), with the
