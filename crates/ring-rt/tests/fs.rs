@@ -97,12 +97,20 @@ fn main() {
             whole_file_reads_and_writes_of_a_fifo_stream,
         ),
         (
+            "a_fifo_no_writer_opened_reads_empty",
+            a_fifo_no_writer_opened_reads_empty,
+        ),
+        (
             "a_dropped_stream_read_or_write_moves_nothing_after",
             a_dropped_stream_read_or_write_moves_nothing_after,
         ),
         (
             "a_terminal_read_or_write_never_blocks_the_worker",
             a_terminal_read_or_write_never_blocks_the_worker,
+        ),
+        (
+            "a_terminal_read_with_no_vmin_ends_when_std_does",
+            a_terminal_read_with_no_vmin_ends_when_std_does,
         ),
         (
             "a_close_refused_in_flight_still_closes_the_file",
@@ -1131,6 +1139,34 @@ fn whole_file_reads_and_writes_of_a_fifo_stream(kind: BackendKind) -> Outcome {
     Ok(Completion::Completed)
 }
 
+/// Review CV: on io_uring, `fs::read` of a FIFO that no writer had opened waited for one
+/// (its first step was a `POLL_ADD`, and such a pipe reports neither `POLLIN` nor
+/// `POLLHUP`), where epoll tried `read(2)` first and returned it empty, as the docs say.
+/// A second read of the same FIFO must not wait either.
+fn a_fifo_no_writer_opened_reads_empty(kind: BackendKind) -> Outcome {
+    const WAIT: Duration = Duration::from_secs(2);
+    let rt = runtime!(kind);
+    let dir = Scratch::new("fifo-no-writer", kind)?;
+    let fifo = dir.path("fifo");
+    support::mkfifo(&fifo).map_err(|e| format!("mkfifo: {e}"))?;
+    for round in 0..2 {
+        let got = rt.block_on(ring_rt::time::timeout(WAIT, ring_rt::fs::read(&fifo)));
+        let got = got
+            .map_err(|_| {
+                format!(
+                    "{kind}: fs::read of a FIFO no writer opened waited {WAIT:?} (round {round})"
+                )
+            })?
+            .map_err(|e| format!("{kind}: fs::read of a FIFO no writer opened: {e}"))?;
+        check!(
+            got.is_empty(),
+            "{kind}: fs::read of a FIFO no writer opened gave {} bytes",
+            got.len()
+        );
+    }
+    Ok(Completion::Completed)
+}
+
 /// Review CT: on epoll, `fs::read` and `fs::write` of a FIFO ran `read(2)` and `write(2)` in
 /// the blocking pool, where a dropped future's call went on: it took the first bytes a
 /// writer sent later ("ello" reached the next reader of "hello"), wrote a whole 1 MiB after
@@ -1276,6 +1312,56 @@ fn a_terminal_read_or_write_never_blocks_the_worker(kind: BackendKind) -> Outcom
     );
     drop(done);
     let _ = watchdog.join();
+    Ok(Completion::Completed)
+}
+
+/// Review CV: a raw terminal with `VMIN` 0 ends std's `read` with 0 bytes when nothing
+/// comes: at once with `VTIME` 0, after `VTIME` of silence otherwise. So std's `fs::read`
+/// of it returns what came; ours waited for more for ever (the fd is non-blocking, so
+/// `read(2)` says `EAGAIN`, and readiness never comes on a silent terminal).
+fn a_terminal_read_with_no_vmin_ends_when_std_does(kind: BackendKind) -> Outcome {
+    let Some((master, slave)) = open_pty()? else {
+        return Ok(Completion::ignored_with(
+            "no pseudo-terminal here (posix_openpt)",
+        ));
+    };
+    // Held open, so what the master writes waits in the terminal's input for our reads.
+    let _held = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOCTTY)
+        .open(&slave)?;
+    let rt = runtime!(kind);
+    let limit = Duration::from_secs(3);
+    for (vtime, gap_ms) in [(0, 0), (3, 100)] {
+        set_raw(&master, 0, vtime)?;
+        let writer = master.try_clone()?;
+        let feeding = std::thread::spawn(move || {
+            for byte in [b"a", b"b"] {
+                std::thread::sleep(Duration::from_millis(gap_ms));
+                std::io::Write::write_all(&mut &writer, byte)?;
+            }
+            std::io::Result::Ok(())
+        });
+        if vtime == 0 {
+            feeding.join().map_err(|_| "the writer panicked")??;
+            // The bytes are in the terminal's input before the read starts.
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let start = Instant::now();
+        let read = rt.block_on(timeout(limit, ring_rt::fs::read(&slave)));
+        let took = start.elapsed();
+        let got = read
+            .map_err(|_| {
+                format!(
+                    "{kind}: VMIN 0, VTIME {vtime}: fs::read of a silent terminal waited {limit:?}"
+                )
+            })?
+            .map_err(|e| format!("{kind}: VMIN 0, VTIME {vtime}: fs::read: {e}"))?;
+        check!(
+            got == b"ab",
+            "{kind}: VMIN 0, VTIME {vtime}: fs::read gave {got:?} after {took:?}, not \"ab\""
+        );
+    }
     Ok(Completion::Completed)
 }
 

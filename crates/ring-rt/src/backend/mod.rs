@@ -114,8 +114,9 @@ pub unsafe trait Operation {
         cqe.res < 0
     }
 
-    /// An op with no SQE of its own, run by readiness on io_uring too (`POLL_ADD`, then
-    /// the syscall): a receive into a buffer group selected in user space (before 5.7).
+    /// An op with no SQE of its own, run by readiness on io_uring too (the syscall, and on
+    /// `EAGAIN` a `POLL_ADD` and the syscall again): a receive into a buffer group selected
+    /// in user space (before 5.7), a signalfd's read, a stream read or write of a file.
     fn is_readiness_only(&self) -> bool {
         false
     }

@@ -12,7 +12,7 @@ use crate::buf::{IoBuf, Slice};
 use crate::fs::File;
 use crate::net::{TcpStream, UnixStream, WriteAll};
 use crate::op::fs::{ReadAt, WriteAt};
-use crate::op::net::{Recv, Writable};
+use crate::op::net::{Recv, WaitReady};
 use crate::op::Op;
 
 /// A stream's read in flight, with the stream kept open beside it: not boxed, as a
@@ -183,7 +183,7 @@ pub trait CompatIo: sealed::Sealed + 'static {
 /// or has an error its next send reports. It owns no memory and names the stream's fd,
 /// which the adapter holding it keeps open.
 #[doc(hidden)]
-pub struct RoomWait(Op<Writable>);
+pub struct RoomWait(Op<WaitReady>);
 
 impl Future for RoomWait {
     type Output = io::Result<()>;

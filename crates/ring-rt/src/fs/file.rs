@@ -13,8 +13,7 @@ use super::OpenOptions;
 use crate::buf::Slice;
 use crate::buf::{transfer_all, write_zero, IoBuf, IoBufMut};
 use crate::op::fs::{
-    Close, Fallocate, Fsync, Ftruncate, ReadAt, ReadStream, ReadvAt, Statx, WriteAt, WriteStream,
-    WritevAt,
+    Close, Fallocate, Fsync, Ftruncate, ReadAt, ReadvAt, Statx, WriteAt, WritevAt,
 };
 use crate::op::link::Pending;
 use crate::op::{Op, OpDef};
@@ -356,43 +355,14 @@ impl File {
     }
 
     /// Whether this file has no position (a FIFO, a pipe, a terminal): only whole-stream
-    /// reads and writes ([`read_stream`](Self::read_stream)) work on it.
-    pub(crate) fn is_stream(&self) -> bool {
+    /// reads and writes (`fs::stream::Stream`) work on it.
+    pub(super) fn is_stream(&self) -> bool {
         self.unpositioned
     }
 
-    /// Makes this file's reads and writes non-blocking (`O_NONBLOCK`), for
-    /// [`read_stream`](Self::read_stream) and [`write_stream`](Self::write_stream), which
-    /// need it: readiness says a terminal can be read, and a blocking read then still waits
-    /// (review CU). For `fs::read` and `fs::write` only: the flag belongs to the open file
-    /// description, which is theirs, as they opened it (a path opens a new one even where
-    /// it names an open fd, as `/dev/stdin` does), and no other user's.
-    pub(crate) fn set_stream_nonblocking(&self) -> io::Result<()> {
-        // SAFETY: fcntl on the fd this file owns, with integer arguments only.
-        let flags = unsafe { libc::fcntl(self.fd, libc::F_GETFL) };
-        // SAFETY: as above.
-        if flags < 0 || unsafe { libc::fcntl(self.fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0
-        {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
-    }
-
-    /// A read of what comes next on a file without a position, as `read(2)` does: for
-    /// `fs::read`, which reads such a file as std's does (review CS: `ESPIPE` before). On a
-    /// file with a position it is `ESPIPE`, as a positional read is on a stream.
-    pub(crate) fn read_stream<B: IoBufMut>(&self, buf: B) -> Op<ReadStream<B>> {
-        let refused = !self.unpositioned;
-        let fd = self.fd;
-        Op::new(self.core.clone(), ReadStream { fd, buf, refused })
-    }
-
-    /// A write after what was written to a file without a position, as `write(2)` does:
-    /// for `fs::write` (see [`read_stream`](Self::read_stream)).
-    pub(crate) fn write_stream<B: IoBuf>(&self, buf: B) -> Op<WriteStream<B>> {
-        let refused = !self.unpositioned;
-        let fd = self.fd;
-        Op::new(self.core.clone(), WriteStream { fd, buf, refused })
+    /// The runtime this file's ops go to.
+    pub(super) fn core(&self) -> &Rc<Core> {
+        &self.core
     }
 
     /// The registered index `buf` goes to the kernel by on this file's worker: a chunk of

@@ -24,6 +24,7 @@ mod file;
 mod fixed;
 mod metadata;
 mod open_options;
+mod stream;
 
 use std::ffi::CString;
 use std::io;
@@ -39,6 +40,7 @@ use crate::buf::{transfer_all, write_zero, IoBuf};
 use crate::op::fs::{MkDirAt, RenameAt, Statx, UnlinkAt};
 use crate::op::Op;
 use crate::worker::Core;
+use stream::Stream;
 
 /// A path as the NUL-terminated string the kernel reads; `InvalidInput` for a path with an
 /// interior NUL byte (the kernel would silently stop there).
@@ -208,9 +210,7 @@ async fn stat(path: &Path, flags: i32) -> io::Result<Metadata> {
 /// ```
 pub async fn read(path: impl AsRef<Path>) -> io::Result<Vec<u8>> {
     let file = File::open(path).await?;
-    if file.is_stream() {
-        file.set_stream_nonblocking()?;
-    }
+    let stream = Stream::of(&file)?;
     // The size is a hint: the file may grow or shrink while it is read. Memory is asked
     // for with `try_reserve`: a file larger than memory is an `OutOfMemory` error, as in
     // std, not an abort.
@@ -228,11 +228,15 @@ pub async fn read(path: impl AsRef<Path>) -> io::Result<Vec<u8>> {
             reserve(&mut out, more)?;
         }
         let start = out.len();
-        let (res, slice) = if file.is_stream() {
+        let (res, slice) = match &stream {
             // A FIFO, a pipe, a terminal: read as it comes, as std's `read` does.
-            file.read_stream(out.slice(start..)).await
-        } else {
-            file.read_at(out.slice(start..), start as u64).await
+            Some(stream) => {
+                if !stream_has_more(stream).await? {
+                    return Ok(out);
+                }
+                stream.read(out.slice(start..)).await
+            }
+            None => file.read_at(out.slice(start..), start as u64).await,
         };
         out = slice.into_inner();
         match res {
@@ -241,6 +245,19 @@ pub async fn read(path: impl AsRef<Path>) -> io::Result<Vec<u8>> {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
+    }
+}
+
+/// Whether a read of `stream` may give more: `false` once a terminal whose reads end
+/// after a silence (`VMIN` 0, `VTIME` > 0) stayed silent that long, where std's read gives
+/// 0 bytes. The wait reads nothing, so its timeout loses no bytes.
+async fn stream_has_more(stream: &Stream<'_>) -> io::Result<bool> {
+    let Some(silence) = stream.silence_ends_read() else {
+        return Ok(true);
+    };
+    match crate::time::timeout(silence, stream.readable()).await {
+        Ok(ready) => ready.map(|()| true),
+        Err(_) => Ok(false),
     }
 }
 
@@ -275,11 +292,10 @@ fn reserve(out: &mut Vec<u8>, additional: usize) -> io::Result<()> {
 /// ```
 pub async fn write<B: IoBuf>(path: impl AsRef<Path>, data: B) -> io::Result<()> {
     let file = File::create(path).await?;
-    if file.is_stream() {
+    if let Some(stream) = Stream::of(&file)? {
         // A FIFO, a pipe, a terminal: written as a stream, as std's `write` does.
-        file.set_stream_nonblocking()?;
         let total = data.bytes_init();
-        let written = transfer_all(data, total, write_zero, |slice, _| file.write_stream(slice));
+        let written = transfer_all(data, total, write_zero, |slice, _| stream.write(slice));
         return written.await.0;
     }
     let (res, _) = file.write_all_at(data, 0).await;

@@ -17,7 +17,7 @@ use crate::backend::Capability;
 use crate::buf::{IoBuf, IoBufMut};
 use crate::op::link::Pending;
 #[cfg(any(feature = "tokio-io", feature = "futures-io"))]
-use crate::op::net::Writable;
+use crate::op::net::WaitReady;
 use crate::op::net::{Connect, Recv, Send, SendZc};
 use crate::op::unclaimed::{TurnSlot, Unclaimed};
 use crate::op::Op;
@@ -207,9 +207,13 @@ impl Socket {
     /// met a full buffer; `None` for a direct descriptor with no fd yet, whose `send_now`
     /// never tried.
     #[cfg(any(feature = "tokio-io", feature = "futures-io"))]
-    pub(crate) fn writable_unbound(&self) -> Option<Op<Writable>> {
+    pub(crate) fn writable_unbound(&self) -> Option<Op<WaitReady>> {
         self.os_fd_now()?;
-        Some(Op::new(self.core.clone(), Writable { fd: self.fd }))
+        let wait = WaitReady {
+            fd: self.fd,
+            events: libc::POLLOUT,
+        };
+        Some(Op::new(self.core.clone(), wait))
     }
 
     /// One datagram.
@@ -432,7 +436,7 @@ macro_rules! stream_methods {
         /// A wait until the stream takes data, for an adapter whose `send_now` met a full
         /// buffer (see `Socket::writable_unbound`).
         #[cfg(any(feature = "tokio-io", feature = "futures-io"))]
-        pub(crate) fn writable_unbound(&self) -> Option<crate::op::Op<crate::op::net::Writable>> {
+        pub(crate) fn writable_unbound(&self) -> Option<crate::op::Op<crate::op::net::WaitReady>> {
             self.socket.writable_unbound()
         }
 

@@ -1188,32 +1188,36 @@ unsafe fn recv_stream_bytes(fd: RawFd, ptr: *mut u8, len: usize, flags: i32) -> 
     Cqe::new(0, sys::res(n), more)
 }
 
-/// Waits until a stream socket takes data (`POLLOUT`), sending nothing: for a caller that
-/// sends borrowed bytes itself (the adapter's direct send, which met a full buffer) and so
-/// need not copy them into a send op. Readiness only on both backends; on io_uring the
-/// `POLL_ADD`'s completion is the op's (see [`Operation::is_wait_only`]).
-#[cfg(any(feature = "tokio-io", feature = "futures-io"))]
-pub(crate) struct Writable {
+/// Waits until an fd is ready for `events` (`POLLIN` or `POLLOUT`), moving nothing: for a
+/// caller that then reads or sends itself. The adapter's direct send, which met a full
+/// buffer, sends borrowed bytes and so need not copy them into a send op; `fs::read` of a
+/// terminal whose reads end after `VTIME` of silence bounds this wait, which drops cleanly
+/// where a read would take its buffer with it. Readiness only on both backends; on
+/// io_uring the `POLL_ADD`'s completion is the op's (see [`Operation::is_wait_only`]).
+pub(crate) struct WaitReady {
     pub(crate) fd: RawFd,
+    pub(crate) events: i16,
 }
 
-#[cfg(any(feature = "tokio-io", feature = "futures-io"))]
 // SAFETY: the SQE (a `POLL_ADD`, unused: the op is readiness-only) points at no memory;
 // `try_syscall`'s `poll(2)` (`sys::poll_now`) reads and writes one `pollfd` on that
 // function's own stack.
-unsafe impl Operation for Writable {
+unsafe impl Operation for WaitReady {
     fn fd(&self) -> Option<RawFd> {
         Some(self.fd)
     }
 
     fn emulate(&mut self) -> Emulation {
-        writable(self.fd)
+        Emulation::Readiness {
+            fd: self.fd,
+            events: self.events as u32,
+        }
     }
 
-    /// epoll: whether the socket takes data now (`EAGAIN` if not), by a `poll(2)` that
-    /// never blocks.
+    /// epoll: whether the fd is ready now (`EAGAIN` if not), by a `poll(2)` that never
+    /// blocks.
     fn try_syscall(&mut self) -> Cqe {
-        match sys::poll_now(self.fd, libc::POLLOUT) {
+        match sys::poll_now(self.fd, self.events) {
             Ok(0) => Cqe::new(0, -libc::EAGAIN, 0),
             Ok(revents) => Cqe::new(0, i32::from(revents), 0),
             Err(res) => Cqe::new(0, res, 0),
@@ -1221,7 +1225,7 @@ unsafe impl Operation for Writable {
     }
 
     fn sqe(&mut self) -> squeue::Entry {
-        sqe_on!(self.fd, |t| opcode::PollAdd::new(t, libc::POLLOUT as u32)
+        sqe_on!(self.fd, |t| opcode::PollAdd::new(t, self.events as u32)
             .build())
     }
 
@@ -1234,9 +1238,8 @@ unsafe impl Operation for Writable {
     }
 }
 
-#[cfg(any(feature = "tokio-io", feature = "futures-io"))]
-impl OpDef for Writable {
-    /// `Ok` once the socket takes data, or has an error or hang-up that its next send
+impl OpDef for WaitReady {
+    /// `Ok` once the fd is ready, or has an error or hang-up that its next read or write
     /// reports.
     type Output = io::Result<()>;
 

@@ -1,21 +1,24 @@
 //! Reads and writes of a file without a position (a FIFO, a pipe, a terminal) as a stream,
-//! for `fs::read` and `fs::write`, which make the fd non-blocking first (its open file
-//! description is theirs: they opened it). On both backends: readiness (io_uring's
-//! `POLL_ADD`, epoll), then `read(2)` or `write(2)` in the poll that returns, which does
-//! not block on a FIFO, a pipe or a terminal (a file that ignores `O_NONBLOCK`, such as a
-//! FUSE file opened as a stream, still can: review CV). Not the blocking pool: its `read(2)` went on after the future was dropped, took
-//! bytes meant for the next reader, and held its thread until data came (review CT). Not
+//! for `fs::read` and `fs::write` through `fs::stream::Stream`, which makes the fd
+//! non-blocking first (its open file description is theirs: they opened it). On both
+//! backends: `read(2)` or `write(2)`, and on `EAGAIN` readiness (io_uring's `POLL_ADD`,
+//! epoll) and the call again, in the poll that returns. The call comes first: a FIFO no
+//! writer has opened yet reads empty but reports no readiness (review CV). Neither call
+//! blocks on a FIFO, a pipe or a terminal; a file that ignores `O_NONBLOCK`, such as a FUSE
+//! file opened as a stream, still can (review CV).
+//!
+//! Not the blocking pool: its `read(2)` went on after the future was dropped, took bytes
+//! meant for the next reader, and held its thread until data came (review CT). Not
 //! io_uring's `READ` either, nor a `poll(2)` and a blocking `read(2)`: a terminal says it is
 //! readable, then a blocking read waits for `VMIN` bytes (and a write for room), with the
 //! worker inside it (review CU: 3 s past a 200 ms timeout, on both backends).
 
 use std::os::fd::RawFd;
-use std::task::{Context, Poll};
 
 use io_uring::{opcode, squeue, types};
 use ring_core::cqe::Cqe;
 
-use super::{len_u32, no_position};
+use super::len_u32;
 use crate::buf::{read_output, IoBuf, IoBufMut};
 use crate::op::{Emulation, OpDef, Operation};
 use crate::sys;
@@ -24,9 +27,6 @@ use crate::sys;
 pub(crate) struct ReadStream<B> {
     pub(crate) fd: RawFd,
     pub(crate) buf: B,
-    /// The file has a position: `ESPIPE`, as a positional op on a stream is (nothing here
-    /// reads or moves a position a positional API would not see).
-    pub(crate) refused: bool,
 }
 
 // SAFETY: the syscall points only at the buffer this op owns (on the heap) and at its own
@@ -68,14 +68,6 @@ unsafe impl<B: IoBufMut> Operation for ReadStream<B> {
 impl<B: IoBufMut> OpDef for ReadStream<B> {
     type Output = (std::io::Result<usize>, B);
 
-    fn poll_prepare(&mut self, _cx: &mut Context<'_>) -> Poll<Option<Cqe>> {
-        Poll::Ready(self.refused.then(no_position))
-    }
-
-    fn needs_prepare(&self) -> bool {
-        self.refused
-    }
-
     fn complete(self, cqe: Cqe) -> Self::Output {
         // SAFETY: `cqe` is this op's final completion, a read into the start of `buf`.
         unsafe { read_output(&cqe, self.buf) }
@@ -86,8 +78,6 @@ impl<B: IoBufMut> OpDef for ReadStream<B> {
 pub(crate) struct WriteStream<B> {
     pub(crate) fd: RawFd,
     pub(crate) buf: B,
-    /// As for [`ReadStream::refused`].
-    pub(crate) refused: bool,
 }
 
 // SAFETY: as for `ReadStream`: the syscall reads only the buffer this op owns, on the
@@ -131,14 +121,6 @@ unsafe impl<B: IoBuf> Operation for WriteStream<B> {
 
 impl<B: IoBuf> OpDef for WriteStream<B> {
     type Output = (std::io::Result<usize>, B);
-
-    fn poll_prepare(&mut self, _cx: &mut Context<'_>) -> Poll<Option<Cqe>> {
-        Poll::Ready(self.refused.then(no_position))
-    }
-
-    fn needs_prepare(&self) -> bool {
-        self.refused
-    }
 
     fn complete(self, cqe: Cqe) -> Self::Output {
         (
