@@ -18,7 +18,7 @@ use std::os::fd::RawFd;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::op::net::ReadPollable;
+use crate::op::pollable::ReadPollable;
 use crate::op::Op;
 use crate::worker::Core;
 

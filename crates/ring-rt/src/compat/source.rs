@@ -12,7 +12,8 @@ use crate::buf::{IoBuf, Slice};
 use crate::fs::File;
 use crate::net::{TcpStream, UnixStream, WriteAll};
 use crate::op::fs::{ReadAt, WriteAt};
-use crate::op::net::{Recv, WaitReady};
+use crate::op::net::Recv;
+use crate::op::pollable::WaitReady;
 use crate::op::Op;
 
 /// A stream's read in flight, with the stream kept open beside it: not boxed, as a

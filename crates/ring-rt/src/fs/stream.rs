@@ -1,6 +1,6 @@
 //! A file without a position (a FIFO, a pipe, a terminal) read and written as a stream,
 //! for `fs::read` and `fs::write`, which opened it: [`Stream`] makes its open file
-//! description non-blocking first, which the stream ops need (`op::fs::stream`), and which
+//! description non-blocking first, which the stream ops need (`op::pollable`), and which
 //! is theirs to change (a path open makes a new description, `/dev/stdin`'s too).
 
 use std::io;
@@ -9,8 +9,7 @@ use std::time::Duration;
 
 use super::File;
 use crate::buf::{IoBuf, IoBufMut};
-use crate::op::fs::{ReadStream, WriteStream};
-use crate::op::net::WaitReady;
+use crate::op::pollable::{ReadPollable, WaitReady, WritePollable};
 use crate::op::Op;
 use crate::sys;
 
@@ -34,15 +33,15 @@ impl<'a> Stream<'a> {
     }
 
     /// A read of what comes next, as `read(2)` does (it waits for data by readiness).
-    pub(crate) fn read<B: IoBufMut>(&self, buf: B) -> Op<ReadStream<B>> {
+    pub(crate) fn read<B: IoBufMut>(&self, buf: B) -> Op<ReadPollable<B>> {
         let fd = self.file.as_raw_fd();
-        Op::new(self.file.core().clone(), ReadStream { fd, buf })
+        Op::new(self.file.core().clone(), ReadPollable { fd, buf })
     }
 
     /// A write after what was written before, as `write(2)` does.
-    pub(crate) fn write<B: IoBuf>(&self, buf: B) -> Op<WriteStream<B>> {
+    pub(crate) fn write<B: IoBuf>(&self, buf: B) -> Op<WritePollable<B>> {
         let fd = self.file.as_raw_fd();
-        Op::new(self.file.core().clone(), WriteStream { fd, buf })
+        Op::new(self.file.core().clone(), WritePollable { fd, buf })
     }
 
     /// How long a silence ends a read, for a raw terminal with `VMIN` 0 and `VTIME` > 0:

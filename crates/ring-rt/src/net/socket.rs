@@ -16,9 +16,9 @@ use crate::backend::direct::{encode, slot_of};
 use crate::backend::Capability;
 use crate::buf::{IoBuf, IoBufMut};
 use crate::op::link::Pending;
-#[cfg(any(feature = "tokio-io", feature = "futures-io"))]
-use crate::op::net::WaitReady;
 use crate::op::net::{Connect, Recv, Send, SendZc};
+#[cfg(any(feature = "tokio-io", feature = "futures-io"))]
+use crate::op::pollable::WaitReady;
 use crate::op::unclaimed::{TurnSlot, Unclaimed};
 use crate::op::Op;
 use crate::pool::PooledBuf;
@@ -436,7 +436,9 @@ macro_rules! stream_methods {
         /// A wait until the stream takes data, for an adapter whose `send_now` met a full
         /// buffer (see `Socket::writable_unbound`).
         #[cfg(any(feature = "tokio-io", feature = "futures-io"))]
-        pub(crate) fn writable_unbound(&self) -> Option<crate::op::Op<crate::op::net::WaitReady>> {
+        pub(crate) fn writable_unbound(
+            &self,
+        ) -> Option<crate::op::Op<crate::op::pollable::WaitReady>> {
             self.socket.writable_unbound()
         }
 

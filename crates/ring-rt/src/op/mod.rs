@@ -8,6 +8,7 @@ pub(crate) mod fs;
 pub mod link;
 pub(crate) mod multishot;
 pub(crate) mod net;
+pub(crate) mod pollable;
 pub(crate) mod unclaimed;
 
 use std::future::Future;

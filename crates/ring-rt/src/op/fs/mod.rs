@@ -4,10 +4,8 @@
 //! first takes what the page cache holds on the loop thread (as io_uring does inline).
 
 mod path;
-mod stream;
 
 pub(crate) use path::{MkDirAt, RenameAt, Statx, UnlinkAt};
-pub(crate) use stream::{ReadStream, WriteStream};
 
 use std::ffi::CString;
 use std::io;
@@ -28,7 +26,7 @@ const IOV_MAX: usize = libc::UIO_MAXIOV as usize;
 
 /// Lengths the kernel takes as u32: a larger buffer is used up to u32::MAX bytes (a short
 /// transfer, which every caller handles). The kernel itself stops at `MAX_RW_COUNT`.
-fn len_u32(len: usize) -> u32 {
+pub(super) fn len_u32(len: usize) -> u32 {
     len.min(u32::MAX as usize) as u32
 }
 
