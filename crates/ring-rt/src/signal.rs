@@ -67,9 +67,13 @@ fn sigset(signals: &[i32]) -> io::Result<libc::sigset_t> {
 /// # std::io::Result::Ok(())
 /// ```
 pub fn block(signals: &[i32]) -> io::Result<()> {
-    let set = sigset(signals)?;
+    block_set(&sigset(signals)?)
+}
+
+/// Blocks the signals of `set` in the calling thread.
+fn block_set(set: &libc::sigset_t) -> io::Result<()> {
     // SAFETY: valid set pointer; the old mask is not requested.
-    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, set, std::ptr::null_mut()) };
     if rc != 0 {
         return Err(io::Error::from_raw_os_error(rc));
     }
@@ -121,7 +125,7 @@ pub async fn wait(signals: &[i32]) -> io::Result<i32> {
     // the thread's mask changed).
     let core = Core::current_io()?;
     let set = sigset(signals)?;
-    block(signals)?;
+    block_set(&set)?;
     // Review CS: this module's server example, which did not call `block`, died of the
     // first SIGTERM (taken by worker 1 or a blocking-pool thread). Say why, once.
     warn_of_threads_not_blocking(signals);
