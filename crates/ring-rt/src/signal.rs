@@ -85,8 +85,8 @@ fn block_set(set: &libc::sigset_t) -> io::Result<()> {
 ///
 /// Each signal delivered is returned by one wait only: when several tasks wait for the
 /// same signal, one of them gets it. Cancel-safe: a wait dropped before it returned took
-/// no signal (readiness first, then the read in the poll that returns it), so the next
-/// wait gets it. An empty list, SIGKILL or SIGSTOP (which nobody can block) and numbers
+/// no signal (its read runs in the poll that returns it, and only readiness waits between
+/// tries), so the next wait gets it. An empty list, SIGKILL or SIGSTOP (which nobody can block) and numbers
 /// that are not signals are `InvalidInput`.
 ///
 /// # Examples
@@ -141,7 +141,11 @@ pub async fn wait(signals: &[i32]) -> io::Result<i32> {
     let size = std::mem::size_of::<libc::signalfd_siginfo>();
     loop {
         let buf = vec![0u8; size];
-        let op = ReadPollable { fd: fd.fd, buf };
+        let op = ReadPollable {
+            fd: fd.fd,
+            buf,
+            waits: true,
+        };
         let (res, buf) = Op::new(core.clone(), op).await;
         match res {
             Ok(n) if n == size => {

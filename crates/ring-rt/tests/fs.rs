@@ -113,6 +113,14 @@ fn main() {
             a_terminal_read_with_no_vmin_ends_when_std_does,
         ),
         (
+            "two_reads_of_a_terminal_with_no_vmin_both_end",
+            two_reads_of_a_terminal_with_no_vmin_both_end,
+        ),
+        (
+            "a_terminal_settings_change_during_a_read_is_not_an_error",
+            a_terminal_settings_change_during_a_read_is_not_an_error,
+        ),
+        (
             "a_close_refused_in_flight_still_closes_the_file",
             a_close_refused_in_flight_still_closes_the_file,
         ),
@@ -1363,6 +1371,104 @@ fn a_terminal_read_with_no_vmin_ends_when_std_does(kind: BackendKind) -> Outcome
         );
     }
     Ok(Completion::Completed)
+}
+
+/// Review CW: two `fs::read`s of one raw terminal with `VMIN` 0 and `VTIME` 2, one byte
+/// coming: the read that found the byte gone after its readiness (the other took it) waited
+/// for the next byte without bound, where std's ends after `VTIME` of silence (io_uring
+/// every run; epoll too when the other reader was a std thread).
+fn two_reads_of_a_terminal_with_no_vmin_both_end(kind: BackendKind) -> Outcome {
+    let Some((master, slave)) = open_pty()? else {
+        return Ok(Completion::ignored_with(
+            "no pseudo-terminal here (posix_openpt)",
+        ));
+    };
+    let _held = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOCTTY)
+        .open(&slave)?;
+    let rt = runtime!(kind);
+    set_raw(&master, 0, 2)?;
+    let writer = master.try_clone()?;
+    let feeding = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        std::io::Write::write_all(&mut &writer, b"x")
+    });
+    let limit = Duration::from_secs(3);
+    let (a, b) = rt.block_on(async {
+        let a = ring_rt::spawn(timeout(limit, ring_rt::fs::read(slave.clone())));
+        let b = ring_rt::spawn(timeout(limit, ring_rt::fs::read(slave.clone())));
+        (a.await, b.await)
+    });
+    feeding.join().map_err(|_| "the writer panicked")??;
+    let mut got = Vec::new();
+    for read in [a, b] {
+        let read = read.map_err(|e| format!("{kind}: a read's task: {e}"))?;
+        let bytes = read
+            .map_err(|_| format!("{kind}: one of two reads of a VMIN 0 terminal waited {limit:?}"))?
+            .map_err(|e| format!("{kind}: fs::read: {e}"))?;
+        got.extend(bytes);
+    }
+    check!(
+        got == b"x",
+        "{kind}: two reads of one byte gave {got:?} between them"
+    );
+    Ok(Completion::Completed)
+}
+
+/// Review CW: on io_uring a `POLL_ADD` on a terminal completes with `EINVAL` when its
+/// settings are set (the same settings too), and `fs::read` failed with that error where
+/// std and epoll go on waiting. Both the read's own wait (`VMIN` 1) and the bounded wait
+/// of a `VMIN` 0 terminal.
+fn a_terminal_settings_change_during_a_read_is_not_an_error(kind: BackendKind) -> Outcome {
+    let Some((master, slave)) = open_pty()? else {
+        return Ok(Completion::ignored_with(
+            "no pseudo-terminal here (posix_openpt)",
+        ));
+    };
+    let _held = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOCTTY)
+        .open(&slave)?;
+    let rt = runtime!(kind);
+    for (vmin, vtime) in [(1, 0), (0, 5)] {
+        set_raw(&master, vmin, vtime)?;
+        let poker = master.try_clone()?;
+        let poking = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            set_termios(&poker, &termios(&poker)?)?;
+            std::thread::sleep(Duration::from_millis(100));
+            std::io::Write::write_all(&mut &poker, b"hi")
+        });
+        let limit = Duration::from_millis(1500);
+        let read = rt.block_on(timeout(limit, ring_rt::fs::read(&slave)));
+        poking.join().map_err(|_| "the poker panicked")??;
+        match (vmin, read) {
+            // Never ends: no end of file comes.
+            (1, Err(_)) => {}
+            (0, Ok(Ok(got))) if got == b"hi" => {}
+            (_, read) => {
+                return Err(format!(
+                    "{kind}: VMIN {vmin}, VTIME {vtime}: a read through a tcsetattr gave {read:?}"
+                )
+                .into())
+            }
+        }
+        // What the first read's drop left behind.
+        let _ = drain(&slave);
+    }
+    Ok(Completion::Completed)
+}
+
+/// Reads and drops what a terminal has waiting now.
+fn drain(slave: &Path) -> std::io::Result<()> {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOCTTY | libc::O_NONBLOCK)
+        .open(slave)?;
+    let mut buf = [0; 256];
+    while std::io::Read::read(&mut &f, &mut buf)? > 0 {}
+    Ok(())
 }
 
 /// A pseudo-terminal's master and its slave's path, or `None` where there is none.

@@ -187,6 +187,9 @@ pub(crate) enum ReadyWait {
     Idle,
     /// io_uring: the `POLL_ADD` waiting for the readiness (it owns no memory).
     Poll(OpId),
+    /// io_uring: a `POLL_ADD` armed again after the one before it failed (see
+    /// `UringBackend::poll_readiness`); a second failure in a row is the op's.
+    PollAgain(OpId),
     /// epoll: its waker is parked with the fd's waiters under this key, which it keeps for
     /// the op's life: polled again it replaces its waker, dropped it takes it out.
     Parked(ParkKey),
@@ -214,7 +217,7 @@ impl Token {
         match *self {
             Token::InFlight(id) => Some((id, true)),
             Token::Ready {
-                wait: ReadyWait::Poll(id),
+                wait: ReadyWait::Poll(id) | ReadyWait::PollAgain(id),
                 ..
             } => Some((id, false)),
             Token::Ready { .. } => None,

@@ -154,6 +154,13 @@ impl UringBackend {
     /// poll fewer on a ready fd: a FIFO no writer has opened yet reads empty (EOF) but
     /// reports neither POLLIN nor POLLHUP, so a poll first would wait for a writer. A
     /// wait-only op has no syscall: its `POLL_ADD` is the op.
+    ///
+    /// A `POLL_ADD` can fail where the fd is fine and epoll would go on waiting: one on a
+    /// terminal completes with EINVAL when the terminal's settings are set (review CW; the
+    /// kernel's poll of it took a third wait queue, which io_uring refuses). So a failed
+    /// poll is armed again once, after the syscall has had its say (a closed or hung-up fd
+    /// answers there); a second failure in a row is the op's result, so a fd io_uring can
+    /// never poll fails rather than spins. A cancel is final.
     fn poll_readiness(
         &mut self,
         op: &mut dyn Operation,
@@ -163,10 +170,17 @@ impl UringBackend {
         waker: &Waker,
     ) -> Poll<io::Result<Cqe>> {
         loop {
-            if let ReadyWait::Poll(id) = *wait {
+            let mut after_failure = false;
+            if let ReadyWait::Poll(id) | ReadyWait::PollAgain(id) = *wait {
                 let cqe = std::task::ready!(self.driver.poll_op(id, waker))?;
+                let failed_before = matches!(*wait, ReadyWait::PollAgain(_));
                 *wait = ReadyWait::Idle;
-                if cqe.res < 0 || op.is_wait_only() {
+                if cqe.res < 0 {
+                    if failed_before || cqe.res == -libc::ECANCELED {
+                        return Poll::Ready(Ok(cqe));
+                    }
+                    after_failure = true;
+                } else if op.is_wait_only() {
                     return Poll::Ready(Ok(cqe));
                 }
             }
@@ -178,7 +192,12 @@ impl UringBackend {
             }
             let sqe = sqe_on!(fd, |t| opcode::PollAdd::new(t, events).build());
             // SAFETY: a POLL_ADD points at no memory.
-            *wait = ReadyWait::Poll(unsafe { self.driver.submit_op(sqe)? });
+            let id = unsafe { self.driver.submit_op(sqe)? };
+            *wait = if after_failure {
+                ReadyWait::PollAgain(id)
+            } else {
+                ReadyWait::Poll(id)
+            };
         }
     }
 

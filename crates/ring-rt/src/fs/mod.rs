@@ -230,31 +230,37 @@ pub async fn read(path: impl AsRef<Path>) -> io::Result<Vec<u8>> {
         let start = out.len();
         let (res, slice) = match &stream {
             // A FIFO, a pipe, a terminal: read as it comes, as std's `read` does.
-            Some(stream) => {
-                if !stream_has_more(stream).await? {
-                    return Ok(out);
+            Some(stream) => match stream.silence_ends_read() {
+                None => stream.read(out.slice(start..)).await,
+                Some(silence) => {
+                    if !comes_within(stream, silence).await? {
+                        return Ok(out);
+                    }
+                    // Not a waiting read: another reader may have taken what came, and
+                    // then the silence is timed again (review CW).
+                    stream.read_now(out.slice(start..)).await
                 }
-                stream.read(out.slice(start..)).await
-            }
+            },
             None => file.read_at(out.slice(start..), start as u64).await,
         };
         out = slice.into_inner();
         match res {
             Ok(0) => return Ok(out),
             Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock
+                ) => {}
             Err(e) => return Err(e),
         }
     }
 }
 
-/// Whether a read of `stream` may give more: `false` once a terminal whose reads end
-/// after a silence (`VMIN` 0, `VTIME` > 0) stayed silent that long, where std's read gives
-/// 0 bytes. The wait reads nothing, so its timeout loses no bytes.
-async fn stream_has_more(stream: &Stream<'_>) -> io::Result<bool> {
-    let Some(silence) = stream.silence_ends_read() else {
-        return Ok(true);
-    };
+/// Whether something comes to read on `stream` within `silence`: a raw terminal with
+/// `VMIN` 0 ends a read there with 0 bytes (see `Stream::silence_ends_read`). The wait reads
+/// nothing, so its timeout loses no bytes.
+async fn comes_within(stream: &Stream<'_>, silence: std::time::Duration) -> io::Result<bool> {
     match crate::time::timeout(silence, stream.readable()).await {
         Ok(ready) => ready.map(|()| true),
         Err(_) => Ok(false),

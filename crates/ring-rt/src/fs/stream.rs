@@ -34,8 +34,18 @@ impl<'a> Stream<'a> {
 
     /// A read of what comes next, as `read(2)` does (it waits for data by readiness).
     pub(crate) fn read<B: IoBufMut>(&self, buf: B) -> Op<ReadPollable<B>> {
+        self.read_op(buf, true)
+    }
+
+    /// A read of what is there now: `WouldBlock` if nothing is (see
+    /// [`silence_ends_read`](Self::silence_ends_read)).
+    pub(crate) fn read_now<B: IoBufMut>(&self, buf: B) -> Op<ReadPollable<B>> {
+        self.read_op(buf, false)
+    }
+
+    fn read_op<B: IoBufMut>(&self, buf: B, waits: bool) -> Op<ReadPollable<B>> {
         let fd = self.file.as_raw_fd();
-        Op::new(self.file.core().clone(), ReadPollable { fd, buf })
+        Op::new(self.file.core().clone(), ReadPollable { fd, buf, waits })
     }
 
     /// A write after what was written before, as `write(2)` does.

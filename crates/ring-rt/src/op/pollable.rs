@@ -19,6 +19,7 @@
 
 use std::io;
 use std::os::fd::RawFd;
+use std::task::{Context, Poll};
 
 use io_uring::{opcode, squeue, types};
 use ring_core::cqe::Cqe;
@@ -33,6 +34,19 @@ use crate::sys;
 pub(crate) struct ReadPollable<B> {
     pub(crate) fd: RawFd,
     pub(crate) buf: B,
+    /// Waits for data on `EAGAIN`; else `EAGAIN` is the op's result (for a caller that
+    /// bounds its wait for readability itself: a terminal whose reads end at a silence).
+    pub(crate) waits: bool,
+}
+
+impl<B: IoBufMut> ReadPollable<B> {
+    fn read_now(&mut self) -> Cqe {
+        let len = len_u32(self.buf.bytes_total()) as usize;
+        // SAFETY: the buffer is writable for `len` bytes and owned by the op; the fd is
+        // non-blocking (see the module docs).
+        let n = unsafe { libc::read(self.fd, self.buf.stable_mut_ptr().cast(), len) };
+        Cqe::new(0, sys::res(n), 0)
+    }
 }
 
 // SAFETY: the syscall points only at the buffer this op owns (on the heap) and at its own
@@ -51,11 +65,7 @@ unsafe impl<B: IoBufMut> Operation for ReadPollable<B> {
     }
 
     fn try_syscall(&mut self) -> Cqe {
-        let len = len_u32(self.buf.bytes_total()) as usize;
-        // SAFETY: the buffer is writable for `len` bytes and owned by the op; the fd is
-        // non-blocking (see the module docs).
-        let n = unsafe { libc::read(self.fd, self.buf.stable_mut_ptr().cast(), len) };
-        Cqe::new(0, sys::res(n), 0)
+        self.read_now()
     }
 
     fn sqe(&mut self) -> squeue::Entry {
@@ -73,6 +83,23 @@ unsafe impl<B: IoBufMut> Operation for ReadPollable<B> {
 
 impl<B: IoBufMut> OpDef for ReadPollable<B> {
     type Output = (io::Result<usize>, B);
+
+    /// A read that does not wait is done here, before any backend sees it.
+    fn poll_prepare(&mut self, _cx: &mut Context<'_>) -> Poll<Option<Cqe>> {
+        if self.waits {
+            return Poll::Ready(None);
+        }
+        loop {
+            let cqe = self.read_now();
+            if cqe.res != -libc::EINTR {
+                return Poll::Ready(Some(cqe));
+            }
+        }
+    }
+
+    fn needs_prepare(&self) -> bool {
+        !self.waits
+    }
 
     fn complete(self, cqe: Cqe) -> Self::Output {
         // SAFETY: `cqe` is this op's final completion, a read into the start of `buf`.
