@@ -1328,16 +1328,11 @@ fn a_terminal_read_or_write_never_blocks_the_worker(kind: BackendKind) -> Outcom
 /// of it returns what came; ours waited for more for ever (the fd is non-blocking, so
 /// `read(2)` says `EAGAIN`, and readiness never comes on a silent terminal).
 fn a_terminal_read_with_no_vmin_ends_when_std_does(kind: BackendKind) -> Outcome {
-    let Some((master, slave)) = open_pty()? else {
+    let Some((master, slave, _held)) = open_held_pty()? else {
         return Ok(Completion::ignored_with(
             "no pseudo-terminal here (posix_openpt)",
         ));
     };
-    // Held open, so what the master writes waits in the terminal's input for our reads.
-    let _held = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOCTTY)
-        .open(&slave)?;
     let rt = runtime!(kind);
     let limit = Duration::from_secs(3);
     for (vtime, gap_ms) in [(0, 0), (3, 100)] {
@@ -1378,15 +1373,11 @@ fn a_terminal_read_with_no_vmin_ends_when_std_does(kind: BackendKind) -> Outcome
 /// for the next byte without bound, where std's ends after `VTIME` of silence (io_uring
 /// every run; epoll too when the other reader was a std thread).
 fn two_reads_of_a_terminal_with_no_vmin_both_end(kind: BackendKind) -> Outcome {
-    let Some((master, slave)) = open_pty()? else {
+    let Some((master, slave, _held)) = open_held_pty()? else {
         return Ok(Completion::ignored_with(
             "no pseudo-terminal here (posix_openpt)",
         ));
     };
-    let _held = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOCTTY)
-        .open(&slave)?;
     let rt = runtime!(kind);
     set_raw(&master, 0, 2)?;
     let writer = master.try_clone()?;
@@ -1421,15 +1412,11 @@ fn two_reads_of_a_terminal_with_no_vmin_both_end(kind: BackendKind) -> Outcome {
 /// std and epoll go on waiting. Both the read's own wait (`VMIN` 1) and the bounded wait
 /// of a `VMIN` 0 terminal.
 fn a_terminal_settings_change_during_a_read_is_not_an_error(kind: BackendKind) -> Outcome {
-    let Some((master, slave)) = open_pty()? else {
+    let Some((master, slave, _held)) = open_held_pty()? else {
         return Ok(Completion::ignored_with(
             "no pseudo-terminal here (posix_openpt)",
         ));
     };
-    let _held = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOCTTY)
-        .open(&slave)?;
     let rt = runtime!(kind);
     for (vmin, vtime) in [(1, 0), (0, 5)] {
         set_raw(&master, vmin, vtime)?;
@@ -1469,6 +1456,19 @@ fn drain(slave: &Path) -> std::io::Result<()> {
     let mut buf = [0; 256];
     while std::io::Read::read(&mut &f, &mut buf)? > 0 {}
     Ok(())
+}
+
+/// A pseudo-terminal as [`open_pty`] opens it, and its slave held open, so what the master
+/// writes waits in the terminal's input for the reads under test.
+fn open_held_pty() -> std::io::Result<Option<(std::fs::File, PathBuf, std::fs::File)>> {
+    let Some((master, slave)) = open_pty()? else {
+        return Ok(None);
+    };
+    let held = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOCTTY)
+        .open(&slave)?;
+    Ok(Some((master, slave, held)))
 }
 
 /// A pseudo-terminal's master and its slave's path, or `None` where there is none.
