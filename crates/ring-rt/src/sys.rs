@@ -117,18 +117,6 @@ pub(crate) fn poll_now(fd: std::os::fd::RawFd, events: i16) -> Result<i16, i32> 
     Ok(pfd.revents)
 }
 
-/// Adds `O_NONBLOCK` to the open file description `fd` names (shared by every fd and
-/// process that has it: only for a description the caller opened itself).
-pub(crate) fn set_nonblocking(fd: std::os::fd::RawFd) -> std::io::Result<()> {
-    // SAFETY: fcntl with integer arguments only; a bad fd is an error, nothing more.
-    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    // SAFETY: as above.
-    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 /// `fd`'s terminal settings, or `None` if it is not a terminal (or they cannot be read).
 pub(crate) fn termios(fd: std::os::fd::RawFd) -> Option<libc::termios> {
     // SAFETY: termios is plain data; tcgetattr fills it in.

@@ -63,6 +63,13 @@ const FORGET_WAIT: Duration = Duration::from_secs(1);
 /// the latency.
 pub(crate) const BATCH_MAX: usize = 64;
 
+/// How many failed `POLL_ADD`s in a row a readiness op arms again (see
+/// `UringBackend::poll_readiness`): each settings change of a terminal fails one, and a
+/// program changes a terminal's settings a few times at a time (a prompt turning echo off
+/// and on); a fd io_uring cannot poll fails that many round trips, microseconds, after its
+/// first try.
+const POLL_RETRIES: u8 = 32;
+
 impl UringBackend {
     pub(crate) fn new(
         config: &DriverConfig,
@@ -155,12 +162,14 @@ impl UringBackend {
     /// reports neither POLLIN nor POLLHUP, so a poll first would wait for a writer. A
     /// wait-only op has no syscall: its `POLL_ADD` is the op.
     ///
-    /// A `POLL_ADD` can fail where the fd is fine and epoll would go on waiting: one on a
-    /// terminal completes with EINVAL when the terminal's settings are set (review CW; the
-    /// kernel's poll of it took a third wait queue, which io_uring refuses). So a failed
-    /// poll is armed again once, after the syscall has had its say (a closed or hung-up fd
-    /// answers there); a second failure in a row is the op's result, so a fd io_uring can
-    /// never poll fails rather than spins. A cancel is final.
+    /// A `POLL_ADD` can fail where the fd is fine and epoll would go on waiting: woken with
+    /// nothing ready, the kernel issues the poll again on the same request, which finds the
+    /// second wait entry of a file polled on two queues (a terminal: its read and write
+    /// queues) still there and fails with EINVAL. A terminal's settings change is such a
+    /// wake-up, every time (reviews CW, CX). So a failed poll lets the syscall answer (a
+    /// closed or hung-up fd answers there) and is armed again; only `POLL_RETRIES` failures
+    /// in a row, with no readiness between, are the op's result, so a fd io_uring cannot
+    /// poll at all fails rather than spins. A cancel is final.
     fn poll_readiness(
         &mut self,
         op: &mut dyn Operation,
@@ -170,16 +179,19 @@ impl UringBackend {
         waker: &Waker,
     ) -> Poll<io::Result<Cqe>> {
         loop {
-            let mut after_failure = false;
-            if let ReadyWait::Poll(id) | ReadyWait::PollAgain(id) = *wait {
+            let mut failures = 0;
+            if let ReadyWait::Poll(id) | ReadyWait::PollAgain(id, _) = *wait {
                 let cqe = std::task::ready!(self.driver.poll_op(id, waker))?;
-                let failed_before = matches!(*wait, ReadyWait::PollAgain(_));
+                let before = match *wait {
+                    ReadyWait::PollAgain(_, n) => n,
+                    _ => 0,
+                };
                 *wait = ReadyWait::Idle;
                 if cqe.res < 0 {
-                    if failed_before || cqe.res == -libc::ECANCELED {
+                    if before >= POLL_RETRIES || cqe.res == -libc::ECANCELED {
                         return Poll::Ready(Ok(cqe));
                     }
-                    after_failure = true;
+                    failures = before + 1;
                 } else if op.is_wait_only() {
                     return Poll::Ready(Ok(cqe));
                 }
@@ -193,10 +205,9 @@ impl UringBackend {
             let sqe = sqe_on!(fd, |t| opcode::PollAdd::new(t, events).build());
             // SAFETY: a POLL_ADD points at no memory.
             let id = unsafe { self.driver.submit_op(sqe)? };
-            *wait = if after_failure {
-                ReadyWait::PollAgain(id)
-            } else {
-                ReadyWait::Poll(id)
+            *wait = match failures {
+                0 => ReadyWait::Poll(id),
+                n => ReadyWait::PollAgain(id, n),
             };
         }
     }

@@ -27,7 +27,8 @@ impl<'a> Stream<'a> {
         if !file.is_stream() {
             return Ok(None);
         }
-        sys::set_nonblocking(file.as_raw_fd())?;
+        // The description is this file's own (see the module docs).
+        crate::backend::set_nonblocking(file.as_raw_fd(), true)?;
         let is_terminal = sys::termios(file.as_raw_fd()).is_some();
         Ok(Some(Self { file, is_terminal }))
     }
