@@ -187,12 +187,31 @@ pub(crate) enum ReadyWait {
     Idle,
     /// io_uring: the `POLL_ADD` waiting for the readiness (it owns no memory).
     Poll(OpId),
-    /// io_uring: a `POLL_ADD` armed again after the ones before it failed, this many in a
-    /// row (see `UringBackend::poll_readiness`).
-    PollAgain(OpId, u8),
+    /// io_uring: a `POLL_ADD` armed again after the one before it failed: how many failed
+    /// quickly in a row, and when this one was armed (see `UringBackend::poll_readiness`).
+    PollAgain(OpId, u8, PollTick),
     /// epoll: its waker is parked with the fd's waiters under this key, which it keeps for
     /// the op's life: polled again it replaces its waker, dropped it takes it out.
     Parked(ParkKey),
+}
+
+/// A time, in 64 µs ticks of a clock that wraps every 4.2 s: small enough to keep a
+/// [`Token`] at 20 bytes, fine enough to tell a failure at once from one after a wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PollTick(pub(crate) u16);
+
+impl PollTick {
+    /// Now.
+    pub(crate) fn now() -> PollTick {
+        static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        let since = EPOCH.get_or_init(std::time::Instant::now).elapsed();
+        PollTick((since.as_micros() / 64) as u16)
+    }
+
+    /// The ticks from `self` to `later` (modulo the wrap).
+    pub(crate) fn until(self, later: PollTick) -> u16 {
+        later.0.wrapping_sub(self.0)
+    }
 }
 
 /// An epoll readiness wait's key with its fd's waiters: a `u64` never reused by a backend,
@@ -217,7 +236,7 @@ impl Token {
         match *self {
             Token::InFlight(id) => Some((id, true)),
             Token::Ready {
-                wait: ReadyWait::Poll(id) | ReadyWait::PollAgain(id, _),
+                wait: ReadyWait::Poll(id) | ReadyWait::PollAgain(id, ..),
                 ..
             } => Some((id, false)),
             Token::Ready { .. } => None,

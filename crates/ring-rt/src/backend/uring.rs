@@ -30,7 +30,7 @@ use super::direct::{slot_of, sqe_on};
 use super::linked_fds::LinkedFds;
 use super::{
     BackendKind, Capability, Emulation, FixedBuffers, FixedPool, Mechanism, Operation, ParkKey,
-    ReadyWait, RecvBuffers, RecvPool, Start, Token,
+    PollTick, ReadyWait, RecvBuffers, RecvPool, Start, Token,
 };
 
 pub(crate) struct UringBackend {
@@ -63,12 +63,29 @@ const FORGET_WAIT: Duration = Duration::from_secs(1);
 /// the latency.
 pub(crate) const BATCH_MAX: usize = 64;
 
-/// How many failed `POLL_ADD`s in a row a readiness op arms again (see
-/// `UringBackend::poll_readiness`): each settings change of a terminal fails one, and a
-/// program changes a terminal's settings a few times at a time (a prompt turning echo off
-/// and on); a fd io_uring cannot poll fails that many round trips, microseconds, after its
-/// first try.
+/// How many `POLL_ADD`s in a row may fail at once (within [`POLL_QUICK`] of being armed)
+/// before a readiness op takes the failure as its result (see
+/// `UringBackend::poll_readiness`): a fd io_uring cannot poll at all fails after this many
+/// round trips, microseconds, instead of spinning; a terminal fails one poll per settings
+/// change, and only this many changes in a row each less than `POLL_QUICK` apart, with
+/// nothing to read between, would fail its read.
 const POLL_RETRIES: u8 = 32;
+
+/// A poll that fails sooner than this after being armed failed "at once" (16 ticks of
+/// 64 µs: 1 ms); one that fails later was woken by something that happened to its fd.
+const POLL_QUICK: u16 = 16;
+
+/// For a poll that just failed, having been armed as `wait`: how many failed at once in a
+/// row, this one included if it did.
+fn quick_failures(wait: ReadyWait) -> u8 {
+    match wait {
+        ReadyWait::PollAgain(_, quick, armed) if armed.until(PollTick::now()) < POLL_QUICK => {
+            quick + 1
+        }
+        // The first failure (its first arm is not timed), or one after a wait.
+        _ => 1,
+    }
+}
 
 impl UringBackend {
     pub(crate) fn new(
@@ -165,11 +182,13 @@ impl UringBackend {
     /// A `POLL_ADD` can fail where the fd is fine and epoll would go on waiting: woken with
     /// nothing ready, the kernel issues the poll again on the same request, which finds the
     /// second wait entry of a file polled on two queues (a terminal: its read and write
-    /// queues) still there and fails with EINVAL. A terminal's settings change is such a
-    /// wake-up, every time (reviews CW, CX). So a failed poll lets the syscall answer (a
-    /// closed or hung-up fd answers there) and is armed again; only `POLL_RETRIES` failures
-    /// in a row, with no readiness between, are the op's result, so a fd io_uring cannot
-    /// poll at all fails rather than spins. A cancel is final.
+    /// queues) still there and fails with EINVAL, or, racing another wake-up, marks it
+    /// cancelled (ECANCELED). A terminal's settings change is such a wake-up, every time
+    /// (reviews CW, CX, CY). So a failed poll lets the syscall answer (a closed or hung-up
+    /// fd answers there) and is armed again. Only [`POLL_RETRIES`] failures in a row that
+    /// each came at once are the op's result, so a fd io_uring cannot poll at all fails
+    /// rather than spins. A live op never cancels its own poll (a dropped or recalled one
+    /// orphans it), so an ECANCELED here is the kernel's and counts like any failure.
     fn poll_readiness(
         &mut self,
         op: &mut dyn Operation,
@@ -179,19 +198,16 @@ impl UringBackend {
         waker: &Waker,
     ) -> Poll<io::Result<Cqe>> {
         loop {
-            let mut failures = 0;
-            if let ReadyWait::Poll(id) | ReadyWait::PollAgain(id, _) = *wait {
+            let mut failed = None;
+            if let ReadyWait::Poll(id) | ReadyWait::PollAgain(id, ..) = *wait {
                 let cqe = std::task::ready!(self.driver.poll_op(id, waker))?;
-                let before = match *wait {
-                    ReadyWait::PollAgain(_, n) => n,
-                    _ => 0,
-                };
-                *wait = ReadyWait::Idle;
+                let before = std::mem::replace(wait, ReadyWait::Idle);
                 if cqe.res < 0 {
-                    if before >= POLL_RETRIES || cqe.res == -libc::ECANCELED {
+                    let quick = quick_failures(before);
+                    if quick >= POLL_RETRIES {
                         return Poll::Ready(Ok(cqe));
                     }
-                    failures = before + 1;
+                    failed = Some(quick);
                 } else if op.is_wait_only() {
                     return Poll::Ready(Ok(cqe));
                 }
@@ -205,9 +221,9 @@ impl UringBackend {
             let sqe = sqe_on!(fd, |t| opcode::PollAdd::new(t, events).build());
             // SAFETY: a POLL_ADD points at no memory.
             let id = unsafe { self.driver.submit_op(sqe)? };
-            *wait = match failures {
-                0 => ReadyWait::Poll(id),
-                n => ReadyWait::PollAgain(id, n),
+            *wait = match failed {
+                None => ReadyWait::Poll(id),
+                Some(quick) => ReadyWait::PollAgain(id, quick, PollTick::now()),
             };
         }
     }
@@ -643,5 +659,26 @@ impl Drop for UringBackend {
             // SAFETY: the wake poll is this backend's own op; it points at no memory.
             unsafe { self.driver.orphan(id, Box::new(Keep(()))) };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Review CY: a poll failing once per wake-up of its fd, however often, is armed again;
+    /// only failures that come at once after their arm, `POLL_RETRIES` in a row, end it.
+    #[test]
+    fn only_polls_failing_at_once_count_toward_giving_up() {
+        let id = OpId {
+            index: 1,
+            generation: 1,
+        };
+        assert_eq!(quick_failures(ReadyWait::Poll(id)), 1);
+        let now = PollTick::now();
+        assert_eq!(quick_failures(ReadyWait::PollAgain(id, 5, now)), 6);
+        let long_ago = PollTick(now.0.wrapping_sub(POLL_QUICK * 4));
+        assert_eq!(quick_failures(ReadyWait::PollAgain(id, 31, long_ago)), 1);
+        assert_eq!(PollTick(u16::MAX).until(PollTick(3)), 4);
     }
 }

@@ -89,7 +89,7 @@ impl Core {
                 // owner can clear: see the listeners' `from_std`), else it fails. Either
                 // way it waits for readiness no more.
                 match std::mem::replace(wait, ReadyWait::Idle) {
-                    ReadyWait::Poll(id) | ReadyWait::PollAgain(id, _) => {
+                    ReadyWait::Poll(id) | ReadyWait::PollAgain(id, ..) => {
                         self.orphan(id, Box::new(Keep(())))
                     }
                     ReadyWait::Parked(key) => self.readiness_dropped(*fd, *events, key),
