@@ -101,6 +101,10 @@ fn main() {
             a_fifo_no_writer_opened_reads_empty,
         ),
         (
+            "a_stream_read_outliving_its_runtime_ends",
+            a_stream_read_outliving_its_runtime_ends,
+        ),
+        (
             "a_dropped_stream_read_or_write_moves_nothing_after",
             a_dropped_stream_read_or_write_moves_nothing_after,
         ),
@@ -1172,6 +1176,42 @@ fn a_fifo_no_writer_opened_reads_empty(kind: BackendKind) -> Outcome {
             got.len()
         );
     }
+    Ok(Completion::Completed)
+}
+
+/// Review CZ: a FIFO's `fs::read` waiting for data when its runtime dropped was cancelled
+/// by the runtime's shutdown, and io_uring took that cancel for the kernel's and armed its
+/// poll again on the dead runtime: polled afterwards it was pending for ever, where epoll
+/// (and io_uring before) said the runtime had shut down.
+fn a_stream_read_outliving_its_runtime_ends(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let dir = Scratch::new("fifo-outlives", kind)?;
+    let fifo = dir.path("fifo");
+    support::mkfifo(&fifo).map_err(|e| format!("mkfifo: {e}"))?;
+    // A writer that never writes: the read waits.
+    let _writer = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&fifo)?;
+    let mut read = Box::pin(ring_rt::fs::read(fifo.clone()));
+    let read = rt.block_on(async move {
+        for _ in 0..3 {
+            let polled = std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await;
+            if polled.is_ready() {
+                return Err(format!("{kind}: a read of a silent FIFO ended: {polled:?}"));
+            }
+            ring_rt::time::sleep(Duration::from_millis(5)).await;
+        }
+        Ok(read)
+    });
+    let mut read = read?;
+    drop(rt);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let polled = read.as_mut().poll(&mut cx);
+    check!(
+        matches!(polled, Poll::Ready(Err(_))),
+        "{kind}: a FIFO read polled after its runtime's drop gave {polled:?}, not an error"
+    );
     Ok(Completion::Completed)
 }
 

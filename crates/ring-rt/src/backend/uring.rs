@@ -54,6 +54,11 @@ pub(crate) struct UringBackend {
     wake_targets: Vec<Arc<std::os::fd::OwnedFd>>,
     /// Fds that kernel-linked ops name, and closes waiting for those ops.
     linked_fds: LinkedFds,
+    /// The live ops the runtime cancelled (`cancel`), and whether it cancelled them all
+    /// (`drain`): their `ECANCELED` is the runtime's, final, where the kernel's own on a
+    /// readiness poll is armed again (see `poll_readiness`).
+    cancelled: Vec<OpId>,
+    is_drained: bool,
 }
 
 /// How long `forget_fd` waits for the kernel to take the SQEs pushed before an fd leaves.
@@ -106,6 +111,8 @@ impl UringBackend {
             last_batch: 0,
             wake_targets: Vec::new(),
             linked_fds: LinkedFds::new(),
+            cancelled: Vec::new(),
+            is_drained: false,
         })
     }
 
@@ -187,8 +194,9 @@ impl UringBackend {
     /// (reviews CW, CX, CY). So a failed poll lets the syscall answer (a closed or hung-up
     /// fd answers there) and is armed again. Only [`POLL_RETRIES`] failures in a row that
     /// each came at once are the op's result, so a fd io_uring cannot poll at all fails
-    /// rather than spins. A live op never cancels its own poll (a dropped or recalled one
-    /// orphans it), so an ECANCELED here is the kernel's and counts like any failure.
+    /// rather than spins. A cancel the runtime sent (shutdown, an op polled outside its
+    /// runtime) is final; any other ECANCELED is the kernel's and counts like any failure
+    /// (a dropped, timed-out or recalled op orphans its poll rather than cancel it).
     fn poll_readiness(
         &mut self,
         op: &mut dyn Operation,
@@ -204,7 +212,7 @@ impl UringBackend {
                 let before = std::mem::replace(wait, ReadyWait::Idle);
                 if cqe.res < 0 {
                     let quick = quick_failures(before);
-                    if quick >= POLL_RETRIES {
+                    if quick >= POLL_RETRIES || self.is_runtime_cancel(id, &cqe) {
                         return Poll::Ready(Ok(cqe));
                     }
                     failed = Some(quick);
@@ -226,6 +234,13 @@ impl UringBackend {
                 Some(quick) => ReadyWait::PollAgain(id, quick, PollTick::now()),
             };
         }
+    }
+
+    /// Whether `cqe`, op `id`'s, is the `ECANCELED` of a cancel the runtime sent (for an
+    /// op polled outside it, or at shutdown), which `Core::poll` reports as such (review
+    /// CZ: armed again, a read outliving its runtime was pending for ever).
+    fn is_runtime_cancel(&self, id: OpId, cqe: &Cqe) -> bool {
+        cqe.res == -libc::ECANCELED && (self.is_drained || self.cancelled.contains(&id))
     }
 
     /// A busy ring waits for as many CQEs as its last turn brought, so steady load costs
@@ -303,6 +318,11 @@ impl Mechanism for UringBackend {
     }
 
     fn cancel(&mut self, id: OpId) {
+        // Ops whose owners took their final CQE are forgotten here, so the list holds only
+        // ops still in the table.
+        let ops = self.driver.ops();
+        self.cancelled.retain(|&c| ops.contains(c));
+        self.cancelled.push(id);
         self.driver.cancel(id);
     }
 
@@ -611,6 +631,7 @@ impl Mechanism for UringBackend {
 
     /// Shutdown: cancels every op and waits until `deadline` for their final CQEs.
     fn drain(&mut self, deadline: Instant) -> Vec<OpId> {
+        self.is_drained = true;
         if let Some(id) = self.wake_op.take() {
             // SAFETY: the wake poll is this backend's own op; it points at no memory.
             unsafe { self.driver.orphan(id, Box::new(Keep(()))) };
