@@ -37,14 +37,14 @@ const NO_WAIT: i32 = libc::MSG_DONTWAIT;
 
 /// How a socket op waits on epoll (and a readiness-only op on io_uring): for `fd` to take
 /// or give data.
-fn readable(fd: RawFd) -> Emulation {
+pub(super) fn readable(fd: RawFd) -> Emulation {
     Emulation::Readiness {
         fd,
         events: libc::POLLIN as u32,
     }
 }
 
-fn writable(fd: RawFd) -> Emulation {
+pub(super) fn writable(fd: RawFd) -> Emulation {
     Emulation::Readiness {
         fd,
         events: libc::POLLOUT as u32,

@@ -25,6 +25,7 @@ use io_uring::{opcode, squeue, types};
 use ring_core::cqe::Cqe;
 
 use super::fs::len_u32;
+use super::net::{readable, writable};
 use super::{Emulation, OpDef, Operation};
 use crate::backend::direct::sqe_on;
 use crate::buf::{read_output, IoBuf, IoBufMut};
@@ -58,10 +59,7 @@ unsafe impl<B: IoBufMut> Operation for ReadPollable<B> {
     }
 
     fn emulate(&mut self) -> Emulation {
-        Emulation::Readiness {
-            fd: self.fd,
-            events: libc::POLLIN as u32,
-        }
+        readable(self.fd)
     }
 
     fn try_syscall(&mut self) -> Cqe {
@@ -121,10 +119,7 @@ unsafe impl<B: IoBuf> Operation for WritePollable<B> {
     }
 
     fn emulate(&mut self) -> Emulation {
-        Emulation::Readiness {
-            fd: self.fd,
-            events: libc::POLLOUT as u32,
-        }
+        writable(self.fd)
     }
 
     fn try_syscall(&mut self) -> Cqe {
