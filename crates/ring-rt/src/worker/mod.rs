@@ -261,9 +261,12 @@ impl Core {
         if self.is_elsewhere() {
             return self.poll_elsewhere(token, op, waker);
         }
+        // Taken before the poll: a readiness op's poll leaves its token idle as it returns
+        // (review DA: the runtime's own cancel of its `POLL_ADD` then read as the kernel's).
+        let id = token.in_flight().map(|(id, _)| id);
         match self.with_backend(|b| b.poll(token, op, waker)) {
             Ok(Poll::Ready(Ok(cqe))) if is_final_cancel(&cqe) => {
-                Poll::Ready(self.refusal_of(token.in_flight().map(|(id, _)| id), cqe))
+                Poll::Ready(self.refusal_of(id, cqe))
             }
             Ok(polled) => polled,
             Err(err) => Poll::Ready(Err(err)),
