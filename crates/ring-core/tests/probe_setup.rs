@@ -127,6 +127,7 @@ fn probe_on_6_18_has_the_runtime_features() -> Outcome {
     for f in [
         Feature::MultishotAccept,
         Feature::MultishotRecv,
+        Feature::MultishotPoll,
         Feature::PbufRing,
         Feature::PbufRingInc,
         Feature::SendZc,

@@ -125,6 +125,18 @@ fn main() {
             a_terminal_settings_change_during_a_read_is_not_an_error,
         ),
         (
+            "a_terminal_whose_settings_change_back_to_back_is_still_read",
+            a_terminal_whose_settings_change_back_to_back_is_still_read,
+        ),
+        (
+            "a_terminal_write_through_back_to_back_settings_changes_completes",
+            a_terminal_write_through_back_to_back_settings_changes_completes,
+        ),
+        (
+            "terminal_reads_given_up_mid_settings_changes_leave_no_poll_behind",
+            terminal_reads_given_up_mid_settings_changes_leave_no_poll_behind,
+        ),
+        (
             "a_close_refused_in_flight_still_closes_the_file",
             a_close_refused_in_flight_still_closes_the_file,
         ),
@@ -1184,23 +1196,49 @@ fn a_fifo_no_writer_opened_reads_empty(kind: BackendKind) -> Outcome {
 /// poll again on the dead runtime: polled afterwards it was pending for ever, where epoll
 /// (and io_uring before) said the runtime had shut down.
 fn a_stream_read_outliving_its_runtime_ends(kind: BackendKind) -> Outcome {
+    // Review DB: the readiness came (reaped by the loop, the read not polled since) before
+    // the drop, then the bytes stay (io_uring read one of "hello" after the drop), or
+    // another reader takes them (io_uring armed a wait on the dead ring: pending for ever).
+    for came in [None, Some(Arrival::Stays), Some(Arrival::Taken)] {
+        stream_read_outliving_its_runtime(kind, came)?;
+    }
+    Ok(Completion::Completed)
+}
+
+/// What happens to the bytes that make a FIFO readable before its reader's runtime drops.
+#[derive(Clone, Copy, Debug)]
+enum Arrival {
+    Stays,
+    Taken,
+}
+
+fn stream_read_outliving_its_runtime(kind: BackendKind, came: Option<Arrival>) -> Outcome {
     let rt = runtime!(kind);
     let dir = Scratch::new("fifo-outlives", kind)?;
     let fifo = dir.path("fifo");
     support::mkfifo(&fifo).map_err(|e| format!("mkfifo: {e}"))?;
-    // A writer that never writes: the read waits.
-    let _writer = std::fs::OpenOptions::new()
+    // A writer that writes only what `came` says: the read waits.
+    let mut held = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
+        .custom_flags(libc::O_NONBLOCK)
         .open(&fifo)?;
     let mut read = Box::pin(ring_rt::fs::read(fifo.clone()));
-    let read = rt.block_on(async move {
+    let read = rt.block_on(async {
         for _ in 0..3 {
             let polled = std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await;
             if polled.is_ready() {
                 return Err(format!("{kind}: a read of a silent FIFO ended: {polled:?}"));
             }
             ring_rt::time::sleep(Duration::from_millis(5)).await;
+        }
+        if came.is_some() {
+            std::io::Write::write_all(&mut held, b"hello").map_err(|e| e.to_string())?;
+            // The loop takes the readiness in; the read is not polled.
+            ring_rt::time::sleep(Duration::from_millis(30)).await;
+        }
+        if let Some(Arrival::Taken) = came {
+            std::io::Read::read_exact(&mut held, &mut [0; 5]).map_err(|e| e.to_string())?;
         }
         Ok(read)
     });
@@ -1211,8 +1249,17 @@ fn a_stream_read_outliving_its_runtime_ends(kind: BackendKind) -> Outcome {
     // Review DA: io_uring said a bare ECANCELED, where epoll says the runtime shut down.
     check!(
         matches!(&polled, Poll::Ready(Err(e)) if e.kind() == std::io::ErrorKind::NotConnected),
-        "{kind}: a FIFO read polled after its runtime's drop gave {polled:?}, not shut down"
+        "{kind}: a FIFO read ({came:?}) polled after its runtime's drop gave {polled:?}, not shut down"
     );
+    if let Some(Arrival::Stays) = came {
+        let mut left = [0; 16];
+        let n = std::io::Read::read(&mut held, &mut left).unwrap_or(0);
+        check!(
+            &left[..n] == b"hello",
+            "{kind}: the read refused after its runtime's drop took bytes: {:?} left",
+            String::from_utf8_lossy(&left[..n])
+        );
+    }
     Ok(Completion::Completed)
 }
 
@@ -1454,6 +1501,142 @@ fn two_reads_of_a_terminal_with_no_vmin_both_end(kind: BackendKind) -> Outcome {
 /// number of them. Both the read's own
 /// wait (`VMIN` 1) and the bounded wait of a `VMIN` 0 terminal.
 fn a_terminal_settings_change_during_a_read_is_not_an_error(kind: BackendKind) -> Outcome {
+    // Forty changes, each a wake-up with nothing to read (review CX: the one retry first
+    // allowed covered one; review CY: then 32 in a row were the limit).
+    settings_changes_during_a_read(kind, 40, Duration::from_millis(3))
+}
+
+/// Review CY's hammering: settings changed hundreds of times, each less than 1 ms after the
+/// last, while a read waits. io_uring failed the read with `EINVAL` after 32 one-shot polls
+/// in a row each failed at once; epoll and std wait on. A multishot poll (5.13) survives
+/// the wake-ups.
+fn a_terminal_whose_settings_change_back_to_back_is_still_read(kind: BackendKind) -> Outcome {
+    let features = runtime!(kind).features();
+    if features.is_some_and(|f| !f.has(ring_rt::Feature::MultishotPoll)) {
+        return Ok(Completion::ignored_with(
+            "io_uring without multishot poll (5.13): 32 polls in a row failing at once end the read",
+        ));
+    }
+    // 200 µs apart, each change meets a poll armed anew (failed with `EINVAL` on io_uring);
+    // with no gap at all, most meet none.
+    settings_changes_during_a_read(kind, 400, Duration::from_micros(200))?;
+    settings_changes_during_a_read(kind, 400, Duration::ZERO)
+}
+
+/// The write side of the above (review CY's cooked write): `fs::write` of 128 KiB to a
+/// cooked terminal whose reader takes it slowly, so the write waits for room again and
+/// again, while its settings change 200 µs apart. Every byte arrives, in order.
+fn a_terminal_write_through_back_to_back_settings_changes_completes(kind: BackendKind) -> Outcome {
+    const LEN: usize = 128 << 10;
+    let Some((master, slave, _held)) = open_held_pty()? else {
+        return Ok(Completion::ignored_with(
+            "no pseudo-terminal here (posix_openpt)",
+        ));
+    };
+    let rt = runtime!(kind);
+    if rt
+        .features()
+        .is_some_and(|f| !f.has(ring_rt::Feature::MultishotPoll))
+    {
+        return Ok(Completion::ignored_with(
+            "io_uring without multishot poll (5.13): 32 polls in a row failing at once end the write",
+        ));
+    }
+    set_cooked(&master)?;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (poker, stopped) = (master.try_clone()?, stop.clone());
+    let poking = std::thread::spawn(move || -> std::io::Result<usize> {
+        let settings = termios(&poker)?;
+        let mut changes = 0;
+        while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_micros(200));
+            set_termios(&poker, &settings)?;
+            changes += 1;
+        }
+        Ok(changes)
+    });
+    let reader = master.try_clone()?;
+    let reading = std::thread::spawn(move || -> std::io::Result<Vec<u8>> {
+        let mut got = Vec::with_capacity(LEN);
+        let mut buf = vec![0; 64 << 10];
+        while got.len() < LEN {
+            // Slow enough that the write waits through many changes with no room coming.
+            std::thread::sleep(Duration::from_millis(20));
+            let n = std::io::Read::read(&mut &reader, &mut buf)?;
+            got.extend_from_slice(&buf[..n]);
+        }
+        Ok(got)
+    });
+    // Letters only: cooked output rewrites line ends.
+    let data: Vec<u8> = (0..LEN).map(|i| b'a' + (i % 26) as u8).collect();
+    let wrote = rt.block_on(timeout(
+        Duration::from_secs(20),
+        ring_rt::fs::write(&slave, data.clone()),
+    ));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let changes = poking.join().map_err(|_| "the poker panicked")??;
+    check!(
+        matches!(wrote, Ok(Ok(()))),
+        "{kind}: a write through {changes} tcsetattr 200 µs apart gave {wrote:?}"
+    );
+    let got = reading.join().map_err(|_| "the reader panicked")??;
+    check!(got == data, "{kind}: the terminal's reader got other bytes");
+    Ok(Completion::Completed)
+}
+
+/// Reads of a terminal given up (timed out) while its settings change 200 µs apart, so
+/// each is waiting on a poll armed again after a failure (on io_uring a multishot one),
+/// leave nothing in flight once the runtime has turned: every such poll is cancelled.
+fn terminal_reads_given_up_mid_settings_changes_leave_no_poll_behind(kind: BackendKind) -> Outcome {
+    let Some((master, slave, _held)) = open_held_pty()? else {
+        return Ok(Completion::ignored_with(
+            "no pseudo-terminal here (posix_openpt)",
+        ));
+    };
+    let rt = runtime!(kind);
+    set_raw(&master, 1, 0)?;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (poker, stopped) = (master.try_clone()?, stop.clone());
+    let poking = std::thread::spawn(move || -> std::io::Result<()> {
+        let settings = termios(&poker)?;
+        while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_micros(200));
+            set_termios(&poker, &settings)?;
+        }
+        Ok(())
+    });
+    rt.block_on(sleep(Duration::from_millis(20)));
+    let before = rt.metrics().io.ops_in_flight;
+    for _ in 0..40 {
+        let read = rt.block_on(timeout(Duration::from_millis(5), ring_rt::fs::read(&slave)));
+        check!(
+            read.is_err(),
+            "{kind}: a read with nothing to read gave {read:?}"
+        );
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    poking.join().map_err(|_| "the poker panicked")??;
+    rt.block_on(sleep(Duration::from_millis(50)));
+    let after = rt.metrics().io.ops_in_flight;
+    check!(
+        after <= before,
+        "{kind}: {before} ops in flight before 40 given-up reads, {after} after"
+    );
+    // The terminal still reads (`VMIN` 0: the read ends at 0.2 s of silence).
+    set_raw(&master, 0, 2)?;
+    std::io::Write::write_all(&mut &master, b"z")?;
+    let read = rt.block_on(timeout(Duration::from_secs(5), ring_rt::fs::read(&slave)));
+    check!(
+        matches!(&read, Ok(Ok(got)) if got == b"z"),
+        "{kind}: the read after them gave {read:?}"
+    );
+    Ok(Completion::Completed)
+}
+
+/// `changes` settings changes `gap` apart while `fs::read` of a raw terminal waits (with
+/// `VMIN` 1, and `VMIN` 0 with a `VTIME`), then two bytes: the read waits through the
+/// changes and gets the bytes.
+fn settings_changes_during_a_read(kind: BackendKind, changes: usize, gap: Duration) -> Outcome {
     let Some((master, slave, _held)) = open_held_pty()? else {
         return Ok(Completion::ignored_with(
             "no pseudo-terminal here (posix_openpt)",
@@ -1464,12 +1647,11 @@ fn a_terminal_settings_change_during_a_read_is_not_an_error(kind: BackendKind) -
         set_raw(&master, vmin, vtime)?;
         let poker = master.try_clone()?;
         let poking = std::thread::spawn(move || {
-            // Forty changes, each a wake-up with nothing to read (review CX: the one retry
-            // first allowed covered one; review CY: then 32 in a row were the limit).
             std::thread::sleep(Duration::from_millis(50));
-            for _ in 0..40 {
-                std::thread::sleep(Duration::from_millis(3));
-                set_termios(&poker, &termios(&poker)?)?;
+            let settings = termios(&poker)?;
+            for _ in 0..changes {
+                std::thread::sleep(gap);
+                set_termios(&poker, &settings)?;
             }
             std::thread::sleep(Duration::from_millis(50));
             std::io::Write::write_all(&mut &poker, b"hi")
@@ -1483,7 +1665,8 @@ fn a_terminal_settings_change_during_a_read_is_not_an_error(kind: BackendKind) -
             (0, Ok(Ok(got))) if got == b"hi" => {}
             (_, read) => {
                 return Err(format!(
-                    "{kind}: VMIN {vmin}, VTIME {vtime}: a read through a tcsetattr gave {read:?}"
+                    "{kind}: VMIN {vmin}, VTIME {vtime}: a read through {changes} tcsetattr \
+                     {gap:?} apart gave {read:?}"
                 )
                 .into())
             }

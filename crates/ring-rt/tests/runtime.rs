@@ -18,6 +18,10 @@ use support::{thread_cpu_time, Outcome};
 
 fn main() {
     support::run(&[
+        (
+            "an_op_polled_by_a_destructor_at_shutdown_says_shut_down",
+            an_op_polled_by_a_destructor_at_shutdown_says_shut_down,
+        ),
         ("block_on_returns_output", block_on_returns_output),
         ("spawn_join_and_local_tasks", spawn_join_and_local_tasks),
         ("panic_reaches_join_handle", panic_reaches_join_handle),
@@ -915,6 +919,58 @@ fn timeouts_that_elapse_at_once_let_other_tasks_run(kind: BackendKind) -> Outcom
     check!(
         timed_reads <= MOST_STEPS_BEFORE_A_NEIGHBOUR,
         "{timed_reads} zero-bounded reads of an idle socket before a task ready all along"
+    );
+    Ok(Completion::Completed)
+}
+
+/// Review DB: a task's destructor, which the runtime's shutdown runs, polls the task's
+/// socket read (in flight on io_uring, waiting for readiness on epoll): it said it was
+/// polled outside its runtime (`InvalidInput`), where the runtime was shutting down
+/// (`NotConnected`, as an op polled after the drop says).
+fn an_op_polled_by_a_destructor_at_shutdown_says_shut_down(kind: BackendKind) -> Outcome {
+    /// Polls its read when dropped, a few times (an op polled outside its runtime takes a
+    /// poll or two to have its cancel's completion in), and keeps what it got.
+    struct PollOnDrop {
+        read: std::pin::Pin<Box<dyn Future<Output = io::Result<usize>>>>,
+        got: Rc<RefCell<Option<io::Result<usize>>>>,
+    }
+    impl Drop for PollOnDrop {
+        fn drop(&mut self) {
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            for _ in 0..20 {
+                if let std::task::Poll::Ready(out) = self.read.as_mut().poll(&mut cx) {
+                    *self.got.borrow_mut() = Some(out);
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+    }
+    let rt = runtime!(kind);
+    let got = Rc::new(RefCell::new(None));
+    let (_a, b) = rt.block_on(async { ring_rt::net::UnixStream::pair() })?;
+    let held = got.clone();
+    rt.block_on(async move {
+        ring_rt::spawn(async move {
+            let b = Rc::new(b);
+            let reading = b.clone();
+            let mut guard = PollOnDrop {
+                read: Box::pin(async move { reading.read(vec![0u8; 8]).await.0 }),
+                got: held,
+            };
+            let first =
+                std::future::poll_fn(|cx| std::task::Poll::Ready(guard.read.as_mut().poll(cx)))
+                    .await;
+            assert!(first.is_pending(), "a read with nothing sent ended");
+            std::future::pending::<()>().await;
+        });
+        sleep(Duration::from_millis(20)).await;
+    });
+    drop(rt);
+    let got = got.borrow_mut().take();
+    check!(
+        matches!(&got, Some(Err(e)) if e.kind() == io::ErrorKind::NotConnected),
+        "{kind}: a read polled by its task's destructor at shutdown gave {got:?}"
     );
     Ok(Completion::Completed)
 }

@@ -92,6 +92,10 @@ pub enum Feature {
     /// `IORING_REGISTER_RING_FDS`: a thread registers a ring's fd, and its enters name the
     /// ring by index (`IORING_ENTER_REGISTERED_RING`), skipping the fd lookup.
     RegisteredRing,
+    /// `IORING_POLL_ADD_MULTI`: one poll SQE posts a CQE per readiness event and stays
+    /// armed (a one-shot poll of a terminal fails on every settings change; this one waits
+    /// on).
+    MultishotPoll,
 }
 
 /// What the tables below record for each [`Feature`].
@@ -114,7 +118,7 @@ const fn info(name: &'static str, major: u16, minor: u16, feat_bit: u32, used: b
 }
 
 /// Indexed by `Feature as usize`; a unit test checks the order against [`Feature::ALL`].
-const INFO: [Info; 32] = [
+const INFO: [Info; 33] = [
     info("single_mmap", 5, 4, 1 << 0, false),
     info("nodrop", 5, 5, 1 << 1, true),
     info("submit_stable", 5, 5, 1 << 2, false),
@@ -147,6 +151,7 @@ const INFO: [Info; 32] = [
     info("no_sqarray", 6, 6, 0, false),
     info("msg_ring", 5, 18, 0, true),
     info("registered_ring", 5, 18, 0, true),
+    info("multishot_poll", 5, 13, 0, true),
 ];
 
 impl Feature {
@@ -184,6 +189,7 @@ impl Feature {
         Feature::NoSqArray,
         Feature::MsgRing,
         Feature::RegisteredRing,
+        Feature::MultishotPoll,
     ];
 
     fn info(self) -> &'static Info {

@@ -56,6 +56,7 @@ const TRIALS: &[(Feature, Trial)] = &[
     (Feature::SendZc, send_zc),
     (Feature::MsgRing, msg_ring),
     (Feature::RegisteredRing, registered_ring),
+    (Feature::MultishotPoll, multishot_poll),
 ];
 
 /// What the trials may rely on: the first ring's answers.
@@ -324,6 +325,30 @@ fn multishot_accept(ctx: &Ctx) -> io::Result<bool> {
     }
     // The feature is proven; a failed cancel only leaves the op to the ring's teardown.
     close_accepted(&cancel(&mut ring).unwrap_or_default());
+    Ok(true)
+}
+
+/// A multishot poll of a socket with data waiting must post its event with `F_MORE`;
+/// kernels before 5.13 reject the flag (EINVAL).
+fn multishot_poll(ctx: &Ctx) -> io::Result<bool> {
+    if !ctx.can_try_op(opcode::PollAdd::CODE) {
+        return Ok(false);
+    }
+    let (rx, mut tx) = UnixStream::pair()?;
+    tx.write_all(&PAYLOAD)?;
+    let mut ring = IoUring::new(SCRATCH_ENTRIES)?;
+    let poll = opcode::PollAdd::new(types::Fd(rx.as_raw_fd()), libc::POLLIN as u32);
+    push(&mut ring, &poll.multi(true).build().user_data(UD_OP))?;
+    let cqes = reap_until(&mut ring, |c| c.user_data == UD_OP)?;
+    let first = first_op_cqe(&cqes)?;
+    if let Err(err) = first.result() {
+        return is_absent(err);
+    }
+    if !first.is_more() {
+        return Ok(false);
+    }
+    // The feature is proven; a failed cancel only leaves the poll to the ring's teardown.
+    let _ = cancel(&mut ring);
     Ok(true)
 }
 

@@ -54,11 +54,6 @@ pub(crate) struct UringBackend {
     wake_targets: Vec<Arc<std::os::fd::OwnedFd>>,
     /// Fds that kernel-linked ops name, and closes waiting for those ops.
     linked_fds: LinkedFds,
-    /// The live ops the runtime cancelled (`cancel`), and whether it cancelled them all
-    /// (`drain`): their `ECANCELED` is the runtime's, final, where the kernel's own on a
-    /// readiness poll is armed again (see `poll_readiness`).
-    cancelled: Vec<OpId>,
-    is_drained: bool,
 }
 
 /// How long `forget_fd` waits for the kernel to take the SQEs pushed before an fd leaves.
@@ -75,6 +70,10 @@ pub(crate) const BATCH_MAX: usize = 64;
 /// change, and only this many changes in a row each less than `POLL_QUICK` apart, with
 /// nothing to read between, would fail its read.
 const POLL_RETRIES: u8 = 32;
+
+/// How many events a readiness op's multishot poll may queue unpolled before the driver
+/// cancels it (see `UringBackend::poll_readiness`).
+const POLL_QUEUE_MAX: u16 = 16;
 
 /// A poll that fails sooner than this after being armed failed "at once" (16 ticks of
 /// 64 µs: 1 ms); one that fails later was woken by something that happened to its fd.
@@ -111,8 +110,6 @@ impl UringBackend {
             last_batch: 0,
             wake_targets: Vec::new(),
             linked_fds: LinkedFds::new(),
-            cancelled: Vec::new(),
-            is_drained: false,
         })
     }
 
@@ -186,17 +183,24 @@ impl UringBackend {
     /// reports neither POLLIN nor POLLHUP, so a poll first would wait for a writer. A
     /// wait-only op has no syscall: its `POLL_ADD` is the op.
     ///
-    /// A `POLL_ADD` can fail where the fd is fine and epoll would go on waiting: woken with
-    /// nothing ready, the kernel issues the poll again on the same request, which finds the
-    /// second wait entry of a file polled on two queues (a terminal: its read and write
-    /// queues) still there and fails with EINVAL, or, racing another wake-up, marks it
-    /// cancelled (ECANCELED). A terminal's settings change is such a wake-up, every time
-    /// (reviews CW, CX, CY). So a failed poll lets the syscall answer (a closed or hung-up
-    /// fd answers there) and is armed again. Only [`POLL_RETRIES`] failures in a row that
-    /// each came at once are the op's result, so a fd io_uring cannot poll at all fails
-    /// rather than spins. A cancel the runtime sent (shutdown, an op polled outside its
-    /// runtime) is final; any other ECANCELED is the kernel's and counts like any failure
-    /// (a dropped, timed-out or recalled op orphans its poll rather than cancel it).
+    /// A one-shot `POLL_ADD` can fail where the fd is fine and epoll would go on waiting:
+    /// woken with nothing ready, the kernel issues the poll again on the same request,
+    /// which finds the second wait entry of a file polled on two queues (a terminal: its
+    /// read and write queues) still there and fails with EINVAL, or, racing another
+    /// wake-up, marks it cancelled (ECANCELED). A terminal's settings change is such a
+    /// wake-up, every time (reviews CW, CX, CY). So a failed poll lets the syscall answer
+    /// (a closed or hung-up fd answers there) and is armed again as a multishot poll where
+    /// the kernel has one (5.13): it stays armed through such wake-ups, posting only
+    /// readiness, and the op waits on it until its syscall is done (then it is orphaned,
+    /// which cancels it). Without one, a one-shot poll is armed again.
+    ///
+    /// Only [`POLL_RETRIES`] failures in a row that each came at once are the op's result,
+    /// so a fd io_uring cannot poll at all fails rather than spins. An ECANCELED is the
+    /// kernel's (or the driver's, for a multishot poll whose events queued unpolled past
+    /// its bound) and counts like any failure: the runtime never cancels a readiness poll
+    /// it will poll again (a dropped, timed-out or recalled op, or one polled outside its
+    /// runtime, orphans its poll; one polled after its runtime shut down is refused by
+    /// `Core::poll` before it gets here, review DB).
     fn poll_readiness(
         &mut self,
         op: &mut dyn Operation,
@@ -209,26 +213,50 @@ impl UringBackend {
             let mut failed = None;
             if let ReadyWait::Poll(id) | ReadyWait::PollAgain(id, ..) = *wait {
                 let cqe = std::task::ready!(self.driver.poll_op(id, waker))?;
-                let before = std::mem::replace(wait, ReadyWait::Idle);
-                if cqe.res < 0 {
-                    let quick = quick_failures(before);
-                    if quick >= POLL_RETRIES || self.is_runtime_cancel(id, &cqe) {
+                if cqe.is_more() {
+                    // A multishot poll's event: it stays armed, and a failure of it later
+                    // starts the count again.
+                    *wait = ReadyWait::PollAgain(id, 0, PollTick::now());
+                    if op.is_wait_only() {
+                        self.end_poll(wait);
+                        return Poll::Ready(Ok(Cqe::new(cqe.user_data, cqe.res, 0)));
+                    }
+                } else {
+                    let before = std::mem::replace(wait, ReadyWait::Idle);
+                    if cqe.res < 0 {
+                        let quick = quick_failures(before);
+                        if quick >= POLL_RETRIES {
+                            return Poll::Ready(Ok(cqe));
+                        }
+                        failed = Some(quick);
+                    } else if op.is_wait_only() {
                         return Poll::Ready(Ok(cqe));
                     }
-                    failed = Some(quick);
-                } else if op.is_wait_only() {
-                    return Poll::Ready(Ok(cqe));
                 }
             }
             if !op.is_wait_only() {
                 let cqe = op.try_syscall();
                 if cqe.res != -libc::EAGAIN && cqe.res != -libc::EINTR {
+                    self.end_poll(wait);
                     return Poll::Ready(Ok(cqe));
                 }
             }
-            let sqe = sqe_on!(fd, |t| opcode::PollAdd::new(t, events).build());
+            if *wait != ReadyWait::Idle {
+                // The multishot poll waits on: its next event, or the waker parked with it.
+                continue;
+            }
+            let multishot = failed.is_some() && self.driver.features().has(Feature::MultishotPoll);
+            let sqe = sqe_on!(fd, |t| opcode::PollAdd::new(t, events)
+                .multi(multishot)
+                .build());
             // SAFETY: a POLL_ADD points at no memory.
             let id = unsafe { self.driver.submit_op(sqe)? };
+            if multishot {
+                // Events queued unpolled past this many cancel it (it is armed again when
+                // the op next fails to make progress): a busy terminal cannot grow the
+                // queue of a task that is not polled.
+                self.driver.bound_queue(id, POLL_QUEUE_MAX);
+            }
             *wait = match failed {
                 None => ReadyWait::Poll(id),
                 Some(quick) => ReadyWait::PollAgain(id, quick, PollTick::now()),
@@ -236,11 +264,16 @@ impl UringBackend {
         }
     }
 
-    /// Whether `cqe`, op `id`'s, is the `ECANCELED` of a cancel the runtime sent (for an
-    /// op polled outside it, or at shutdown), which `Core::poll` reports as such (review
-    /// CZ: armed again, a read outliving its runtime was pending for ever).
-    fn is_runtime_cancel(&self, id: OpId, cqe: &Cqe) -> bool {
-        cqe.res == -libc::ECANCELED && (self.is_drained || self.cancelled.contains(&id))
+    /// Lets a readiness op's poll go once the op is done: a multishot poll still armed
+    /// is orphaned, which cancels it. A one-shot poll has ended by then (`wait` is idle).
+    fn end_poll(&mut self, wait: &mut ReadyWait) {
+        if let ReadyWait::Poll(id) | ReadyWait::PollAgain(id, ..) =
+            std::mem::replace(wait, ReadyWait::Idle)
+        {
+            // SAFETY: a POLL_ADD points at no memory; `wait` was its only owner and names
+            // it no more.
+            unsafe { self.driver.orphan(id, Box::new(Keep(()))) };
+        }
     }
 
     /// A busy ring waits for as many CQEs as its last turn brought, so steady load costs
@@ -318,11 +351,6 @@ impl Mechanism for UringBackend {
     }
 
     fn cancel(&mut self, id: OpId) {
-        // Ops whose owners took their final CQE are forgotten here, so the list holds only
-        // ops still in the table.
-        let ops = self.driver.ops();
-        self.cancelled.retain(|&c| ops.contains(c));
-        self.cancelled.push(id);
         self.driver.cancel(id);
     }
 
@@ -631,7 +659,6 @@ impl Mechanism for UringBackend {
 
     /// Shutdown: cancels every op and waits until `deadline` for their final CQEs.
     fn drain(&mut self, deadline: Instant) -> Vec<OpId> {
-        self.is_drained = true;
         if let Some(id) = self.wake_op.take() {
             // SAFETY: the wake poll is this backend's own op; it points at no memory.
             unsafe { self.driver.orphan(id, Box::new(Keep(()))) };

@@ -16,10 +16,36 @@ use ring_core::driver::Wait;
 use ring_core::release::Keep;
 use ring_core::user_data::OpId;
 
-use super::{elsewhere, Core};
+use super::{elsewhere, shut_down, Core};
 use crate::backend::{Mechanism, Operation, ReadyWait, Token};
 
 impl Core {
+    /// The refusal of an op polled after this core shut down, if it is one to refuse now:
+    /// an op waiting for readiness (nothing of it in flight but a poll that owns no
+    /// memory). Its wait is let go and nothing else runs: no syscall (bytes a late
+    /// readiness announced stay in the fd, review DB) and no wait armed on a ring nobody
+    /// turns (it stayed pending for ever). An op in flight goes on to its final CQE.
+    pub(super) fn refuse_after_shutdown(&self, token: &mut Token) -> Option<io::Error> {
+        match token {
+            Token::Ready { wait, fd, events } => {
+                let_wait_go(self, wait, *fd, *events);
+                Some(shut_down())
+            }
+            Token::InFlight(_) => None,
+        }
+    }
+
+    /// The error of an op refused for being polled where its runtime is not running: that
+    /// the runtime shuts down, if it does (an op polled by a destructor of one of its
+    /// tasks, which the shutdown drops, review DB), else that it runs elsewhere.
+    pub(super) fn refused_elsewhere(&self) -> io::Error {
+        if self.executor.shared.is_stopping() {
+            shut_down()
+        } else {
+            elsewhere()
+        }
+    }
+
     /// Whether an op of this core polled now is polled elsewhere: this core's loop is not
     /// running on this thread (cores are per thread and `block_on` does not nest, so that
     /// is "another runtime, or none, is running here"), and it was not dropped.
@@ -88,16 +114,10 @@ impl Core {
                 // MSG_DONTWAIT; an accept relies on the listener's O_NONBLOCK, which its
                 // owner can clear: see the listeners' `from_std`), else it fails. Either
                 // way it waits for readiness no more.
-                match std::mem::replace(wait, ReadyWait::Idle) {
-                    ReadyWait::Poll(id) | ReadyWait::PollAgain(id, ..) => {
-                        self.orphan(id, Box::new(Keep(())))
-                    }
-                    ReadyWait::Parked(key) => self.readiness_dropped(*fd, *events, key),
-                    ReadyWait::Idle => {}
-                }
+                let_wait_go(self, wait, *fd, *events);
                 let cqe = op.try_syscall();
                 if cqe.res == -libc::EAGAIN || cqe.res == -libc::EINTR {
-                    return Poll::Ready(Err(elsewhere()));
+                    return Poll::Ready(Err(self.refused_elsewhere()));
                 }
                 return Poll::Ready(Ok(cqe));
             }
@@ -125,5 +145,15 @@ impl Core {
                 Poll::Pending
             }
         }
+    }
+}
+
+/// Lets a readiness wait go (`wait` is then idle): io_uring's poll, which owns no memory,
+/// is orphaned; an epoll waker parked with the fd's waiters is taken out.
+fn let_wait_go(core: &Core, wait: &mut ReadyWait, fd: std::os::fd::RawFd, events: u32) {
+    match std::mem::replace(wait, ReadyWait::Idle) {
+        ReadyWait::Poll(id) | ReadyWait::PollAgain(id, ..) => core.orphan(id, Box::new(Keep(()))),
+        ReadyWait::Parked(key) => core.readiness_dropped(fd, events, key),
+        ReadyWait::Idle => {}
     }
 }

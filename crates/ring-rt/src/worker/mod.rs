@@ -255,8 +255,10 @@ impl Core {
         op: &mut dyn Operation,
         waker: &Waker,
     ) -> Poll<io::Result<Cqe>> {
-        if self.is_shut_down.get() && token.in_flight().is_none() {
-            return Poll::Ready(Err(shut_down()));
+        if self.is_shut_down.get() {
+            if let Some(refused) = self.refuse_after_shutdown(token) {
+                return Poll::Ready(Err(refused));
+            }
         }
         if self.is_elsewhere() {
             return self.poll_elsewhere(token, op, waker);
@@ -294,7 +296,7 @@ impl Core {
         match cancelled.iter().position(|&c| c == id) {
             Some(at) => {
                 cancelled.swap_remove(at);
-                Err(elsewhere())
+                Err(self.refused_elsewhere())
             }
             None => Ok(cqe),
         }
