@@ -22,6 +22,10 @@ use tokio_util::codec::{FramedRead, LinesCodec};
 fn main() {
     support::run(&[
         (
+            "a_write_after_its_runtime_dropped_sends_nothing",
+            a_write_after_its_runtime_dropped_sends_nothing,
+        ),
+        (
             "a_write_polled_as_the_poll_budget_runs_out_goes_out",
             a_write_polled_as_the_poll_budget_runs_out_goes_out,
         ),
@@ -1503,5 +1507,68 @@ fn a_write_behind_a_finished_write_goes_out_with_the_budget_spent(kind: BackendK
         std::io::Result::Ok(got)
     })?;
     check!(got.ends_with(b"AB"), "the peer got {} bytes", got.len());
+    Ok(Completion::Completed)
+}
+
+/// Review DC: a socket's adapter written after its runtime dropped sent the bytes (its
+/// direct send, the way a write that the socket takes at once goes), where every op says
+/// the runtime is gone; so did a write that had waited for room before the drop. Small
+/// and large writes (io_uring sends small ones as an op).
+fn a_write_after_its_runtime_dropped_sends_nothing(kind: BackendKind) -> Outcome {
+    use std::os::fd::AsRawFd;
+    use tokio::io::AsyncWrite;
+    for len in [8 << 10, 128 << 10] {
+        let rt = runtime!(kind);
+        let (a, b) = rt.block_on(async { UnixStream::pair() })?;
+        let mut io = Compat::new(a);
+        let mut waited = None;
+        if len > 8 << 10 {
+            // Once more with a write that waited for room, the room come before the drop.
+            waited = rt.block_on(async {
+                let chunk = vec![1u8; len];
+                for _ in 0..64 {
+                    let polled = std::future::poll_fn(|cx| {
+                        std::task::Poll::Ready(std::pin::Pin::new(&mut io).poll_write(cx, &chunk))
+                    })
+                    .await;
+                    if polled.is_pending() {
+                        return Some(());
+                    }
+                }
+                None
+            });
+            let mut sink = vec![0u8; 1 << 20];
+            // SAFETY: a live fd and buffer.
+            while unsafe {
+                libc::recv(
+                    b.as_raw_fd(),
+                    sink.as_mut_ptr().cast(),
+                    sink.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            } > 0
+            {}
+            rt.block_on(sleep(Duration::from_millis(20)));
+        }
+        drop(rt);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let polled = std::pin::Pin::new(&mut io).poll_write(&mut cx, &vec![2u8; len]);
+        let mut buf = vec![0u8; 1 << 20];
+        // SAFETY: a live fd and buffer.
+        let got = unsafe {
+            libc::recv(
+                b.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        check!(
+            got <= 0
+                && matches!(&polled, std::task::Poll::Ready(Err(e)) if e.kind() == ErrorKind::NotConnected),
+            "{kind}: a {len}-byte write after the drop (waited for room before: {}) gave {polled:?}; the peer got {got} bytes",
+            waited.is_some()
+        );
+    }
     Ok(Completion::Completed)
 }

@@ -6,6 +6,7 @@ mod support;
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::io::{self, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -926,51 +927,85 @@ fn timeouts_that_elapse_at_once_let_other_tasks_run(kind: BackendKind) -> Outcom
 /// Review DB: a task's destructor, which the runtime's shutdown runs, polls the task's
 /// socket read (in flight on io_uring, waiting for readiness on epoll): it said it was
 /// polled outside its runtime (`InvalidInput`), where the runtime was shutting down
-/// (`NotConnected`, as an op polled after the drop says).
+/// (`NotConnected`, as an op polled after the drop says). Review DC: a FIFO's `fs::read`
+/// whose bytes had come, polled so, took them (one try of its call) and then dropped them
+/// with the refusal; it now moves nothing.
 fn an_op_polled_by_a_destructor_at_shutdown_says_shut_down(kind: BackendKind) -> Outcome {
-    /// Polls its read when dropped, a few times (an op polled outside its runtime takes a
+    type Got = Rc<RefCell<Vec<io::Result<usize>>>>;
+    /// Polls its op when dropped, a few times (an op polled outside its runtime takes a
     /// poll or two to have its cancel's completion in), and keeps what it got.
     struct PollOnDrop {
-        read: std::pin::Pin<Box<dyn Future<Output = io::Result<usize>>>>,
-        got: Rc<RefCell<Option<io::Result<usize>>>>,
+        op: std::pin::Pin<Box<dyn Future<Output = io::Result<usize>>>>,
+        got: Got,
     }
     impl Drop for PollOnDrop {
         fn drop(&mut self) {
             let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
             for _ in 0..20 {
-                if let std::task::Poll::Ready(out) = self.read.as_mut().poll(&mut cx) {
-                    *self.got.borrow_mut() = Some(out);
+                if let std::task::Poll::Ready(out) = self.op.as_mut().poll(&mut cx) {
+                    self.got.borrow_mut().push(out);
                     return;
                 }
                 std::thread::sleep(Duration::from_millis(5));
             }
         }
     }
-    let rt = runtime!(kind);
-    let got = Rc::new(RefCell::new(None));
-    let (_a, b) = rt.block_on(async { ring_rt::net::UnixStream::pair() })?;
-    let held = got.clone();
-    rt.block_on(async move {
+    /// Spawns a task that polls `op` until it waits, then waits for ever holding it.
+    fn hold(op: std::pin::Pin<Box<dyn Future<Output = io::Result<usize>>>>, got: &Got) {
+        let mut guard = PollOnDrop {
+            op,
+            got: got.clone(),
+        };
         ring_rt::spawn(async move {
-            let b = Rc::new(b);
-            let reading = b.clone();
-            let mut guard = PollOnDrop {
-                read: Box::pin(async move { reading.read(vec![0u8; 8]).await.0 }),
-                got: held,
-            };
-            let first =
-                std::future::poll_fn(|cx| std::task::Poll::Ready(guard.read.as_mut().poll(cx)))
-                    .await;
-            assert!(first.is_pending(), "a read with nothing sent ended");
+            for _ in 0..3 {
+                let polled =
+                    std::future::poll_fn(|cx| std::task::Poll::Ready(guard.op.as_mut().poll(cx)))
+                        .await;
+                assert!(polled.is_pending(), "an op with nothing to read ended");
+                sleep(Duration::from_millis(5)).await;
+            }
             std::future::pending::<()>().await;
         });
-        sleep(Duration::from_millis(20)).await;
-    });
+    }
+    let rt = runtime!(kind);
+    let got: Got = Rc::default();
+    let (_a, b) = rt.block_on(async { ring_rt::net::UnixStream::pair() })?;
+    let fifo =
+        std::env::temp_dir().join(format!("ring-rt-dtor-fifo-{}-{kind}", std::process::id()));
+    let _ = std::fs::remove_file(&fifo);
+    support::mkfifo(&fifo)?;
+    let mut held = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&fifo)?;
+    let path = fifo.clone();
+    rt.block_on(async {
+        let b = Rc::new(b);
+        hold(Box::pin(async move { b.read(vec![0u8; 8]).await.0 }), &got);
+        hold(
+            Box::pin(async move { ring_rt::fs::read(path).await.map(|v| v.len()) }),
+            &got,
+        );
+        sleep(Duration::from_millis(30)).await;
+        // The FIFO read's readiness comes; it is not polled before the shutdown.
+        held.write_all(b"hello")?;
+        sleep(Duration::from_millis(30)).await;
+        io::Result::Ok(())
+    })?;
     drop(rt);
-    let got = got.borrow_mut().take();
+    let _ = std::fs::remove_file(&fifo);
+    let got = std::mem::take(&mut *got.borrow_mut());
+    let mut left = [0u8; 16];
+    let n = held.read(&mut left).unwrap_or(0);
     check!(
-        matches!(&got, Some(Err(e)) if e.kind() == io::ErrorKind::NotConnected),
-        "{kind}: a read polled by its task's destructor at shutdown gave {got:?}"
+        got.len() == 2
+            && got
+                .iter()
+                .all(|g| matches!(g, Err(e) if e.kind() == io::ErrorKind::NotConnected))
+            && &left[..n] == b"hello",
+        "{kind}: ops polled by their task's destructor at shutdown gave {got:?}; {:?} left in the FIFO",
+        String::from_utf8_lossy(&left[..n])
     );
     Ok(Completion::Completed)
 }

@@ -150,6 +150,11 @@ impl Socket {
     /// an fd to save an op would cost more than the op.
     #[cfg(any(feature = "tokio-io", feature = "futures-io"))]
     pub(crate) fn send_now(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        if self.core.is_shut_down() {
+            // As an op would be refused: nothing moves after the runtime is gone (review
+            // DC: an adapter's write sent on after the drop).
+            return Err(crate::completion::Refused::ShutDown.error());
+        }
         let Some(fd) = self.os_fd_now() else {
             return Err(io::ErrorKind::WouldBlock.into());
         };

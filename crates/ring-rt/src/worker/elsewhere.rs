@@ -108,6 +108,15 @@ impl Core {
         waker: &Waker,
     ) -> Poll<io::Result<Cqe>> {
         let id = match token {
+            Token::Ready { .. } if self.executor.shared.is_stopping() => {
+                // Polled by a destructor of a task the shutdown drops (or on another
+                // thread meanwhile): refused as after the shutdown, moving nothing. One
+                // try took bytes a future that loops (`fs::read`) then dropped with its
+                // refusal (review DC).
+                return Poll::Ready(Err(self
+                    .refuse_after_shutdown(token)
+                    .unwrap_or_else(shut_down)));
+            }
             Token::Ready { wait, fd, events } => {
                 // Nothing of the op is in flight (its readiness poll owns no memory): one
                 // try of its syscall, which does not block (receives and sends pass
