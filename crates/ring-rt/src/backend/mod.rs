@@ -128,6 +128,15 @@ pub unsafe trait Operation {
         false
     }
 
+    /// Whether this readiness op, polled outside its runtime, makes one try of its syscall
+    /// (see `worker/elsewhere.rs`): a socket op does, so a read whose data came gets it.
+    /// A file stream's read or write does not: `fs::read` and `fs::write` loop over
+    /// them, so a try that moved bytes was followed by the next op's refusal, which lost
+    /// them (review DD); a signalfd's read leaves its signal pending.
+    fn tries_elsewhere(&self) -> bool {
+        true
+    }
+
     /// The fd the op names, if any: a kernel-linked chain keeps the numbers its later links
     /// name taken until they are issued (see `UringBackend::start_chain`).
     fn fd(&self) -> Option<RawFd> {

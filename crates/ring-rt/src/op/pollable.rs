@@ -77,6 +77,10 @@ unsafe impl<B: IoBufMut> Operation for ReadPollable<B> {
     fn is_readiness_only(&self) -> bool {
         true
     }
+
+    fn tries_elsewhere(&self) -> bool {
+        false
+    }
 }
 
 impl<B: IoBufMut> OpDef for ReadPollable<B> {
@@ -140,6 +144,10 @@ unsafe impl<B: IoBuf> Operation for WritePollable<B> {
 
     fn is_readiness_only(&self) -> bool {
         true
+    }
+
+    fn tries_elsewhere(&self) -> bool {
+        false
     }
 
     fn moves_nothing(&self) -> bool {

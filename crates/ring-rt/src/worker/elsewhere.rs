@@ -108,22 +108,18 @@ impl Core {
         waker: &Waker,
     ) -> Poll<io::Result<Cqe>> {
         let id = match token {
-            Token::Ready { .. } if self.executor.shared.is_stopping() => {
-                // Polled by a destructor of a task the shutdown drops (or on another
-                // thread meanwhile): refused as after the shutdown, moving nothing. One
-                // try took bytes a future that loops (`fs::read`) then dropped with its
-                // refusal (review DC).
-                return Poll::Ready(Err(self
-                    .refuse_after_shutdown(token)
-                    .unwrap_or_else(shut_down)));
-            }
             Token::Ready { wait, fd, events } => {
-                // Nothing of the op is in flight (its readiness poll owns no memory): one
-                // try of its syscall, which does not block (receives and sends pass
-                // MSG_DONTWAIT; an accept relies on the listener's O_NONBLOCK, which its
-                // owner can clear: see the listeners' `from_std`), else it fails. Either
-                // way it waits for readiness no more.
+                // Nothing of the op is in flight (its readiness poll owns no memory): it
+                // waits for readiness no more. Then one try of its syscall, which does not
+                // block (receives and sends pass MSG_DONTWAIT; an accept relies on the
+                // listener's O_NONBLOCK, which its owner can clear: see the listeners'
+                // `from_std`), else it fails. No try while the runtime stops (polled by a
+                // destructor of a task the shutdown drops: refused as after it, review DC)
+                // nor for an op that a future loops over (`Operation::tries_elsewhere`).
                 let_wait_go(self, wait, *fd, *events);
+                if self.executor.shared.is_stopping() || !op.tries_elsewhere() {
+                    return Poll::Ready(Err(self.refused_elsewhere()));
+                }
                 let cqe = op.try_syscall();
                 if cqe.res == -libc::EAGAIN || cqe.res == -libc::EINTR {
                     return Poll::Ready(Err(self.refused_elsewhere()));

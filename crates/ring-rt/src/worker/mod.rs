@@ -242,7 +242,7 @@ impl Core {
             return Err(shut_down());
         }
         if !context::is_current(self) {
-            return Err(elsewhere());
+            return Err(self.refused_elsewhere());
         }
         Ok(Startable(()))
     }
