@@ -1215,39 +1215,55 @@ fn a_stream_read_outliving_its_runtime_ends(kind: BackendKind) -> Outcome {
 /// stream's op makes no try there: refused, it moves nothing.
 fn a_stream_read_polled_in_another_runtime_moves_nothing(kind: BackendKind) -> Outcome {
     let rt = runtime!(kind);
-    let dir = Scratch::new("fifo-elsewhere", kind)?;
-    let fifo = dir.path("fifo");
-    support::mkfifo(&fifo).map_err(|e| format!("mkfifo: {e}"))?;
-    let mut held = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(&fifo)?;
-    let mut read = Box::pin(ring_rt::fs::read(fifo.clone()));
+    let (_dir, mut held, mut read) = waiting_fifo_read(&rt, kind, "fifo-elsewhere")?;
     rt.block_on(async {
-        for _ in 0..3 {
-            let polled = std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await;
-            if polled.is_ready() {
-                return Err(format!("{kind}: a read of a silent FIFO ended: {polled:?}"));
-            }
-            ring_rt::time::sleep(Duration::from_millis(5)).await;
-        }
-        std::io::Write::write_all(&mut held, b"hello").map_err(|e| e.to_string())?;
+        std::io::Write::write_all(&mut held, b"hello")?;
         ring_rt::time::sleep(Duration::from_millis(20)).await;
-        Ok(())
+        io::Result::Ok(())
     })?;
     let other = runtime!(kind);
-    let polled = other
-        .block_on(async { std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await });
+    let polled = other.block_on(poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))));
     let mut left = [0; 16];
     let n = std::io::Read::read(&mut held, &mut left).unwrap_or(0);
     check!(
-        matches!(&polled, Poll::Ready(Err(e)) if e.kind() == std::io::ErrorKind::InvalidInput)
+        matches!(&polled, Poll::Ready(Err(e)) if e.kind() == ErrorKind::InvalidInput)
             && &left[..n] == b"hello",
         "{kind}: a FIFO read polled in another runtime gave {polled:?}, {:?} left",
         String::from_utf8_lossy(&left[..n])
     );
     Ok(Completion::Completed)
+}
+
+/// An `fs::read` left waiting.
+type WaitingRead = Pin<Box<dyn Future<Output = io::Result<Vec<u8>>>>>;
+
+/// An `fs::read` of a FIFO waiting in `rt` (polled three times), and the FIFO held open
+/// both ways, non-blocking, for the caller (so the read waits for what it writes).
+fn waiting_fifo_read(
+    rt: &Runtime,
+    kind: BackendKind,
+    name: &str,
+) -> Result<(Scratch, std::fs::File, WaitingRead), Failed> {
+    let dir = Scratch::new(name, kind)?;
+    let fifo = dir.path("fifo");
+    support::mkfifo(&fifo).map_err(|e| format!("mkfifo: {e}"))?;
+    let held = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&fifo)?;
+    let mut read: WaitingRead = Box::pin(ring_rt::fs::read(fifo));
+    rt.block_on(async {
+        for _ in 0..3 {
+            let polled = poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await;
+            if polled.is_ready() {
+                return Err(format!("{kind}: a read of a silent FIFO ended: {polled:?}"));
+            }
+            ring_rt::time::sleep(Duration::from_millis(5)).await;
+        }
+        Ok(())
+    })?;
+    Ok((dir, held, read))
 }
 
 /// What happens to the bytes that make a FIFO readable before its reader's runtime drops.
@@ -1259,35 +1275,19 @@ enum Arrival {
 
 fn stream_read_outliving_its_runtime(kind: BackendKind, came: Option<Arrival>) -> Outcome {
     let rt = runtime!(kind);
-    let dir = Scratch::new("fifo-outlives", kind)?;
-    let fifo = dir.path("fifo");
-    support::mkfifo(&fifo).map_err(|e| format!("mkfifo: {e}"))?;
     // A writer that writes only what `came` says: the read waits.
-    let mut held = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(&fifo)?;
-    let mut read = Box::pin(ring_rt::fs::read(fifo.clone()));
-    let read = rt.block_on(async {
-        for _ in 0..3 {
-            let polled = std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await;
-            if polled.is_ready() {
-                return Err(format!("{kind}: a read of a silent FIFO ended: {polled:?}"));
-            }
-            ring_rt::time::sleep(Duration::from_millis(5)).await;
-        }
+    let (_dir, mut held, mut read) = waiting_fifo_read(&rt, kind, "fifo-outlives")?;
+    rt.block_on(async {
         if came.is_some() {
-            std::io::Write::write_all(&mut held, b"hello").map_err(|e| e.to_string())?;
+            std::io::Write::write_all(&mut held, b"hello")?;
             // The loop takes the readiness in; the read is not polled.
             ring_rt::time::sleep(Duration::from_millis(30)).await;
         }
         if let Some(Arrival::Taken) = came {
-            std::io::Read::read_exact(&mut held, &mut [0; 5]).map_err(|e| e.to_string())?;
+            std::io::Read::read_exact(&mut held, &mut [0; 5])?;
         }
-        Ok(read)
-    });
-    let mut read = read?;
+        io::Result::Ok(())
+    })?;
     drop(rt);
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     let polled = read.as_mut().poll(&mut cx);

@@ -340,15 +340,20 @@ fn multishot_poll(ctx: &Ctx) -> io::Result<bool> {
     let poll = opcode::PollAdd::new(types::Fd(rx.as_raw_fd()), libc::POLLIN as u32);
     push(&mut ring, &poll.multi(true).build().user_data(UD_OP))?;
     let cqes = reap_until(&mut ring, |c| c.user_data == UD_OP)?;
-    let first = first_op_cqe(&cqes)?;
+    multishot_answer(&mut ring, first_op_cqe(&cqes)?)
+}
+
+/// A multishot trial's answer from its op's first CQE: absent if the kernel rejected the
+/// op or posted it without `F_MORE` (it ignored the flag); else proven, and the op is
+/// cancelled (a failed cancel only leaves it to the ring's teardown).
+fn multishot_answer(ring: &mut IoUring, first: Cqe) -> io::Result<bool> {
     if let Err(err) = first.result() {
         return is_absent(err);
     }
     if !first.is_more() {
         return Ok(false);
     }
-    // The feature is proven; a failed cancel only leaves the poll to the ring's teardown.
-    let _ = cancel(&mut ring);
+    let _ = cancel(ring);
     Ok(true)
 }
 
@@ -396,15 +401,7 @@ fn multishot_recv(ctx: &Ctx) -> io::Result<bool> {
     let first = first_op_cqe(&reap_until(&mut ring, |c| c.user_data == UD_OP)?)?;
     // Either the CQE carries the buffer back, or the only op that could select it is over.
     buffer.is_returned = first.bid().is_some() || !first.is_more();
-    if let Err(err) = first.result() {
-        return is_absent(err);
-    }
-    if !first.is_more() {
-        return Ok(false);
-    }
-    // The feature is proven; a failed cancel only leaves the op to the ring's teardown.
-    let _ = cancel(&mut ring);
-    Ok(true)
+    multishot_answer(&mut ring, first)
 }
 
 /// A heap buffer lent to the kernel. Freed on drop only once `is_returned` is set; otherwise
