@@ -238,7 +238,12 @@ impl Core {
 
     /// Whether an op may start here now: not after shutdown, not outside this runtime.
     pub(crate) fn check_startable(&self) -> io::Result<Startable> {
-        if self.is_shut_down.get() {
+        // While the shutdown drops the tasks (this core current, its loop not running) no op
+        // starts either: a receive a destructor started went to the kernel, was cancelled
+        // as polled elsewhere, and its bytes ended on a socket nothing could read any more
+        // (io_uring; review DE). A worker told to stop whose loop still runs starts ops.
+        if self.is_shut_down.get() || (!self.is_running.get() && self.executor.shared.is_stopping())
+        {
             return Err(shut_down());
         }
         if !context::is_current(self) {
