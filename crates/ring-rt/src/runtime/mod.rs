@@ -285,7 +285,9 @@ impl Runtime {
     /// thread stuck inside a task, is left to end on its own (a worker then stops, drops
     /// its tasks and closes its ring when that task returns). A timeout past what an
     /// `Instant` holds (`Duration::MAX`) waits as long as it takes. I/O objects that
-    /// outlive the runtime fail with `NotConnected` afterwards,
+    /// outlive the runtime fail with `NotConnected` afterwards, and so do ops that a task's
+    /// destructor starts or waits on while the shutdown drops the tasks (an op already in
+    /// the kernel ends with what the kernel says),
     /// except a future whose op was abandoned that way: it never completes (completing
     /// would hand back a buffer the kernel may still write), and dropping it leaks the
     /// buffer.
