@@ -22,6 +22,10 @@ use tokio_util::codec::{FramedRead, LinesCodec};
 fn main() {
     support::run(&[
         (
+            "a_write_made_by_a_destructor_at_shutdown_sends_nothing",
+            a_write_made_by_a_destructor_at_shutdown_sends_nothing,
+        ),
+        (
             "a_write_after_its_runtime_dropped_sends_nothing",
             a_write_after_its_runtime_dropped_sends_nothing,
         ),
@@ -1568,6 +1572,63 @@ fn a_write_after_its_runtime_dropped_sends_nothing(kind: BackendKind) -> Outcome
                 && matches!(&polled, std::task::Poll::Ready(Err(e)) if e.kind() == ErrorKind::NotConnected),
             "{kind}: a {len}-byte write after the drop (waited for room before: {}) gave {polled:?}; the peer got {got} bytes",
             waited.is_some()
+        );
+    }
+    Ok(Completion::Completed)
+}
+
+/// Review DF: a task's destructor, which the shutdown runs, writing through a socket's
+/// adapter: the write sent (its direct send: every size on epoll, 64 KiB and up on
+/// io_uring), where a native write and io_uring's small writes were refused.
+fn a_write_made_by_a_destructor_at_shutdown_sends_nothing(kind: BackendKind) -> Outcome {
+    use std::os::fd::AsRawFd;
+    use tokio::io::AsyncWrite;
+    type Got = Rc<std::cell::RefCell<Option<std::task::Poll<std::io::Result<usize>>>>>;
+    struct WritesOnDrop {
+        io: Option<Compat<UnixStream>>,
+        len: usize,
+        got: Got,
+    }
+    impl Drop for WritesOnDrop {
+        fn drop(&mut self) {
+            let Some(mut io) = self.io.take() else {
+                return;
+            };
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            let polled = std::pin::Pin::new(&mut io).poll_write(&mut cx, &vec![7u8; self.len]);
+            *self.got.borrow_mut() = Some(polled);
+        }
+    }
+    for len in [10, 100 << 10] {
+        let rt = runtime!(kind);
+        let (a, b) = rt.block_on(async { UnixStream::pair() })?;
+        let got: Got = Rc::default();
+        let guard = WritesOnDrop {
+            io: Some(Compat::new(a)),
+            len,
+            got: got.clone(),
+        };
+        drop(rt.spawn(async move {
+            let _guard = guard;
+            std::future::pending::<()>().await
+        }));
+        rt.block_on(sleep(Duration::from_millis(5)));
+        drop(rt);
+        let mut buf = vec![0u8; 1 << 20];
+        // SAFETY: a live fd and buffer.
+        let sent = unsafe {
+            libc::recv(
+                b.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        let got = got.borrow_mut().take();
+        check!(
+            sent <= 0
+                && matches!(&got, Some(std::task::Poll::Ready(Err(e))) if e.kind() == ErrorKind::NotConnected),
+            "{kind}: a {len}-byte adapter write by a destructor at shutdown gave {got:?}; the peer got {sent} bytes"
         );
     }
     Ok(Completion::Completed)

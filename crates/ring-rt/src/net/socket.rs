@@ -150,9 +150,10 @@ impl Socket {
     /// an fd to save an op would cost more than the op.
     #[cfg(any(feature = "tokio-io", feature = "futures-io"))]
     pub(crate) fn send_now(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-        if self.core.is_shut_down() {
-            // As an op would be refused: nothing moves after the runtime is gone (review
-            // DC: an adapter's write sent on after the drop).
+        if self.core.refuses_io() {
+            // As an op would be refused: nothing moves once the runtime is going (review
+            // DC: an adapter's write sent after the drop; review DF: one a task's
+            // destructor made during the shutdown).
             return Err(crate::completion::Refused::ShutDown.error());
         }
         let Some(fd) = self.os_fd_now() else {
