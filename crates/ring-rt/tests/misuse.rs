@@ -25,6 +25,10 @@ const LIMIT: Duration = Duration::from_secs(20);
 fn main() {
     support::run(&[
         (
+            "a_pooled_receive_waiting_in_line_ends_where_no_loop_turns",
+            a_pooled_receive_waiting_in_line_ends_where_no_loop_turns,
+        ),
+        (
             "builder_refuses_knobs_out_of_range",
             builder_refuses_knobs_out_of_range,
         ),
@@ -1000,5 +1004,39 @@ fn a_panicking_spawn_on_all_factory_leaves_the_runtime_droppable(kind: BackendKi
         "the second spawn_on_all ran on workers {ran:?}"
     );
     check!(took < Duration::from_secs(5), "the drop took {took:?}");
+    Ok(Completion::Completed)
+}
+
+/// Review DG: a pooled receive waiting in line behind another receive of its socket,
+/// polled inside another runtime or after its own runtime dropped, stayed pending for ever
+/// (the receive holding the turn never lets it go there); a read waiting in line is
+/// refused at once. Both backends.
+fn a_pooled_receive_waiting_in_line_ends_where_no_loop_turns(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    let other = second_runtime(kind);
+    let (_a, b) = rt.block_on(async { UnixStream::pair() })?;
+    let b = std::rc::Rc::new(b);
+    let mut first = Box::pin(b.read(vec![0u8; 8]).into_future());
+    let mut second = Box::pin(b.recv_pooled());
+    let mut third = Box::pin(b.recv_pooled());
+    let waiting = rt.block_on(async {
+        support::pending_after_a_poll(first.as_mut()).await
+            && support::pending_after_a_poll(second.as_mut()).await
+            && support::pending_after_a_poll(third.as_mut()).await
+    });
+    check!(waiting, "{kind}: a receive with nothing sent ended");
+    let elsewhere = other.block_on(timeout(Duration::from_secs(2), second.as_mut()));
+    check!(
+        matches!(&elsewhere, Ok(Err(e)) if e.kind() == ErrorKind::InvalidInput),
+        "{kind}: a pooled receive in line polled in another runtime gave {:?}",
+        elsewhere.map(|r| r.map(|b| b.map(|b| b.len())))
+    );
+    drop(rt);
+    let after = other.block_on(timeout(Duration::from_secs(2), third.as_mut()));
+    check!(
+        matches!(&after, Ok(Err(e)) if e.kind() == ErrorKind::NotConnected),
+        "{kind}: a pooled receive in line polled after its runtime's drop gave {:?}",
+        after.map(|r| r.map(|b| b.map(|b| b.len())))
+    );
     Ok(Completion::Completed)
 }

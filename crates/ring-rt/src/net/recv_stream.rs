@@ -241,6 +241,10 @@ impl<'a> RecvStream<'a> {
                         // Another receive of the socket holds its turn, for as long as it
                         // likes: the returned buffer's turn goes to the next starved one.
                         self.pass_woken_turn();
+                        // Polled where no loop of its runtime turns (elsewhere, or once it
+                        // is going), the holder never lets the turn go: refused as a read
+                        // waiting in line is (review DG: it stayed pending).
+                        self.socket.core.check_startable()?;
                         return Poll::Pending;
                     }
                 };
