@@ -29,6 +29,10 @@ fn main() {
             a_pooled_receive_waiting_in_line_ends_where_no_loop_turns,
         ),
         (
+            "a_refused_receive_kept_leaves_its_place_in_line",
+            a_refused_receive_kept_leaves_its_place_in_line,
+        ),
+        (
             "builder_refuses_knobs_out_of_range",
             builder_refuses_knobs_out_of_range,
         ),
@@ -1038,5 +1042,33 @@ fn a_pooled_receive_waiting_in_line_ends_where_no_loop_turns(kind: BackendKind) 
         "{kind}: a pooled receive in line polled after its runtime's drop gave {:?}",
         after.map(|r| r.map(|b| b.map(|b| b.len())))
     );
+    Ok(Completion::Completed)
+}
+
+/// Review DH: a pooled receive refused where no loop of its runtime turns (see the test
+/// above), its future kept, still held its place in the socket's line: the socket's other
+/// receives at home waited behind it for ever (a dropped one lets its place go).
+fn a_refused_receive_kept_leaves_its_place_in_line(kind: BackendKind) -> Outcome {
+    use std::os::fd::AsFd;
+    let rt = runtime!(kind);
+    let other = second_runtime(kind);
+    let (_a, b) = rt.block_on(async { UnixStream::pair() })?;
+    let mut stream = b.recv_stream();
+    let _ = rt.block_on(timeout(Duration::from_millis(5), stream.next()));
+    let mut behind = Box::pin(b.recv_pooled());
+    let refused = other.block_on(timeout(Duration::from_secs(2), behind.as_mut()));
+    check!(
+        refused.is_ok(),
+        "{kind}: a pooled receive in line behind an idle stream, polled in another runtime, stayed pending"
+    );
+    std::os::unix::net::UnixStream::from(_a.as_fd().try_clone_to_owned()?).write_all(b"hello")?;
+    let got = rt.block_on(timeout(Duration::from_secs(2), stream.next()));
+    let got = got.map(|c| c.map(|c| c.map(|c| c.to_vec())));
+    check!(
+        matches!(&got, Ok(Some(Ok(bytes))) if bytes == b"hello"),
+        "{kind}: with a refused receive kept, the stream at home gave {got:?}"
+    );
+    drop(behind);
+    drop(stream);
     Ok(Completion::Completed)
 }

@@ -243,8 +243,14 @@ impl<'a> RecvStream<'a> {
                         self.pass_woken_turn();
                         // Polled where no loop of its runtime turns (elsewhere, or once it
                         // is going), the holder never lets the turn go: refused as a read
-                        // waiting in line is (review DG: it stayed pending).
-                        self.socket.core.check_startable()?;
+                        // waiting in line is (review DG: it stayed pending), leaving the line
+                        // as a dropped one does (review DH: its kept place held the socket's
+                        // other receives at home behind it).
+                        if let Err(refused) = self.socket.core.check_startable() {
+                            self.leave_starved();
+                            self.ticket = None;
+                            return Poll::Ready(Err(refused));
+                        }
                         return Poll::Pending;
                     }
                 };
