@@ -954,12 +954,19 @@ fn an_op_polled_by_a_destructor_at_shutdown_says_shut_down(kind: BackendKind) ->
             }
         }
     }
-    /// Spawns a task that polls `op` until it waits, then waits for ever holding it.
-    fn hold(op: std::pin::Pin<Box<dyn Future<Output = io::Result<usize>>>>, got: &Got) {
+    /// Spawns a task that polls `op` until it waits, then waits for ever holding it (and
+    /// counts itself in `parked` then: the FIFO's bytes must come only after that, or the
+    /// read takes them at home and its drop loses them, as any dropped read's would).
+    fn hold(
+        op: std::pin::Pin<Box<dyn Future<Output = io::Result<usize>>>>,
+        got: &Got,
+        parked: &Rc<Cell<usize>>,
+    ) {
         let mut guard = PollOnDrop {
             op,
             got: got.clone(),
         };
+        let parked = parked.clone();
         ring_rt::spawn(async move {
             for _ in 0..3 {
                 let polled =
@@ -968,6 +975,7 @@ fn an_op_polled_by_a_destructor_at_shutdown_says_shut_down(kind: BackendKind) ->
                 assert!(polled.is_pending(), "an op with nothing to read ended");
                 sleep(Duration::from_millis(5)).await;
             }
+            parked.set(parked.get() + 1);
             std::future::pending::<()>().await;
         });
     }
@@ -984,14 +992,24 @@ fn an_op_polled_by_a_destructor_at_shutdown_says_shut_down(kind: BackendKind) ->
         .custom_flags(libc::O_NONBLOCK)
         .open(&fifo)?;
     let path = fifo.clone();
+    let parked = Rc::new(Cell::new(0));
     rt.block_on(async {
         let b = Rc::new(b);
-        hold(Box::pin(async move { b.read(vec![0u8; 8]).await.0 }), &got);
+        hold(
+            Box::pin(async move { b.read(vec![0u8; 8]).await.0 }),
+            &got,
+            &parked,
+        );
         hold(
             Box::pin(async move { ring_rt::fs::read(path).await.map(|v| v.len()) }),
             &got,
+            &parked,
         );
-        sleep(Duration::from_millis(30)).await;
+        // Slow VMs (CI's kernel rows) polled the read after the bytes came with a fixed wait.
+        let start = Instant::now();
+        while parked.get() < 2 && start.elapsed() < Duration::from_secs(20) {
+            sleep(Duration::from_millis(2)).await;
+        }
         // The FIFO read's readiness comes; it is not polled before the shutdown.
         held.write_all(b"hello")?;
         sleep(Duration::from_millis(30)).await;
