@@ -222,7 +222,7 @@ impl<T: OpDef> Op<T> {
                     None
                 }
                 _ => {
-                    let_readiness_wait_go(&self.core, &token);
+                    self.core.let_readiness_wait_go(&token);
                     Some(op)
                 }
             },
@@ -423,23 +423,9 @@ fn recall<T: OpDef>(core: &Core, op: &T, token: &Token) -> Option<Cqe> {
             None
         }
         _ => {
-            let_readiness_wait_go(core, token);
+            core.let_readiness_wait_go(token);
             Some(Cqe::new(0, -libc::ECANCELED, 0))
         }
-    }
-}
-
-/// An op given up (dropped, timed out, recalled) with nothing of its own in the kernel,
-/// only waiting for its fd's readiness: that wait goes. io_uring's `POLL_ADD` (it owns no
-/// memory) is orphaned; an epoll wait takes its waker out of the fd's waiters, which
-/// would keep it until the fd was next ready (`time_out` skipped this: a timed-out epoll
-/// read left its task's waker there).
-fn let_readiness_wait_go(core: &Core, token: &Token) {
-    match token.in_flight() {
-        Some((poll, false)) => core.orphan(poll, Box::new(Keep(()))),
-        None => core.parked_wait_dropped(token),
-        // The op itself is in the kernel: its caller orphans or cancels it.
-        Some((_, true)) => {}
     }
 }
 
@@ -492,7 +478,7 @@ impl<T: OpDef> Drop for Op<T> {
         };
         match token.in_flight() {
             Some((id, true)) => self.core.orphan(id, op.into_orphan()),
-            _ => let_readiness_wait_go(&self.core, &token),
+            _ => self.core.let_readiness_wait_go(&token),
         }
     }
 }

@@ -116,6 +116,20 @@ impl Core {
 
     /// An op whose token is `token` is dropped (or disowned) with nothing in flight: an
     /// epoll readiness wait it parked is let go (see [`readiness_dropped`](Self::readiness_dropped)).
+    /// An op given up (dropped, timed out, recalled) with nothing of its own in the kernel,
+    /// only waiting for its fd's readiness: that wait goes. io_uring's `POLL_ADD` (it owns no
+    /// memory) is orphaned; an epoll wait takes its waker out of the fd's waiters, which
+    /// would keep it until the fd was next ready (`time_out` skipped this: a timed-out epoll
+    /// read left its task's waker there).
+    pub(crate) fn let_readiness_wait_go(&self, token: &crate::backend::Token) {
+        match token.in_flight() {
+            Some((poll, false)) => self.orphan(poll, Box::new(ring_core::release::Keep(()))),
+            None => self.parked_wait_dropped(token),
+            // The op itself is in the kernel: its caller orphans or cancels it.
+            Some((_, true)) => {}
+        }
+    }
+
     pub(crate) fn parked_wait_dropped(&self, token: &crate::backend::Token) {
         if let crate::backend::Token::Ready {
             fd,

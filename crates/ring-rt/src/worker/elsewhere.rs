@@ -13,7 +13,6 @@ use std::task::{Poll, Waker};
 
 use ring_core::cqe::Cqe;
 use ring_core::driver::Wait;
-use ring_core::release::Keep;
 use ring_core::user_data::OpId;
 
 use super::{elsewhere, shut_down, Core};
@@ -27,8 +26,8 @@ impl Core {
     /// turns (it stayed pending for ever). An op in flight goes on to its final CQE.
     pub(super) fn refuse_after_shutdown(&self, token: &mut Token) -> Option<io::Error> {
         match token {
-            Token::Ready { wait, fd, events } => {
-                let_wait_go(self, wait, *fd, *events);
+            Token::Ready { .. } => {
+                let_wait_go(self, token);
                 Some(shut_down())
             }
             Token::InFlight(_) => None,
@@ -108,7 +107,7 @@ impl Core {
         waker: &Waker,
     ) -> Poll<io::Result<Cqe>> {
         let id = match token {
-            Token::Ready { wait, fd, events } => {
+            Token::Ready { .. } => {
                 // Nothing of the op is in flight (its readiness poll owns no memory): it
                 // waits for readiness no more. Then one try of its syscall, which does not
                 // block (receives and sends pass MSG_DONTWAIT; an accept relies on the
@@ -116,7 +115,7 @@ impl Core {
                 // `from_std`), else it fails. No try while the runtime stops (polled by a
                 // destructor of a task the shutdown drops: refused as after it, review DC)
                 // nor for an op that a future loops over (`Operation::tries_elsewhere`).
-                let_wait_go(self, wait, *fd, *events);
+                let_wait_go(self, token);
                 if self.executor.shared.is_stopping() || !op.tries_elsewhere() {
                     return Poll::Ready(Err(self.refused_elsewhere()));
                 }
@@ -153,12 +152,11 @@ impl Core {
     }
 }
 
-/// Lets a readiness wait go (`wait` is then idle): io_uring's poll, which owns no memory,
-/// is orphaned; an epoll waker parked with the fd's waiters is taken out.
-fn let_wait_go(core: &Core, wait: &mut ReadyWait, fd: std::os::fd::RawFd, events: u32) {
-    match std::mem::replace(wait, ReadyWait::Idle) {
-        ReadyWait::Poll(id) | ReadyWait::PollAgain(id, ..) => core.orphan(id, Box::new(Keep(()))),
-        ReadyWait::Parked(key) => core.readiness_dropped(fd, events, key),
-        ReadyWait::Idle => {}
+/// Lets a readiness op's wait go for good ([`Core::let_readiness_wait_go`]), leaving its
+/// token idle, so a later drop of the op lets nothing go twice.
+fn let_wait_go(core: &Core, token: &mut Token) {
+    core.let_readiness_wait_go(token);
+    if let Token::Ready { wait, .. } = token {
+        *wait = ReadyWait::Idle;
     }
 }
