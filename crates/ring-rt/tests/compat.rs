@@ -26,6 +26,10 @@ fn main() {
             a_write_made_by_a_destructor_at_shutdown_sends_nothing,
         ),
         (
+            "bytes_read_ahead_stay_readable_once_the_runtime_stops",
+            bytes_read_ahead_stay_readable_once_the_runtime_stops,
+        ),
+        (
             "a_write_after_its_runtime_dropped_sends_nothing",
             a_write_after_its_runtime_dropped_sends_nothing,
         ),
@@ -1574,6 +1578,121 @@ fn a_write_after_its_runtime_dropped_sends_nothing(kind: BackendKind) -> Outcome
             waited.is_some()
         );
     }
+    Ok(Completion::Completed)
+}
+
+/// Review DF (2): bytes the runtime holds for a socket (here what an adapter read ahead and
+/// gave back when dropped) were out of reach once the shutdown began: every read was
+/// refused before the socket's queue was looked at, and `into_owned_fd` refused while the
+/// queue held them. A read served from that queue needs no kernel and no loop turn: it is
+/// served by a task's destructor during the shutdown and after the runtime dropped, by
+/// the stream's own read and by a new adapter's. A read finding nothing queued is refused
+/// and takes nothing from the kernel, and the fd can then be given up.
+fn bytes_read_ahead_stay_readable_once_the_runtime_stops(kind: BackendKind) -> Outcome {
+    use std::future::{Future, IntoFuture};
+    use std::pin::pin;
+    use std::task::{Context, Poll, Waker};
+    use tokio::io::{AsyncRead, ReadBuf};
+    type Got = Rc<std::cell::RefCell<String>>;
+    /// One poll of a read of `stream`, as "Ok(bytes)" or "Err(kind)".
+    fn read_once(stream: &UnixStream) -> String {
+        let mut read = pin!(stream.read(Vec::with_capacity(32)).into_future());
+        match read.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready((Ok(n), buf)) => format!("Ok({})", String::from_utf8_lossy(&buf[..n])),
+            Poll::Ready((Err(e), _)) => format!("Err({:?})", e.kind()),
+            Poll::Pending => "Pending".into(),
+        }
+    }
+    /// One poll of a new adapter's read of `stream`.
+    fn adapter_read_once(stream: Rc<UnixStream>) -> String {
+        let mut io = Compat::from_rc(stream);
+        let mut space = [0u8; 32];
+        let mut buf = ReadBuf::new(&mut space);
+        let polled = std::pin::Pin::new(&mut io)
+            .poll_read(&mut Context::from_waker(Waker::noop()), &mut buf);
+        match polled {
+            Poll::Ready(Ok(())) => format!("Ok({})", String::from_utf8_lossy(buf.filled())),
+            Poll::Ready(Err(e)) => format!("Err({:?})", e.kind()),
+            Poll::Pending => "Pending".into(),
+        }
+    }
+    struct ReadsOnDrop(Option<Rc<UnixStream>>, Got);
+    impl Drop for ReadsOnDrop {
+        fn drop(&mut self) {
+            if let Some(stream) = self.0.take() {
+                *self.1.borrow_mut() = read_once(&stream);
+            }
+        }
+    }
+    for by_destructor in [false, true] {
+        let rt = runtime!(kind);
+        let (ours, mut peer) = std::os::unix::net::UnixStream::pair()?;
+        std::io::Write::write_all(&mut peer, b"helloworld")?;
+        let got: Got = Rc::default();
+        let stream = rt.block_on(async {
+            let stream = Rc::new(UnixStream::from_std(ours)?);
+            let mut io = Compat::from_rc(stream.clone());
+            let mut hello = [0u8; 5];
+            io.read_exact(&mut hello).await?;
+            check!(&hello == b"hello", "the adapter read {hello:?}");
+            // The adapter read "world" ahead; its drop gives it back to the stream.
+            drop(io);
+            Ok::<_, libtest_mimic::Failed>(stream)
+        })?;
+        if by_destructor {
+            let guard = ReadsOnDrop(Some(stream.clone()), got.clone());
+            drop(rt.spawn(async move {
+                let _guard = guard;
+                std::future::pending::<()>().await
+            }));
+            rt.block_on(sleep(Duration::from_millis(5)));
+        }
+        drop(rt);
+        let first = if by_destructor {
+            got.borrow().clone()
+        } else {
+            read_once(&stream)
+        };
+        check!(
+            first == "Ok(world)",
+            "{kind}: the first read once the runtime stopped (by a destructor: {by_destructor}) gave {first}"
+        );
+        // Nothing queued now: refused, taking nothing from the kernel.
+        std::io::Write::write_all(&mut peer, b"later")?;
+        let (next, by_adapter) = (read_once(&stream), adapter_read_once(stream.clone()));
+        check!(
+            next == "Err(NotConnected)" && by_adapter == "Err(NotConnected)",
+            "{kind}: with nothing queued a read gave {next}, an adapter's {by_adapter}"
+        );
+        let stream = Rc::try_unwrap(stream).map_err(|_| "the stream is shared")?;
+        let fd = stream
+            .into_owned_fd()
+            .map_err(|e| format!("{kind}: into_owned_fd: {}", e.error()))?;
+        let mut rest = [0u8; 16];
+        let n = std::io::Read::read(&mut std::os::unix::net::UnixStream::from(fd), &mut rest)?;
+        check!(
+            &rest[..n] == b"later",
+            "{kind}: the fd given up then read {:?}",
+            &rest[..n]
+        );
+    }
+    // An adapter's read after the drop is served from the queue too.
+    let rt = runtime!(kind);
+    let (ours, mut peer) = std::os::unix::net::UnixStream::pair()?;
+    std::io::Write::write_all(&mut peer, b"helloworld")?;
+    let stream = rt.block_on(async {
+        let stream = Rc::new(UnixStream::from_std(ours)?);
+        let mut io = Compat::from_rc(stream.clone());
+        let mut hello = [0u8; 5];
+        io.read_exact(&mut hello).await?;
+        Ok::<_, std::io::Error>(stream)
+    })?;
+    drop(rt);
+    let by_adapter = adapter_read_once(stream);
+    check!(
+        by_adapter == "Ok(world)",
+        "{kind}: an adapter's read after the drop gave {by_adapter}"
+    );
     Ok(Completion::Completed)
 }
 

@@ -60,6 +60,14 @@ pub trait OpDef: Operation + Unpin + 'static {
         Poll::Ready(None)
     }
 
+    /// Whether [`poll_prepare`](Self::poll_prepare) would complete the op now, waiting
+    /// for nothing and needing no backend (a read served from bytes queued on its socket):
+    /// such an op is served even where it could not start (review DF: once the runtime
+    /// stopped, no read reached the bytes an adapter had given back).
+    fn is_served_at_once(&self) -> bool {
+        false
+    }
+
     /// Whether [`poll_prepare`](Self::poll_prepare) has something to do now; such an op
     /// cannot go into a kernel-linked chain as it is.
     fn needs_prepare(&self) -> bool {
@@ -271,6 +279,19 @@ impl<T: OpDef> Future for Op<T> {
 }
 
 impl<T: OpDef> Op<T> {
+    /// An unstarted op that cannot start here: served all the same when that needs no
+    /// backend (see [`OpDef::is_served_at_once`]), else failed with `err`.
+    fn refuse_unstarted(&mut self, err: io::Error, cx: &mut Context<'_>) -> T::Output {
+        if let State::Unstarted(op) = &mut self.state {
+            if op.is_served_at_once() {
+                if let Poll::Ready(Some(cqe)) = op.poll_prepare(cx) {
+                    return self.finish(cqe);
+                }
+            }
+        }
+        self.finish(error_cqe(&err))
+    }
+
     /// Polls the op; with `KEEP`, a final completion whose output owns nothing of the
     /// definition (see [`OpDef::kept_output`]) leaves the op for its next run instead of
     /// done: running, where its start would make again what it has (an idle readiness
@@ -285,7 +306,7 @@ impl<T: OpDef> Op<T> {
                     // cannot start here fails now.
                     let startable = match this.core.check_startable() {
                         Ok(startable) => startable,
-                        Err(err) => return Poll::Ready(this.finish(error_cqe(&err))),
+                        Err(err) => return Poll::Ready(this.refuse_unstarted(err, cx)),
                     };
                     if let Some(cqe) = std::task::ready!(op.poll_prepare(cx)) {
                         return Poll::Ready(this.finish(cqe));

@@ -468,6 +468,10 @@ impl<B: IoBufMut> OpDef for Recv<B> {
         Poll::Ready(Some(Cqe::new(0, n.min(i32::MAX as usize) as i32, 0)))
     }
 
+    fn is_served_at_once(&self) -> bool {
+        self.turn.is_served_at_once(&self.unclaimed)
+    }
+
     fn needs_prepare(&self) -> bool {
         self.turn.must_wait(&self.unclaimed)
     }
@@ -1070,6 +1074,10 @@ impl<B: IoBufMut> OpDef for RecvMsg<B> {
             None => self.hdr.msg.msg_namelen = 0,
         }
         Poll::Ready(Some(Cqe::new(0, n as i32, 0)))
+    }
+
+    fn is_served_at_once(&self) -> bool {
+        self.turn.is_served_at_once(&self.unclaimed)
     }
 
     fn needs_prepare(&self) -> bool {

@@ -275,6 +275,12 @@ impl TurnSlot {
         Poll::Ready(granted)
     }
 
+    /// Whether [`poll`](Self::poll) would serve the receive from queued data at once
+    /// (`Ready(false)`), waiting for nothing.
+    pub(crate) fn is_served_at_once(&self, unclaimed: &Unclaimed) -> bool {
+        self.turn.is_none() && unclaimed.serves_at_once(self.ticket.as_ref())
+    }
+
     /// Leaves the place in line kept after being served from queued data.
     pub(crate) fn let_place_go(&mut self) {
         self.ticket = None;
@@ -488,6 +494,18 @@ impl Unclaimed {
         self.wait_in_line(number, cx);
         self.take_from_stream();
         Poll::Pending
+    }
+
+    /// Whether [`poll_turn`](Self::poll_turn) would hand queued data to the receive with
+    /// `ticket` at once (`Ready(None)`): first in line, or the line empty where it has no
+    /// place yet, with data queued that no recalled receive waits for.
+    pub(crate) fn serves_at_once(&self, ticket: Option<&TurnTicket>) -> bool {
+        let first = self.first_in_line();
+        let ours = match ticket {
+            Some(ticket) => first == Some(ticket.number),
+            None => first.is_none(),
+        };
+        ours && self.has_items() && !(self.one_shot_holds_turn() && self.recalls.get())
     }
 
     /// A number not handed out before on this socket (a `u64` does not wrap in practice).

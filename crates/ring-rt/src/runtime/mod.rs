@@ -287,8 +287,11 @@ impl Runtime {
     /// `Instant` holds (`Duration::MAX`) waits as long as it takes. I/O objects that
     /// outlive the runtime fail with `NotConnected` afterwards, and so do ops that a task's
     /// destructor starts or waits on while the shutdown drops the tasks (an op already in
-    /// the kernel ends with what the kernel says),
-    /// except a future whose op was abandoned that way: it never completes (completing
+    /// the kernel ends with what the kernel says), except two kinds. A socket read that
+    /// bytes the runtime already holds for the socket can serve (what an adapter read
+    /// ahead and gave back, or a dropped read received) is served from them, as it needs
+    /// no kernel; so those bytes stay readable, and `into_owned_fd` succeeds once they are
+    /// read. And a future whose op was abandoned that way never completes (completing
     /// would hand back a buffer the kernel may still write), and dropping it leaks the
     /// buffer.
     ///
