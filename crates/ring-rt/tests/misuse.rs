@@ -29,6 +29,10 @@ fn main() {
             a_pooled_receive_waiting_in_line_ends_where_no_loop_turns,
         ),
         (
+            "a_starved_pooled_receive_ends_where_no_loop_turns",
+            a_starved_pooled_receive_ends_where_no_loop_turns,
+        ),
+        (
             "a_refused_receive_kept_leaves_its_place_in_line",
             a_refused_receive_kept_leaves_its_place_in_line,
         ),
@@ -1042,6 +1046,73 @@ fn a_pooled_receive_waiting_in_line_ends_where_no_loop_turns(kind: BackendKind) 
         "{kind}: a pooled receive in line polled after its runtime's drop gave {:?}",
         after.map(|r| r.map(|b| b.map(|b| b.len())))
     );
+    Ok(Completion::Completed)
+}
+
+/// Review DI: a pooled receive starved of pool buffers (`ENOBUFS`, waiting for one to come
+/// back) was never refused where no loop of its runtime turns: in another runtime and
+/// after its runtime's drop it stayed pending until a buffer came back, and, kept, it held
+/// its place among the buffer's waiters, so a starved receive at home that a returned
+/// buffer should have woken waited for ever. It is refused as a receive waiting in line is
+/// (the test above), leaving the waiters.
+fn a_starved_pooled_receive_ends_where_no_loop_turns(kind: BackendKind) -> Outcome {
+    let builder = Builder::new().threads(1).recv_buffers(2, 64);
+    for after_drop in [false, true] {
+        let rt = runtime!(kind, builder.clone());
+        let other = second_runtime(kind);
+        let (a, b) = rt.block_on(async { UnixStream::pair() })?;
+        let starved = rt.block_on(async {
+            // Both of the pool's buffers held by the caller: the next receive is starved.
+            let mut held = Vec::new();
+            for word in [&b"first"[..], &b"second"[..]] {
+                a.write_all(word).await.0?;
+                let chunk = timeout(LIMIT, b.recv_pooled()).await??;
+                held.push(chunk.ok_or("end of stream")?);
+            }
+            let mut starved = Box::pin(b.recv_pooled());
+            check!(
+                support::pending_after_a_poll(starved.as_mut()).await,
+                "{kind}: a receive with nothing sent ended"
+            );
+            a.write_all(&b"0123456789"[..]).await.0?;
+            sleep(Duration::from_millis(20)).await;
+            check!(
+                support::pending_after_a_poll(starved.as_mut()).await,
+                "{kind}: a receive with no pool buffer left ended"
+            );
+            Ok::<_, libtest_mimic::Failed>((held, starved))
+        });
+        let (mut held, mut starved) = starved?;
+        if after_drop {
+            drop(rt);
+            let after = other.block_on(timeout(Duration::from_secs(2), starved.as_mut()));
+            check!(
+                matches!(&after, Ok(Err(e)) if e.kind() == ErrorKind::NotConnected),
+                "{kind}: a starved pooled receive polled after its runtime's drop gave {:?}",
+                after.map(|r| r.map(|c| c.map(|c| c.len())))
+            );
+            continue;
+        }
+        let elsewhere = other.block_on(timeout(Duration::from_secs(2), starved.as_mut()));
+        check!(
+            matches!(&elsewhere, Ok(Err(e)) if e.kind() == ErrorKind::InvalidInput),
+            "{kind}: a starved pooled receive polled in another runtime gave {:?}",
+            elsewhere.map(|r| r.map(|c| c.map(|c| c.len())))
+        );
+        // Kept, it waits for no buffer: the one given back goes to a receive at home.
+        let home = rt.block_on(async {
+            let mut home = Box::pin(b.recv_pooled());
+            support::pending_after_a_poll(home.as_mut()).await;
+            drop(held.pop());
+            timeout(Duration::from_secs(2), home).await
+        });
+        let home = home.map(|r| r.map(|c| c.map(|c| c.to_vec())));
+        check!(
+            matches!(&home, Ok(Ok(Some(bytes))) if bytes.starts_with(b"0123")),
+            "{kind}: with a refused starved receive kept, a receive at home given a returned buffer gave {home:?}"
+        );
+        drop(starved);
+    }
     Ok(Completion::Completed)
 }
 

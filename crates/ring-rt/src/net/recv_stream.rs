@@ -230,9 +230,13 @@ impl<'a> RecvStream<'a> {
                 // the queue is read first.
                 self.let_hold_go();
             }
-            if self.hold.is_none() && ready!(self.poll_starved(&unclaimed, cx)).is_none() {
-                // Bytes queued on the socket need no pool buffer: they are taken below.
-                self.starved = None;
+            if self.hold.is_none() {
+                match self.poll_starved(&unclaimed, cx) {
+                    Poll::Ready(Some(())) => {}
+                    // Bytes queued on the socket need no pool buffer: they are taken below.
+                    Poll::Ready(None) => self.starved = None,
+                    Poll::Pending => return self.pending_or_refused(),
+                }
             }
             if self.hold.is_none() {
                 let turn = match unclaimed.poll_turn(&mut self.ticket, cx) {
@@ -241,17 +245,7 @@ impl<'a> RecvStream<'a> {
                         // Another receive of the socket holds its turn, for as long as it
                         // likes: the returned buffer's turn goes to the next starved one.
                         self.pass_woken_turn();
-                        // Polled where no loop of its runtime turns (elsewhere, or once it
-                        // is going), the holder never lets the turn go: refused as a read
-                        // waiting in line is (review DG: it stayed pending), leaving the line
-                        // as a dropped one does (review DH: its kept place held the socket's
-                        // other receives at home behind it).
-                        if let Err(refused) = self.socket.core.check_startable() {
-                            self.leave_starved();
-                            self.ticket = None;
-                            return Poll::Ready(Err(refused));
-                        }
-                        return Poll::Pending;
+                        return self.pending_or_refused();
                     }
                 };
                 let Some(turn) = turn else {
@@ -394,6 +388,22 @@ impl<'a> RecvStream<'a> {
     fn end_hold(&mut self, unclaimed: &Unclaimed, number: NonZeroU64) {
         self.hold = None;
         unclaimed.end_stream(number);
+    }
+
+    /// A receive waiting (for its socket's turn, or after ENOBUFS for a pool buffer to come
+    /// back) where no loop of its runtime turns (polled elsewhere, or once the runtime is
+    /// going) would wait for ever: the holder of the turn never lets it go there, and a
+    /// returned buffer never comes. It is refused, as a read waiting in line is (reviews DG
+    /// and DI: it stayed pending), and leaves the line and the buffer's waiters as a
+    /// dropped receive does (reviews DH and DI: kept, its places held the socket's other
+    /// receives at home behind it).
+    fn pending_or_refused(&mut self) -> Poll<io::Result<Option<PooledBuf>>> {
+        if let Err(refused) = self.socket.core.check_startable() {
+            self.leave_starved();
+            self.ticket = None;
+            return Poll::Ready(Err(refused));
+        }
+        Poll::Pending
     }
 
     /// After ENOBUFS: waits for a pool buffer to come back, or for bytes to be queued on
