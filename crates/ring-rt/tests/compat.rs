@@ -30,6 +30,10 @@ fn main() {
             bytes_read_ahead_stay_readable_once_the_runtime_stops,
         ),
         (
+            "bounded_and_linked_reads_are_served_from_bytes_read_ahead_too",
+            bounded_and_linked_reads_are_served_from_bytes_read_ahead_too,
+        ),
+        (
             "a_write_after_its_runtime_dropped_sends_nothing",
             a_write_after_its_runtime_dropped_sends_nothing,
         ),
@@ -1692,6 +1696,72 @@ fn bytes_read_ahead_stay_readable_once_the_runtime_stops(kind: BackendKind) -> O
     check!(
         by_adapter == "Ok(world)",
         "{kind}: an adapter's read after the drop gave {by_adapter}"
+    );
+    Ok(Completion::Completed)
+}
+
+/// Review DJ: the test above for a read bounded by `.timeout` and for reads linked into a
+/// chain: both were refused whole where their runtime's loop does not turn (a chain is
+/// refused before it starts, and run op by op after the drop, where its ops did not say
+/// they could be served).
+fn bounded_and_linked_reads_are_served_from_bytes_read_ahead_too(kind: BackendKind) -> Outcome {
+    use std::future::{Future, IntoFuture};
+    use std::task::{Context, Poll, Waker};
+    fn shown(res: std::io::Result<usize>, buf: &[u8]) -> String {
+        match res {
+            Ok(n) => format!("Ok({})", String::from_utf8_lossy(&buf[..n])),
+            Err(e) => format!("Err({:?})", e.kind()),
+        }
+    }
+    let rt = runtime!(kind);
+    let other = match kind {
+        BackendKind::Uring => ring_rt::Builder::new().backend(BackendKind::Epoll),
+        BackendKind::Epoll => ring_rt::Builder::new().backend(BackendKind::Uring),
+    }
+    .build()
+    .or_else(|_| ring_rt::Builder::new().backend(kind).build())?;
+    let (ours, mut peer) = std::os::unix::net::UnixStream::pair()?;
+    std::io::Write::write_all(&mut peer, b"helloworld")?;
+    let stream = rt.block_on(async {
+        let stream = Rc::new(UnixStream::from_std(ours)?);
+        let mut io = Compat::from_rc(stream.clone());
+        let mut hello = [0u8; 5];
+        io.read_exact(&mut hello).await?;
+        Ok::<_, std::io::Error>(stream)
+    })?;
+    let timed = other.block_on(
+        stream
+            .read(Vec::with_capacity(1))
+            .timeout(Duration::from_secs(1)),
+    );
+    let timed = shown(timed.0, &timed.1);
+    check!(
+        timed == "Ok(w)",
+        "{kind}: a bounded read polled in another runtime gave {timed}"
+    );
+    drop(rt);
+    let mut chain = std::pin::pin!(stream
+        .read(Vec::with_capacity(3))
+        .link(stream.read(Vec::with_capacity(32)))
+        .into_future());
+    let linked = match chain.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(((a, abuf), (b, bbuf))) => format!("{} {}", shown(a, &abuf), shown(b, &bbuf)),
+        Poll::Pending => "Pending".into(),
+    };
+    check!(
+        linked == "Ok(orl) Ok(d)",
+        "{kind}: two linked reads after the drop gave {linked}"
+    );
+    let mut timed = std::pin::pin!(stream
+        .read(Vec::with_capacity(32))
+        .timeout(Duration::from_secs(1)));
+    let timed = match timed.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready((res, buf)) => shown(res, &buf),
+        Poll::Pending => "Pending".into(),
+    };
+    check!(
+        timed == "Err(NotConnected)",
+        "{kind}: a bounded read after the drop with nothing queued gave {timed}"
     );
     Ok(Completion::Completed)
 }

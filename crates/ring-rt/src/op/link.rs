@@ -62,6 +62,10 @@ pub trait Chain: Unpin + 'static {
     fn ops<'s>(&'s mut self, out: &mut Vec<&'s mut dyn Operation>);
     #[doc(hidden)]
     fn needs_prepare(&self) -> bool;
+    /// Whether the chain's first op would be served without a start (see
+    /// `OpDef::is_served_at_once`): such a chain runs op by op where it cannot start.
+    #[doc(hidden)]
+    fn is_served_at_once(&self) -> bool;
     #[doc(hidden)]
     fn claim(&mut self, turns: &ChainTurns);
     #[doc(hidden)]
@@ -176,6 +180,9 @@ impl<T: OpDef> OpDef for Raw<T> {
     fn needs_prepare(&self) -> bool {
         self.0.needs_prepare()
     }
+    fn is_served_at_once(&self) -> bool {
+        self.0.is_served_at_once()
+    }
     fn claim(&mut self) {
         self.0.claim();
     }
@@ -207,6 +214,10 @@ impl<T: OpDef> Chain for Single<T> {
 
     fn needs_prepare(&self) -> bool {
         self.0.needs_prepare()
+    }
+
+    fn is_served_at_once(&self) -> bool {
+        self.0.is_served_at_once()
     }
 
     fn claim(&mut self, turns: &ChainTurns) {
@@ -347,6 +358,10 @@ impl<A: Chain, B: Chain> Chain for (A, B) {
         self.0.needs_prepare() || self.1.needs_prepare()
     }
 
+    fn is_served_at_once(&self) -> bool {
+        self.0.is_served_at_once()
+    }
+
     fn claim(&mut self, turns: &ChainTurns) {
         self.0.claim(turns);
         self.1.claim(turns);
@@ -469,8 +484,13 @@ fn push_chain<C: Chain>(core: &Rc<Core>, mut chain: C) -> Pushed<C> {
     if core.is_shut_down() {
         return Pushed::NotLinkable(chain);
     }
-    // Pushed into a ring nobody turns, it would wait for ever.
+    // Pushed into a ring nobody turns, it would wait for ever. One whose first op needs no
+    // start (a read of bytes queued on its socket) runs op by op, each served or refused
+    // (review DJ: a read bounded by `.timeout` was refused with its bytes queued).
     if let Err(err) = core.check_startable() {
+        if chain.is_served_at_once() {
+            return Pushed::NotLinkable(chain);
+        }
         return Pushed::Failed(fail_all(chain, &err));
     }
     if chain.needs_prepare() {
