@@ -69,6 +69,10 @@ fn main() {
         ("send_zc_round_trip", send_zc_round_trip),
         ("udp_send_to_recv_from", udp_send_to_recv_from),
         (
+            "a_dropped_recv_of_an_unconnected_udp_socket_keeps_the_sender",
+            a_dropped_recv_of_an_unconnected_udp_socket_keeps_the_sender,
+        ),
+        (
             "an_empty_udp_recv_leaves_the_next_datagram",
             an_empty_udp_recv_leaves_the_next_datagram,
         ),
@@ -613,6 +617,41 @@ fn send_zc_round_trip(kind: BackendKind) -> Outcome {
         check!(got == data[..n], "zero-copy send corrupted data");
         Ok(Completion::Completed)
     })
+}
+
+/// Review DK: a `recv` of a socket that is not connected, dropped after the kernel gave it
+/// a datagram (io_uring), kept the datagram without its sender (the socket has no peer to
+/// name), and the next `recv_from` took it and failed with `InvalidData`: the datagram was
+/// gone. The sender is kept, as `recv_from`'s docs promise.
+fn a_dropped_recv_of_an_unconnected_udp_socket_keeps_the_sender(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(bounded(Duration::from_secs(10), async {
+        let sock = UdpSocket::bind("127.0.0.1:0")?;
+        let peer = std::net::UdpSocket::bind("127.0.0.1:0")?;
+        {
+            let mut recv =
+                std::pin::pin!(std::future::IntoFuture::into_future(sock.recv(Vec::with_capacity(64))));
+            check!(
+                support::pending_after_a_poll(recv.as_mut()).await,
+                "{kind}: a receive with nothing sent ended"
+            );
+            peer.send_to(b"dgram", sock.local_addr()?)?;
+            sleep(Duration::from_millis(20)).await;
+        }
+        let got = timeout(Duration::from_secs(2), sock.recv_from(Vec::with_capacity(64))).await;
+        let got = got.map(|(res, buf)| res.map(|(n, from)| (buf[..n].to_vec(), from)));
+        check!(
+            matches!(&got, Ok(Ok((bytes, from))) if bytes == b"dgram" && *from == peer.local_addr()?),
+            "{kind}: recv_from after a dropped recv gave {got:?} (sent from {:?})",
+            peer.local_addr()
+        );
+        // A recv of a socket that is not connected still gets any sender's datagram.
+        peer.send_to(b"again", sock.local_addr()?)?;
+        let (n, buf) = timeout(Duration::from_secs(2), sock.recv(Vec::with_capacity(64))).await?;
+        check!(&buf[..n?] == b"again", "{kind}: a recv got {buf:?}");
+        Ok::<_, libtest_mimic::Failed>(())
+    }))??;
+    Ok(Completion::Completed)
 }
 
 /// A `recv` into a buffer with no capacity is done at once with 0 and moves nothing,

@@ -1,5 +1,6 @@
 //! UDP sockets.
 
+use std::cell::Cell;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 
@@ -41,6 +42,9 @@ fn resolve(addr: impl ToSocketAddrs) -> io::Result<SocketAddr> {
 /// ```
 pub struct UdpSocket {
     socket: Socket,
+    /// Whether the socket has a peer (`connect`, or adopted connected): its `recv` then
+    /// knows each datagram's sender without asking the kernel for it.
+    connected: Cell<bool>,
 }
 
 impl UdpSocket {
@@ -59,7 +63,10 @@ impl UdpSocket {
         let addr = resolve(addr)?;
         let socket = Socket::new(Domain::for_address(addr), Type::DGRAM)?;
         socket.with_socket2(|s| s.bind(&addr.into()))?;
-        Ok(UdpSocket { socket })
+        Ok(UdpSocket {
+            socket,
+            connected: Cell::new(false),
+        })
     }
 
     /// Adopts a bound std socket on the current worker (switched to the blocking mode the
@@ -84,8 +91,10 @@ impl UdpSocket {
     /// # std::io::Result::Ok(())
     /// ```
     pub fn from_std(socket: std::net::UdpSocket) -> io::Result<UdpSocket> {
+        let connected = socket.peer_addr().is_ok();
         Ok(UdpSocket {
             socket: Socket::from_std(socket.into(), &UDP_SOCKET)?,
+            connected: Cell::new(connected),
         })
     }
 
@@ -111,7 +120,9 @@ impl UdpSocket {
     /// ```
     pub fn connect(&self, addr: impl ToSocketAddrs) -> io::Result<()> {
         let addr = resolve(addr)?;
-        self.socket.with_socket2(|s| s.connect(&addr.into()))
+        self.socket.with_socket2(|s| s.connect(&addr.into()))?;
+        self.connected.set(true);
+        Ok(())
     }
 
     /// Sends one datagram to `addr` (see the [type's example](UdpSocket)).
@@ -142,9 +153,23 @@ impl UdpSocket {
     /// Cancel-safe: a receive dropped after the kernel gave it a datagram (a `timeout` or
     /// a `select` that lost) keeps that datagram, with its sender, for the socket's next
     /// `recv_from` or `recv`.
-    pub async fn recv_from<B: IoBufMut>(&self, mut buf: B) -> (io::Result<(usize, SocketAddr)>, B) {
+    pub async fn recv_from<B: IoBufMut>(&self, buf: B) -> (io::Result<(usize, SocketAddr)>, B) {
+        let (res, buf) = self.recv_msg(buf).await;
+        let res = res.and_then(|(n, addr)| {
+            let addr = addr
+                .as_socket()
+                .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "not an inet sender"))?;
+            Ok((n, addr))
+        });
+        (res, buf)
+    }
+
+    /// One datagram and its sender, from the kernel's `recvmsg`, or from the socket's queue
+    /// of datagrams dropped receives got (with their senders). A socket shut down for
+    /// reading gives 0 with no sender.
+    async fn recv_msg<B: IoBufMut>(&self, mut buf: B) -> (io::Result<(usize, SockAddr)>, B) {
         let hdr = MsgHdr::new(buf.stable_mut_ptr(), buf.bytes_total(), None);
-        let (res, buf) = Op::new(
+        Op::new(
             self.socket.core.clone(),
             RecvMsg {
                 fd: self.socket.fd(),
@@ -154,14 +179,7 @@ impl UdpSocket {
                 turn: TurnSlot::default(),
             },
         )
-        .await;
-        let res = res.and_then(|(n, addr)| {
-            let addr = addr
-                .as_socket()
-                .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "not an inet sender"))?;
-            Ok((n, addr))
-        });
-        (res, buf)
+        .await
     }
 
     /// Sends one datagram to the connected peer (see [`connect`](Self::connect) for an
@@ -172,7 +190,16 @@ impl UdpSocket {
 
     /// Receives one datagram from the connected peer (see [`connect`](Self::connect) for an
     /// example).
+    ///
+    /// On a socket that is not connected it receives any sender's datagram, as `recv(2)`
+    /// does, through `recvmsg`: a receive dropped after the kernel gave it a datagram then
+    /// keeps the sender with it for a later `recv_from` (review DK: a plain receive could
+    /// not name it, and the next `recv_from` took the datagram and failed).
     pub async fn recv<B: IoBufMut>(&self, buf: B) -> (io::Result<usize>, B) {
+        if !self.connected.get() {
+            let (res, buf) = self.recv_msg(buf).await;
+            return (res.map(|(n, _)| n), buf);
+        }
         self.socket.read_datagram(buf).await
     }
 
