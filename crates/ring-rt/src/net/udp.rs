@@ -1,6 +1,5 @@
 //! UDP sockets.
 
-use std::cell::Cell;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 
@@ -42,9 +41,6 @@ fn resolve(addr: impl ToSocketAddrs) -> io::Result<SocketAddr> {
 /// ```
 pub struct UdpSocket {
     socket: Socket,
-    /// Whether the socket has a peer (`connect`, or adopted connected): its `recv` then
-    /// knows each datagram's sender without asking the kernel for it.
-    connected: Cell<bool>,
 }
 
 impl UdpSocket {
@@ -63,10 +59,7 @@ impl UdpSocket {
         let addr = resolve(addr)?;
         let socket = Socket::new(Domain::for_address(addr), Type::DGRAM)?;
         socket.with_socket2(|s| s.bind(&addr.into()))?;
-        Ok(UdpSocket {
-            socket,
-            connected: Cell::new(false),
-        })
+        Ok(UdpSocket { socket })
     }
 
     /// Adopts a bound std socket on the current worker (switched to the blocking mode the
@@ -91,10 +84,8 @@ impl UdpSocket {
     /// # std::io::Result::Ok(())
     /// ```
     pub fn from_std(socket: std::net::UdpSocket) -> io::Result<UdpSocket> {
-        let connected = socket.peer_addr().is_ok();
         Ok(UdpSocket {
             socket: Socket::from_std(socket.into(), &UDP_SOCKET)?,
-            connected: Cell::new(connected),
         })
     }
 
@@ -120,9 +111,7 @@ impl UdpSocket {
     /// ```
     pub fn connect(&self, addr: impl ToSocketAddrs) -> io::Result<()> {
         let addr = resolve(addr)?;
-        self.socket.with_socket2(|s| s.connect(&addr.into()))?;
-        self.connected.set(true);
-        Ok(())
+        self.socket.with_socket2(|s| s.connect(&addr.into()))
     }
 
     /// Sends one datagram to `addr` (see the [type's example](UdpSocket)).
@@ -191,16 +180,18 @@ impl UdpSocket {
     /// Receives one datagram from the connected peer (see [`connect`](Self::connect) for an
     /// example).
     ///
-    /// On a socket that is not connected it receives any sender's datagram, as `recv(2)`
-    /// does, through `recvmsg`: a receive dropped after the kernel gave it a datagram then
-    /// keeps the sender with it for a later `recv_from` (review DK: a plain receive could
-    /// not name it, and the next `recv_from` took the datagram and failed).
+    /// Through `recvmsg`, as `recv_from`: a receive dropped after the kernel gave it a
+    /// datagram keeps the datagram with its sender as the kernel named it, for a later
+    /// `recv_from` (review DK: a plain receive could not name it on a socket that is not
+    /// connected, and the next `recv_from` took the datagram and failed; review DL: on a
+    /// connected one it was named by the peer of a later `connect`). An empty buffer moves
+    /// nothing (a plain receive: `recvmsg` would take the next datagram).
     pub async fn recv<B: IoBufMut>(&self, buf: B) -> (io::Result<usize>, B) {
-        if !self.connected.get() {
-            let (res, buf) = self.recv_msg(buf).await;
-            return (res.map(|(n, _)| n), buf);
+        if buf.bytes_total() == 0 {
+            return self.socket.read_datagram(buf).await;
         }
-        self.socket.read_datagram(buf).await
+        let (res, buf) = self.recv_msg(buf).await;
+        (res.map(|(n, _)| n), buf)
     }
 
     /// The bound address (see [`bind`](Self::bind) for an example).

@@ -562,6 +562,9 @@ impl<B: IoBufMut> Received for Recv<B> {
         if self.is_stream {
             // 0 is end of stream, which the next read finds by itself.
             (n > 0).then(|| Item::Bytes(PooledBuf::owned(bytes)))
+        } else if self.moves_nothing() {
+            // An empty receive is a NOP (`sqe`): it got no datagram, not an empty one.
+            None
         } else {
             // An empty datagram is one too. `recv` is for a connected socket: the sender
             // is its peer.
