@@ -1630,19 +1630,8 @@ fn bytes_read_ahead_stay_readable_once_the_runtime_stops(kind: BackendKind) -> O
     }
     for by_destructor in [false, true] {
         let rt = runtime!(kind);
-        let (ours, mut peer) = std::os::unix::net::UnixStream::pair()?;
-        std::io::Write::write_all(&mut peer, b"helloworld")?;
+        let (stream, mut peer) = world_given_back(&rt)?;
         let got: Got = Rc::default();
-        let stream = rt.block_on(async {
-            let stream = Rc::new(UnixStream::from_std(ours)?);
-            let mut io = Compat::from_rc(stream.clone());
-            let mut hello = [0u8; 5];
-            io.read_exact(&mut hello).await?;
-            check!(&hello == b"hello", "the adapter read {hello:?}");
-            // The adapter read "world" ahead; its drop gives it back to the stream.
-            drop(io);
-            Ok::<_, libtest_mimic::Failed>(stream)
-        })?;
         if by_destructor {
             let guard = ReadsOnDrop(Some(stream.clone()), got.clone());
             drop(rt.spawn(async move {
@@ -1682,15 +1671,7 @@ fn bytes_read_ahead_stay_readable_once_the_runtime_stops(kind: BackendKind) -> O
     }
     // An adapter's read after the drop is served from the queue too.
     let rt = runtime!(kind);
-    let (ours, mut peer) = std::os::unix::net::UnixStream::pair()?;
-    std::io::Write::write_all(&mut peer, b"helloworld")?;
-    let stream = rt.block_on(async {
-        let stream = Rc::new(UnixStream::from_std(ours)?);
-        let mut io = Compat::from_rc(stream.clone());
-        let mut hello = [0u8; 5];
-        io.read_exact(&mut hello).await?;
-        Ok::<_, std::io::Error>(stream)
-    })?;
+    let (stream, _peer) = world_given_back(&rt)?;
     drop(rt);
     let by_adapter = adapter_read_once(stream);
     check!(
@@ -1698,6 +1679,24 @@ fn bytes_read_ahead_stay_readable_once_the_runtime_stops(kind: BackendKind) -> O
         "{kind}: an adapter's read after the drop gave {by_adapter}"
     );
     Ok(Completion::Completed)
+}
+
+/// A stream whose peer sent "helloworld", read through an adapter that took "hello" and
+/// read "world" ahead, then dropped: "world" is queued on the stream.
+fn world_given_back(
+    rt: &ring_rt::Runtime,
+) -> Result<(Rc<UnixStream>, std::os::unix::net::UnixStream), libtest_mimic::Failed> {
+    let (ours, mut peer) = std::os::unix::net::UnixStream::pair()?;
+    std::io::Write::write_all(&mut peer, b"helloworld")?;
+    let stream = rt.block_on(async {
+        let stream = Rc::new(UnixStream::from_std(ours)?);
+        let mut io = Compat::from_rc(stream.clone());
+        let mut hello = [0u8; 5];
+        io.read_exact(&mut hello).await?;
+        check!(&hello == b"hello", "the adapter read {hello:?}");
+        Ok::<_, libtest_mimic::Failed>(stream)
+    })?;
+    Ok((stream, peer))
 }
 
 /// Review DJ: the test above for a read bounded by `.timeout` and for reads linked into a
@@ -1720,15 +1719,7 @@ fn bounded_and_linked_reads_are_served_from_bytes_read_ahead_too(kind: BackendKi
     }
     .build()
     .or_else(|_| ring_rt::Builder::new().backend(kind).build())?;
-    let (ours, mut peer) = std::os::unix::net::UnixStream::pair()?;
-    std::io::Write::write_all(&mut peer, b"helloworld")?;
-    let stream = rt.block_on(async {
-        let stream = Rc::new(UnixStream::from_std(ours)?);
-        let mut io = Compat::from_rc(stream.clone());
-        let mut hello = [0u8; 5];
-        io.read_exact(&mut hello).await?;
-        Ok::<_, std::io::Error>(stream)
-    })?;
+    let (stream, _peer) = world_given_back(&rt)?;
     let timed = other.block_on(
         stream
             .read(Vec::with_capacity(1))
