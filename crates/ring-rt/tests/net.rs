@@ -73,6 +73,14 @@ fn main() {
             a_dropped_recv_of_a_udp_socket_keeps_the_sender,
         ),
         (
+            "an_empty_receive_never_waits_for_the_sockets_turn",
+            an_empty_receive_never_waits_for_the_sockets_turn,
+        ),
+        (
+            "a_dropped_recv_of_a_socket_shut_down_for_reading_queues_nothing",
+            a_dropped_recv_of_a_socket_shut_down_for_reading_queues_nothing,
+        ),
+        (
             "an_empty_udp_recv_leaves_the_next_datagram",
             an_empty_udp_recv_leaves_the_next_datagram,
         ),
@@ -663,6 +671,79 @@ fn a_dropped_recv_of_a_udp_socket_keeps_the_sender(kind: BackendKind) -> Outcome
             let (n, buf) =
                 timeout(Duration::from_secs(2), sock.recv(Vec::with_capacity(64))).await?;
             check!(&buf[..n?] == b"again", "{kind}: a recv got {buf:?}");
+        }
+        Ok::<_, libtest_mimic::Failed>(())
+    }))??;
+    Ok(Completion::Completed)
+}
+
+/// Review DM: a receive into a buffer with no capacity moves nothing, so it has no place in
+/// the socket's order of receives: it waited behind a receive already waiting (for ever,
+/// with nothing sent). Done at once with 0, on a UDP socket and a stream.
+fn an_empty_receive_never_waits_for_the_sockets_turn(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(bounded(Duration::from_secs(10), async {
+        let udp = std::rc::Rc::new(UdpSocket::bind("127.0.0.1:0")?);
+        let (stream, _peer) = UnixStream::pair()?;
+        let stream = std::rc::Rc::new(stream);
+        let waiting_udp = {
+            let udp = udp.clone();
+            ring_rt::spawn(async move { udp.recv_from(Vec::with_capacity(16)).await.0.is_ok() })
+        };
+        let waiting_stream = {
+            let stream = stream.clone();
+            ring_rt::spawn(async move { stream.read(Vec::with_capacity(16)).await.0.is_ok() })
+        };
+        sleep(Duration::from_millis(10)).await;
+        let empty = timeout(Duration::from_secs(1), udp.recv(Vec::new())).await;
+        check!(
+            matches!(&empty, Ok((Ok(0), _))),
+            "{kind}: an empty UDP recv behind a waiting recv_from gave {:?}",
+            empty.map(|(res, _)| res)
+        );
+        let empty = timeout(Duration::from_secs(1), stream.read(Vec::new())).await;
+        check!(
+            matches!(&empty, Ok((Ok(0), _))),
+            "{kind}: an empty stream read behind a waiting read gave {:?}",
+            empty.map(|(res, _)| res)
+        );
+        waiting_udp.abort();
+        waiting_stream.abort();
+        Ok::<_, libtest_mimic::Failed>(())
+    }))??;
+    Ok(Completion::Completed)
+}
+
+/// Review DM: a receive of a UDP socket shut down for reading ends with 0 and no sender; one
+/// dropped after that completion (io_uring) queued it as an empty datagram nobody sent, which
+/// the next `recv_from` took and failed on (`InvalidData`) and the next `recv` took as a
+/// datagram before the real one. A shut-down socket says so again by itself.
+fn a_dropped_recv_of_a_socket_shut_down_for_reading_queues_nothing(kind: BackendKind) -> Outcome {
+    let rt = runtime!(kind);
+    rt.block_on(bounded(Duration::from_secs(10), async {
+        for connected in [false, true] {
+            let sock = UdpSocket::bind("127.0.0.1:0")?;
+            let peer = std::net::UdpSocket::bind("127.0.0.1:0")?;
+            if connected {
+                sock.connect(peer.local_addr()?)?;
+            }
+            // ENOTCONN for a socket that is not connected, which is shut down all the same.
+            let _ = socket2::SockRef::from(&sock).shutdown(std::net::Shutdown::Read);
+            {
+                let mut recv = std::pin::pin!(std::future::IntoFuture::into_future(
+                    sock.recv(Vec::with_capacity(16))
+                ));
+                let _ = support::pending_after_a_poll(recv.as_mut()).await;
+                sleep(Duration::from_millis(10)).await;
+            }
+            peer.send_to(b"x", sock.local_addr()?)?;
+            sleep(Duration::from_millis(10)).await;
+            let got = timeout(Duration::from_secs(2), sock.recv_from(Vec::with_capacity(16))).await;
+            let got = got.map(|(res, buf)| res.map(|(n, from)| (buf[..n].to_vec(), from)));
+            check!(
+                matches!(&got, Ok(Ok((bytes, from))) if bytes == b"x" && *from == peer.local_addr()?),
+                "{kind}: recv_from after a dropped recv of a socket shut down for reading (connected: {connected}) gave {got:?}"
+            );
         }
         Ok::<_, libtest_mimic::Failed>(())
     }))??;

@@ -446,6 +446,11 @@ impl<B: IoBufMut> OpDef for Recv<B> {
     }
 
     fn poll_prepare(&mut self, cx: &mut Context<'_>) -> Poll<Option<Cqe>> {
+        if self.moves_nothing() {
+            // An empty receive takes nothing, so it has no place in the socket's order:
+            // done at once (review DM: it waited behind a receive already waiting).
+            return Poll::Ready(Some(Cqe::new(0, 0, 0)));
+        }
         if std::task::ready!(self.turn.poll(&self.unclaimed, cx)) {
             return Poll::Ready(None);
         }
@@ -1121,6 +1126,12 @@ impl<B: IoBufMut> Received for RecvMsg<B> {
     fn item(&self, res: i32) -> Option<Item> {
         let n = usize::try_from(res).ok()?;
         let from = self.hdr.addr.clone_filled(self.hdr.msg.msg_namelen);
+        // 0 with no sender is a socket shut down for reading, which says so again by
+        // itself; an empty datagram has its sender (review DM: it was queued as a datagram
+        // nobody sent).
+        if n == 0 && from.is_none() {
+            return None;
+        }
         Some(Item::Datagram(received_bytes(&self.buf, n), from))
     }
 }
