@@ -481,20 +481,29 @@ impl<B: IoBufMut> OpDef for Recv<B> {
         self.turn.is_served_at_once(&self.unclaimed)
     }
 
+    // An empty receive takes no part in its socket's order (see `poll_prepare`), in a chain
+    // too: it neither waits, nor takes, adopts or shares a turn or a place (review DN: it
+    // held the turn for the whole chain).
     fn needs_prepare(&self) -> bool {
-        self.turn.must_wait(&self.unclaimed)
+        !self.moves_nothing() && self.turn.must_wait(&self.unclaimed)
     }
 
     fn claim(&mut self) {
-        self.turn.claim(&self.unclaimed);
+        if !self.moves_nothing() {
+            self.turn.claim(&self.unclaimed);
+        }
     }
 
     fn adopt_turn(&mut self, turns: &ChainTurns) {
-        self.turn.adopt(&self.unclaimed, turns);
+        if !self.moves_nothing() {
+            self.turn.adopt(&self.unclaimed, turns);
+        }
     }
 
     fn share_turn(&mut self, turns: &ChainTurns) {
-        self.turn.share(&self.unclaimed, turns);
+        if !self.moves_nothing() {
+            self.turn.share(&self.unclaimed, turns);
+        }
     }
 
     fn into_orphan(self) -> Box<dyn Orphan> {
