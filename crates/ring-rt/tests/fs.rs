@@ -1533,9 +1533,13 @@ fn two_reads_of_a_terminal_with_no_vmin_both_end(kind: BackendKind) -> Outcome {
             .map_err(|e| format!("{kind}: fs::read: {e}"))?;
         got.extend(bytes);
     }
+    // On a loaded machine (CI's kernel-matrix rows run side by side) the byte can come
+    // after both reads ended with `VTIME` of silence, as std's would: then it is still in
+    // the terminal, for the next read. Lost or read twice it is not.
+    let left = std::fs::read(&slave)?;
     check!(
-        got == b"x",
-        "{kind}: two reads of one byte gave {got:?} between them"
+        got.len() + left.len() == 1 && [&got[..], &left[..]].concat() == b"x",
+        "{kind}: two reads of one byte gave {got:?} between them, and {left:?} was left"
     );
     Ok(Completion::Completed)
 }
