@@ -458,10 +458,6 @@ impl<B: IoBufMut> OpDef for Recv<B> {
         let n = if self.is_stream {
             // SAFETY: the buffer is writable for bytes_total bytes and owned by the op.
             unsafe { self.unclaimed.take_bytes(dst, len) }
-        } else if len == 0 {
-            // An empty receive moves nothing, as from the kernel (`try_syscall`, `sqe`):
-            // the queued datagram stays for the next (review DJ: it was thrown away).
-            0
         } else {
             match self.unclaimed.take_datagram() {
                 // A datagram longer than the buffer is truncated, as the kernel does.
